@@ -15,11 +15,11 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from .errors import DataError
+from .errors import DataError, InputError
 
 
 def _json_default(o: Any):
@@ -120,6 +120,23 @@ class JsonlWriter:
     def write_many(self, rows: Iterable[dict]) -> None:
         for r in rows:
             self.write(r)
+
+
+def check_resume(rows: list[dict], expected: Callable[[dict], dict | None], filename: str) -> None:
+    """InputError if a finished row was made with other settings than this run's.
+
+    rows: finished rows, each with ``key`` and ``settings``; expected(row): the settings this run
+    would use for that row, or None when this run does not touch it.
+    """
+    for r in rows:
+        want = expected(r)
+        if want is not None and r.get("settings") != want:
+            got = r.get("settings") or {}
+            diff = {k: (got.get(k), v) for k, v in want.items() if got.get(k) != v}
+            raise InputError(
+                f"{r['key']} in {filename} was made with other settings (row, now: {diff}); "
+                "use another --out, or pass the same settings to resume"
+            )
 
 
 def versions() -> dict[str, str]:

@@ -10,9 +10,8 @@ from isouq.errors import InputError
 from isouq.experiments import validation
 
 
-@pytest.mark.slow
-def test_validation_quick_smoke(tmp_path):
-    """~16 s on 2 cores: run with -m slow."""
+def test_validation_quick_smoke_and_resume(tmp_path, monkeypatch):
+    """~16 s on 2 cores; then a re-run resumes from problems.jsonl without sampling again."""
     path = validation.run(tmp_path, quick=True, problems=["binary_linear", "regression_linear"],
                           num_warmup=40, num_samples=40, grid_n=8)
     doc = json.loads(path.read_text())
@@ -20,10 +19,23 @@ def test_validation_quick_smoke(tmp_path):
     epi = {r["problem"]: r for r in doc["tables"]["epistemic"]}
     assert set(epi) == {"binary_linear", "regression_linear"}
     assert epi["regression_linear"]["gn_rho"] > 0.9  # linear model: GN ∝ exact variance
+    assert epi["binary_linear"]["gn_rho"] >= 0.9  # logistic regression (paper: 0.99)
     assert len(doc["tables"]["aleatoric"]) == 1 and len(doc["tables"]["hessian"]) == 1
     assert all("r_hat_max" in r for r in doc["tables"]["diagnostics"])
     assert all((tmp_path / f).exists() for f in doc["figures"])
     assert (tmp_path / "tables.md").exists()
+
+    def no_sampling(*a, **k):
+        raise AssertionError("a finished problem was run again")
+
+    monkeypatch.setattr(validation, "run_problem", no_sampling)
+    again = json.loads(validation.run(tmp_path, quick=True, problems=["binary_linear",
+                                      "regression_linear"], num_warmup=40, num_samples=40,
+                                      grid_n=8).read_text())
+    assert again["tables"]["epistemic"] == doc["tables"]["epistemic"]
+    with pytest.raises(InputError, match="other settings"):
+        validation.run(tmp_path, quick=True, problems=["binary_linear"], num_warmup=40,
+                       num_samples=50, grid_n=8)
 
 
 def test_validation_rejects_unknown_problem(tmp_path):

@@ -40,7 +40,7 @@ import torch
 
 from ..data.synthetic import Problem, make_problem
 from ..errors import InputError
-from ..runio import JsonlWriter, read_jsonl, write_results
+from ..runio import JsonlWriter, check_resume, read_jsonl, write_results
 from . import toy_models as tm
 from .validation import compare
 
@@ -467,19 +467,6 @@ def study_settings(study: str, *, quick: bool, seed: int, grid_n: int | None,
             "vi_lr": vi_lr}
 
 
-def check_resume(rows: list[dict], settings: dict[str, dict]) -> None:
-    """InputError if a finished row of a study being run was made with other settings."""
-    for r in rows:
-        want = settings.get(r["study"])
-        if want is not None and r["settings"] != want:
-            diff = {k: (r["settings"].get(k), v) for k, v in want.items()
-                    if r["settings"].get(k) != v}
-            raise InputError(
-                f"{r['key']} in sizes.jsonl was made with other settings (row, now: {diff}); "
-                "use another --out, or pass the same settings to resume"
-            )
-
-
 def rebuild(out: Path, started: float, settings: dict, seed: int) -> Path:
     """results.json, tables.md and the figures from every finished row in ``out``."""
     rows = read_jsonl(out / "sizes.jsonl")
@@ -538,7 +525,7 @@ def run(
               vi_batch_size=vi_batch_size, vi_lr=vi_lr, vi_n_train=vi_n_train)
     fingerprints = {s: study_settings(s, **kw) for s in studies}
     writer = JsonlWriter(out / "sizes.jsonl")
-    check_resume(read_jsonl(writer.path), fingerprints)
+    check_resume(read_jsonl(writer.path), lambda r: fingerprints.get(r["study"]), "sizes.jsonl")
     jobs = plan(studies, widths)
     settings = {"quick": quick, "device": device, "study": study, "widths": widths,
                 "budget_minutes": budget_minutes, "studies": fingerprints,

@@ -10,6 +10,8 @@ compare on the dense evaluation grid
 with Pearson r and Spearman ρ. Binary models have one logit, so classes 0 and 1 give the same
 values and class 1 is used; multiclass reports each class and "overall" (all classes pooled).
 Writes results.json (tables + the paper's numbers), tables.md and one PNG per problem.
+Resumable: each finished problem appends its rows to ``out/problems.jsonl`` (key = problem, with
+the settings that made it); a re-run with the same settings skips it, other settings are an error.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from scipy.stats import pearsonr, spearmanr
 
 from ..data.synthetic import Problem, make_problem
 from ..errors import InputError
-from ..runio import write_results
+from ..runio import JsonlWriter, check_resume, read_jsonl, write_results
 from . import toy_models as tm
 
 #: (problem, model kind) in the paper's order.
@@ -313,20 +315,38 @@ def run(
            "num_samples": num_samples or (300 if quick else 1000),
            "num_chains": num_chains, "kernel": kernel}
     gn = grid_n or (30 if quick else 60)
+    def fingerprint(name: str) -> dict:
+        return {"seed": seed, "prior_precision": prior_precision,
+                "grid_n": None if "regression" in name else gn, **hmc}
+
+    out.mkdir(parents=True, exist_ok=True)
+    writer = JsonlWriter(out / "problems.jsonl")
+    check_resume(read_jsonl(writer.path),
+                 lambda r: fingerprint(r["key"]) if r["key"] in names else None, "problems.jsonl")
+    for name in names:
+        if writer.done(name):
+            print(f"validation: {name} already in problems.jsonl, skipped", flush=True)
+            continue
+        fp = fingerprint(name)
+        res = run_problem(name, known[name], seed=seed, grid_n=fp["grid_n"],
+                          prior_precision=prior_precision, hmc=hmc, device=device)
+        figure = plot_problem(res, out).name
+        writer.write({"key": name, "settings": fp, "epistemic": res["epistemic"],
+                      "aleatoric": res["aleatoric"], "diagnostics": res["diagnostics"],
+                      "hessian": res["hessian"], "figure": figure})
+        print(f"validation: {name} done ({time.time() - started:.0f} s)", flush=True)
+    done = {r["key"]: r for r in read_jsonl(writer.path)}
     tables: dict[str, list[dict]] = {"epistemic": [], "aleatoric": [], "hessian": [],
                                      "diagnostics": []}
     figures = []
-    out.mkdir(parents=True, exist_ok=True)
     for name in names:
-        res = run_problem(name, known[name], seed=seed, grid_n=gn if "regression" not in name
-                          else None, prior_precision=prior_precision, hmc=hmc, device=device)
-        tables["epistemic"] += res["epistemic"]
-        tables["aleatoric"] += res["aleatoric"]
-        tables["diagnostics"].append(res["diagnostics"])
-        if res["hessian"]:
-            tables["hessian"].append(res["hessian"])
-        figures.append(plot_problem(res, out).name)
-        print(f"validation: {name} done ({time.time() - started:.0f} s)", flush=True)
+        r = done[name]
+        tables["epistemic"] += r["epistemic"]
+        tables["aleatoric"] += r["aleatoric"]
+        tables["diagnostics"].append(r["diagnostics"])
+        if r["hessian"]:
+            tables["hessian"].append(r["hessian"])
+        figures.append(r["figure"])
     settings = {"quick": quick, "device": device, "problems": names, "grid_n": gn,
                 "prior_precision": prior_precision, **hmc}
     return write_results(out, "validation", settings=settings, seed=seed, started=started,
