@@ -217,7 +217,8 @@ class QARunner:
             sam = sample_completions(model, tok, [prompts[i] for i in miss], k=self.cfg.k,
                                      temperature=self.cfg.temperature, seed=self.cfg.seed,
                                      max_new_tokens=self.cfg.max_new_tokens,
-                                     keys=[keys[i] for i in miss])
+                                     keys=[keys[i] for i in miss],
+                                     batch_size=min(self.cfg.batch_size * self.cfg.k, 128))
             w = JsonlWriter(self.paths["samples"])
             for i, sm in zip(miss, sam, strict=False):
                 have[keys[i]] = {"key": keys[i], **dataclasses.asdict(sm)}
