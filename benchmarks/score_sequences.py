@@ -45,8 +45,10 @@ def run_one(method: str, model_name: str, batch: int, repeats: int, threads: int
     import torch
 
     from isouq.models import load_model
+    from isouq.runtime import tune_allocator
     from isouq.sequences import collate, encode, score_sequences, summarize, token_probs
 
+    tuned = tune_allocator()  # as the isouq command does, for every method alike
     torch.set_num_threads(threads)
     model, tok, info = load_model(model_name)
     prompts, answers = load_pairs(batch)
@@ -94,7 +96,7 @@ def run_one(method: str, model_name: str, batch: int, repeats: int, threads: int
         "seconds_batch": statistics.median(times), "seconds_per_answer":
         statistics.median(times) / batch, "repeats": repeats,
         "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
-        "model": info.name, "n_params": info.n_params,
+        "model": info.name, "n_params": info.n_params, "malloc_tuned": tuned,
     }
 
 

@@ -44,3 +44,12 @@ def test_write_results(tmp_path):
     assert "torch" in doc["versions"]
     md = (tmp_path / "tables.md").read_text()
     assert "| a | b |" in md and "Paper:" in md
+
+
+def test_tune_allocator_is_optional(monkeypatch):
+    from isouq.runtime import tune_allocator
+
+    monkeypatch.setenv("ISOUQ_MALLOC_TUNING", "0")
+    assert tune_allocator() is False
+    monkeypatch.delenv("ISOUQ_MALLOC_TUNING")
+    assert isinstance(tune_allocator(), bool)  # True on glibc, False elsewhere

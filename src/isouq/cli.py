@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
 import time
 from pathlib import Path
 
 from .errors import IsouqError
+from .runtime import configure
 
 EXPERIMENTS = {
     "validation": "isouq.experiments.validation",
@@ -42,19 +42,11 @@ def _load(args):
                       trust_remote_code=args.trust_remote_code, allow_pickle=args.allow_pickle)
 
 
-def _threads() -> None:
-    import torch
-
-    n = os.environ.get("ISOUQ_THREADS")
-    if n:
-        torch.set_num_threads(int(n))
-
-
 # ---------------------------------------------------------------- commands
 def cmd_demo(args) -> int:
     from . import demo
 
-    _threads()
+    configure()
     if args.toy:
         demo.run_toy(Path(args.out), seed=args.seed)
     else:
@@ -67,7 +59,7 @@ def cmd_score(args) -> int:
     from .distributed import device_for, dist_env, init_process_group
     from .score_run import score_rows
 
-    _threads()
+    configure()
     rows = read_pairs(args.input, limit=args.limit)  # validate input before loading a model
     env = dist_env()
     args.device = device_for(env, args.device)
@@ -112,7 +104,7 @@ def cmd_models(args) -> int:
 
 def cmd_experiment(args) -> int:
     mod = importlib.import_module(EXPERIMENTS[args.name])
-    _threads()
+    configure()
     opts = {k: v for k, v in vars(args).items()
             if k not in ("command", "name", "out", "quick", "seed", "device", "func")}
     t0 = time.perf_counter()
@@ -125,7 +117,7 @@ def cmd_qa_run(args) -> int:
     from .distributed import device_for, dist_env, init_process_group
     from .qa.runner import QAConfig, QARunner
 
-    _threads()
+    configure()
     env = dist_env()
     args.device = device_for(env, args.device)
     init_process_group(env, args.device)

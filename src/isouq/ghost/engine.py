@@ -74,6 +74,19 @@ class GhostNorms:
                 "per-example fallback",
                 stacklevel=2,
             )
+        # a parameter owned by one module called once per forward has one contribution: its
+        # norm is computed inside the backward, as soon as its output gradient is known, and
+        # the call's tensors are released (memory near the activation-gradient floor)
+        n_owners: dict[str, int] = {}
+        for owned in self.owners.values():
+            for _, name in owned:
+                n_owners[name] = n_owners.get(name, 0) + 1
+        self._solo = {m for m, owned in self.owners.items()
+                      if self.rules[m] is not None and all(n_owners[n] == 1 for _, n in owned)}
+        self._n_calls: dict[nn.Module, int] = {}
+        self._now: dict[str, torch.Tensor] = {}
+        self._cache: dict = {}
+        self._retain, self._N = False, 0
         self.calls: list[Call] = []
         self._hooks: list = []
         self._saved_flags: list[tuple[nn.Parameter, bool]] = []
@@ -87,6 +100,7 @@ class GhostNorms:
         for mod in self.owners:
             self._hooks.append(mod.register_forward_hook(self._on_forward, with_kwargs=True))
         self.calls = []
+        self._n_calls = {}
         self._capturing = True
         return self
 
@@ -99,6 +113,21 @@ class GhostNorms:
         self._saved_flags = []
         self._capturing = False
         self.calls = []
+        self._n_calls = {}
+        self._now, self._cache = {}, {}
+
+    def _maybe_now(self, call: Call) -> None:
+        """Inside backward: a solo call's norms now, then release what it holds."""
+        if (call.module not in self._solo or self._n_calls.get(call.module) != 1
+                or call.grad.shape[0] != self._N):  # a broadcast input: _norms says so
+            return
+        local = self.rules[call.module].contributions(call.module, call)
+        for lo, name in self.owners[call.module]:
+            if lo in local:
+                self._now[name] = sq_norms([local[lo]], self._cache)
+        call.grad = None
+        if not self._retain:  # another backward over the same graph needs the inputs again
+            call.args, call.kwargs, call.output = (), {}, None
 
     def _on_forward(self, module, args, kwargs, output):
         if not self._capturing or not torch.is_grad_enabled():
@@ -115,9 +144,11 @@ class GhostNorms:
 
         def keep(g, _call=call):
             _call.grad = g.detach()
+            self._maybe_now(_call)
 
         first.register_hook(keep)
         self.calls.append(call)
+        self._n_calls[module] = self._n_calls.get(module, 0) + 1
         if replaced is None:
             return None
         if isinstance(output, tuple | list):
@@ -136,11 +167,15 @@ class GhostNorms:
         N = s.shape[0]
         for c in self.calls:
             c.grad = None
-        if s.requires_grad:
-            s.sum().backward(retain_graph=retain_graph)
-        per = self._norms(N, s.dtype, s.device)
-        for c in self.calls:
-            c.grad = None
+        self._now, self._cache, self._retain, self._N = {}, {}, retain_graph, N
+        try:
+            if s.requires_grad:
+                s.sum().backward(retain_graph=retain_graph)
+            per = self._norms(N, s.dtype, s.device)
+        finally:
+            for c in self.calls:
+                c.grad = None
+            self._now, self._cache = {}, {}
         return GhostResult(total=per.sum(1), per_param=per, names=self.names)
 
     def _norms(self, N: int, dtype: torch.dtype, device=None) -> torch.Tensor:
@@ -149,7 +184,7 @@ class GhostNorms:
         try:
             for call in self.calls:
                 if call.grad is None:
-                    continue  # this call did not influence s
+                    continue  # did not influence s, or its norms were computed in backward
                 if call.grad.shape[0] != N:
                     raise ValueError(
                         f"a {type(call.module).__name__} layer ran on a batch of "
@@ -167,11 +202,14 @@ class GhostNorms:
                         contribs[name].append(local[lo])
         finally:
             self._capturing = True
-        cache: dict = {}
         # layers may live on different devices (device_map="auto"): gather on s's device
-        cols = [
-            sq_norms(c, cache).to(device=device, dtype=dtype) if c
-            else torch.zeros(N, dtype=dtype, device=device)
-            for c in contribs.values()
-        ]
+        cols = []
+        for name, c in contribs.items():
+            if name in self._now:
+                col = self._now[name]
+            elif c:
+                col = sq_norms(c, self._cache)
+            else:
+                col = torch.zeros(N, dtype=dtype, device=device)
+            cols.append(col.to(device=device, dtype=dtype))
         return torch.stack(cols, dim=1)
