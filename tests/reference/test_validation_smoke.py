@@ -24,6 +24,9 @@ def test_validation_quick_smoke_and_resume(tmp_path, monkeypatch):
     assert all("r_hat_max" in r for r in doc["tables"]["diagnostics"])
     assert all((tmp_path / f).exists() for f in doc["figures"])
     assert (tmp_path / "tables.md").exists()
+    vs = {(r["problem"], r["metric"]): r for r in doc["tables"]["versus_paper"]}
+    r = vs[("binary_linear", "gn_rho")]
+    assert r["paper"] == 0.99 and r["diff"] == pytest.approx(r["ours"] - 0.99)
 
     def no_sampling(*a, **k):
         raise AssertionError("a finished problem was run again")

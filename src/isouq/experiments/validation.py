@@ -73,6 +73,51 @@ PAPER = {
 }
 
 
+#: Why ours may differ from the paper where |Δ| > DIFF_NOTE_AT (hypotheses, stated as such).
+DIFF_NOTES = {
+    "binary_rings": "Pearson agrees with the paper; Spearman is rank-based and dominated by the "
+                    "large flat region of the grid far from the rings, where both variances are "
+                    "tiny and their order is noise (our grid and ring radii are our own).",
+    "multiclass_rings": "as for binary rings: Pearson close to the paper, Spearman driven by the "
+                        "order of near-zero variances far from the data (class 0 ρ ≈ 0.14).",
+    "multiclass_spirals": "spirals depend strongly on the generator (turns, noise) and on which "
+                          "MAP the MLP reaches; the paper gives neither in full. GN and LA agree "
+                          "with each other (ρ ≈ 0.99), so the gap is in the linearization, not "
+                          "the isotropic covariance.",
+    "regression_nonlinear": "isotropy is the point here: the curvature spans 4 orders of "
+                            "magnitude (our eigenvalue ratio ≈ 1.6e4, the paper's 1.5e4), so "
+                            "‖g‖² and gᵀH⁻¹g weight directions very differently; LA matches the "
+                            "reference (ρ 0.99) while GN is weaker than the paper's 0.81 with "
+                            "our data and seed.",
+    "binary_xor": "GN tracks the reference better than in the paper (r 0.81); GN–LA Pearson is "
+                  "low while their Spearman is 0.98: a few grid points where LA's curvature "
+                  "weighting is extreme dominate Pearson, not the ranking.",
+}
+DIFF_NOTE_AT = 0.15
+
+
+def versus_paper(epistemic: list[dict], aleatoric: list[dict]) -> list[dict]:
+    """Ours beside the paper's number, per problem and metric (multiclass: 'overall')."""
+    ours = {r["problem"]: r for r in epistemic + aleatoric
+            if r["class"] in ("all", "overall") and "gn_r" in r}
+    ours_al = {r["problem"]: r for r in aleatoric if r["class"] in ("all", "overall")}
+    rows = []
+    for table, got in (("epistemic", ours), ("aleatoric", ours_al)):
+        for ref in PAPER[table]:
+            mine = got.get(ref["problem"])
+            if mine is None:
+                continue
+            for metric, want in ref.items():
+                if metric == "problem" or mine.get(metric) is None:
+                    continue
+                diff = float(mine[metric]) - want
+                rows.append({"problem": ref["problem"], "metric": metric,
+                             "ours": float(mine[metric]), "paper": want, "diff": diff,
+                             "note": DIFF_NOTES.get(ref["problem"], "")
+                             if abs(diff) > DIFF_NOTE_AT else ""})
+    return rows
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The experiment's own command-line options (besides --out/--quick/--seed/--device)."""
     p.add_argument("--problems", nargs="+", default=None, metavar="NAME",
@@ -347,6 +392,7 @@ def run(
         if r["hessian"]:
             tables["hessian"].append(r["hessian"])
         figures.append(r["figure"])
+    tables["versus_paper"] = versus_paper(tables["epistemic"], tables["aleatoric"])
     settings = {"quick": quick, "device": device, "problems": names, "grid_n": gn,
                 "prior_precision": prior_precision, **hmc}
     return write_results(out, "validation", settings=settings, seed=seed, started=started,
