@@ -373,12 +373,14 @@ def run(
             print(f"validation: {name} already in problems.jsonl, skipped", flush=True)
             continue
         fp = fingerprint(name)
+        t0 = time.time()
         res = run_problem(name, known[name], seed=seed, grid_n=fp["grid_n"],
                           prior_precision=prior_precision, hmc=hmc, device=device)
         figure = plot_problem(res, out).name
         writer.write({"key": name, "settings": fp, "epistemic": res["epistemic"],
                       "aleatoric": res["aleatoric"], "diagnostics": res["diagnostics"],
-                      "hessian": res["hessian"], "figure": figure})
+                      "hessian": res["hessian"], "figure": figure,
+                      "seconds": round(time.time() - t0, 1)})
         print(f"validation: {name} done ({time.time() - started:.0f} s)", flush=True)
     done = {r["key"]: r for r in read_jsonl(writer.path)}
     tables: dict[str, list[dict]] = {"epistemic": [], "aleatoric": [], "hessian": [],
@@ -395,5 +397,8 @@ def run(
     tables["versus_paper"] = versus_paper(tables["epistemic"], tables["aleatoric"])
     settings = {"quick": quick, "device": device, "problems": names, "grid_n": gn,
                 "prior_precision": prior_precision, **hmc}
+    # the time the kept rows took, over resumed runs (rows from before per-problem timing: HMC)
+    took = sum(done[n].get("seconds", done[n]["diagnostics"]["hmc_seconds"]) for n in names)
     return write_results(out, "validation", settings=settings, seed=seed, started=started,
-                         tables=tables, paper=PAPER, figures=figures)
+                         tables=tables, paper=PAPER, figures=figures,
+                         extra={"compute_seconds": round(took, 1)})
