@@ -49,15 +49,18 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--device", default="cpu", help="cpu, cuda, ... (where the model runs)")
     ap.add_argument("--out", default="benchmarks/results")
     a = ap.parse_args()
     import torch
 
     from isouq.models import load_model
+    from isouq.runtime import tune_allocator
     from isouq.score_run import score_rows
 
+    tune_allocator()  # as the isouq command does
     torch.set_num_threads(a.threads)
-    model, tok, info = load_model(a.model)
+    model, tok, info = load_model(a.model, device=a.device)
     rs = rows(a.n)
     times: dict[bool, list[float]] = {False: [], True: []}
     with tempfile.TemporaryDirectory() as d:
@@ -70,6 +73,7 @@ def main() -> None:
                 times[bucket].append(time.perf_counter() - t)
     res = {
         "model": info.name, "n": len(rs), "batch": a.batch_size, "threads": a.threads,
+        "device": a.device if a.device == "cpu" else torch.cuda.get_device_name(),
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "input_order_s": statistics.median(times[False]),
         "bucketed_s": statistics.median(times[True]),
@@ -81,7 +85,7 @@ def main() -> None:
     res["speedup"] = res["input_order_s"] / res["bucketed_s"]
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "bucketing.json").write_text(json.dumps(res, indent=2))
+    (out / f"bucketing_{a.device.split(':')[0]}.json").write_text(json.dumps(res, indent=2))
     print(json.dumps(res, indent=2))
 
 

@@ -143,3 +143,46 @@ def test_torchrun_two_processes_equal_one_and_survive_a_kill(model_dir, tmp_path
     rows = read_jsonl(two)
     assert [r["key"] for r in rows] == [f"q{i}" for i in range(n)]
     same_scores(rows_by_key(two), rows_by_key(one))
+
+
+@pytest.mark.skipif(shutil.which("accelerate") is None and not
+                    (Path(sys.executable).parent / "accelerate").exists(),
+                    reason="accelerate's launcher is not installed")
+def test_accelerate_launch_equals_one_process(model_dir, tmp_path):
+    """`accelerate launch --multi_gpu` runs torchrun's launcher: same variables, same rows.
+
+    (It works on a CPU-only machine too, with gloo; `accelerate launch --cpu` starts ONE
+    process unless an MPI hostfile is given, so it is not the way to shard.)"""
+    inp = write_input(tmp_path / "in.jsonl", 12)
+    one = tmp_path / "one.jsonl"
+    assert main(["score", str(inp), "--out", str(one), "--model", str(model_dir)]) == 0
+    exe = shutil.which("accelerate") or str(Path(sys.executable).parent / "accelerate")
+    out = tmp_path / "acc.jsonl"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "ISOUQ_THREADS": "1",
+           "HF_HOME": str(tmp_path / "hf")}  # no user accelerate config is read
+    cmd = [exe, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+           "--mixed_precision", "no", "--dynamo_backend", "no",
+           "--main_process_port", str(30500 + os.getpid() % 1000),
+           "-m", "isouq", "score", str(inp), "--out", str(out), "--model", str(model_dir)]
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert (tmp_path / "acc.rank1-of-2.jsonl").exists()  # it really ran as two ranks
+    rows = read_jsonl(out)
+    assert [r["key"] for r in rows] == [f"q{i}" for i in range(12)]
+    same_scores(rows_by_key(out), rows_by_key(one))
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="NCCL test needs 2 CUDA devices")
+def test_torchrun_nccl_two_gpus_equal_one_process(model_dir, tmp_path):
+    """The same sharding on GPUs: --device cuda makes rank r use cuda:r with NCCL."""
+    inp = write_input(tmp_path / "in.jsonl", 16)
+    one = tmp_path / "one.jsonl"
+    assert main(["score", str(inp), "--out", str(one), "--model", str(model_dir),
+                 "--device", "cuda"]) == 0
+    two = tmp_path / "two.jsonl"
+    proc = torchrun(["score", str(inp), "--out", str(two), "--model", str(model_dir),
+                     "--device", "cuda"])
+    log, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, log
+    assert [r["key"] for r in read_jsonl(two)] == [f"q{i}" for i in range(16)]
+    same_scores(rows_by_key(two), rows_by_key(one))
