@@ -63,6 +63,21 @@ def test_tied_weights_and_reused_module():
     check(TiedLM(), torch.randint(0, 11, (5, 7)), seq_prob)
 
 
+def test_single_calls_are_done_inside_backward_shared_ones_after():
+    """Solo layers (norm in the backward hook, tensors released) and tied/reused ones
+    (deferred to the end, cross terms) give the brute-force norms together."""
+    m = TiedLM()
+    ids = torch.randint(0, 11, (4, 5))
+    params = dict(m.named_parameters())
+    with GhostNorms(m, params) as ghost:
+        ghost.backward_detailed(seq_prob(m(ids)))
+        released = {type(c.module).__name__ for c in ghost.calls if c.output is None}
+        kept = {type(c.module).__name__ for c in ghost.calls if c.output is not None}
+    assert released == {"LayerNorm"}  # block (reused), emb/head (tied) wait for the end
+    assert kept == {"Embedding", "Linear"}
+    check(m, ids, seq_prob)
+
+
 def test_embedding_padding_idx_matches_autograd():
     ids = torch.randint(0, 11, (5, 7))
     ids[:, :2] = 0  # padding_idx rows get no gradient in autograd
