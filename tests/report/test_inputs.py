@@ -29,6 +29,8 @@ def test_collect_finds_everything_once(tmp_path):
     rows = synth_rows(n=6, models=("m1", "m2", "m3"), datasets=("D",))
     qa = make_qa_dir(tmp_path, rows)
     exp = make_experiment_dir(tmp_path)
+    (qa / "cache").mkdir()
+    write_jsonl(qa / "cache" / "D__m1.greedy.jsonl", [{"key": "q", "text": "a"}])  # not results
     found = collect([tmp_path, qa / "m1_m2.jsonl", exp / "results.json"])
     assert [e.doc["experiment"] for e in found.experiments] == ["validation"]
     assert sorted(f.name for f in found.qa_files) == ["m1_m2.jsonl", "m3.jsonl.gz"]

@@ -92,7 +92,9 @@ def _scan(path: Path) -> tuple[list[Path], list[Path]]:
         )
     if path.is_dir():
         results = sorted(p for p in path.rglob(RESULTS_NAME) if p.is_file())
-        qa = sorted(p for p in path.rglob("*") if p.is_file() and is_qa_file(p))
+        # a run's cache/ (greedy answers, samples, checkpoints) is not results
+        qa = sorted(p for p in path.rglob("*") if p.is_file() and is_qa_file(p)
+                    and "cache" not in p.relative_to(path).parts[:-1])
         return results, qa
     raise DataError(f"input {path} does not exist; check the path")
 
