@@ -53,3 +53,16 @@ def test_tune_allocator_is_optional(monkeypatch):
     assert tune_allocator() is False
     monkeypatch.delenv("ISOUQ_MALLOC_TUNING")
     assert isinstance(tune_allocator(), bool)  # True on glibc, False elsewhere
+
+
+def test_write_ordered_one_row_per_key_highest_revision_wins(tmp_path):
+    from isouq.distributed import write_ordered
+
+    rows = [{"key": "b", "v": 1}, {"key": "a", "v": 1}, {"key": "a", "v": 1},
+            {"key": "b", "v": 2, "revision": 1}, {"key": "b", "v": 0}]
+    out = write_ordered(tmp_path / "o.jsonl", rows, ["a", "b"])
+    assert read_jsonl(out) == [{"key": "a", "v": 1}, {"key": "b", "v": 2, "revision": 1}]
+    with pytest.raises(DataError, match="appears twice"):
+        write_ordered(tmp_path / "o.jsonl", [{"key": "a", "v": 1}, {"key": "a", "v": 2}], ["a"])
+    with pytest.raises(DataError, match="not scored yet"):
+        write_ordered(tmp_path / "o.jsonl", rows, ["a", "b", "c"])

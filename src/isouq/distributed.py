@@ -69,12 +69,20 @@ def shard_path(out: str | Path, rank: int, world: int) -> Path:
 
 
 def write_ordered(out: str | Path, rows: list[dict], keys: list[str]) -> Path:
-    """Write ``rows`` to ``out`` in the order of ``keys``, atomically; exactly one row per key."""
+    """Write ``rows`` to ``out`` in the order of ``keys``, atomically; exactly one row per key.
+
+    A row with a higher integer ``revision`` (default 0) replaces its key's earlier rows (a QA
+    row to which a later run added methods); two different rows of one revision are an error.
+    """
     by_key: dict[str, dict] = {}
     for r in rows:
         k = str(r["key"])
-        if k in by_key and by_key[k] != r:
-            raise DataError(f"key {k!r} appears twice with different contents")
+        if k in by_key:
+            rev, old_rev = int(r.get("revision", 0)), int(by_key[k].get("revision", 0))
+            if rev < old_rev:
+                continue
+            if rev == old_rev and by_key[k] != r:
+                raise DataError(f"key {k!r} appears twice with different contents")
         by_key[k] = r
     missing = [k for k in keys if k not in by_key]
     if missing:

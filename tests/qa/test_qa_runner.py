@@ -67,6 +67,24 @@ def test_rows_have_every_field_and_resume(tmp_path, dataset, tiny_lm, tok):
     assert read_jsonl(runner.paths["gens"]) == greedy  # nothing regenerated
 
 
+def test_rerun_with_more_methods_adds_them_to_the_rows(tmp_path, dataset, tiny_lm, tok):
+    first, _ = make_runner(tmp_path, dataset, tiny_lm, tok, methods=("gradient",))
+    rows = read_jsonl(first.run())
+    assert all("naive_entropy" not in r["scores"] for r in rows)
+    greedy = read_jsonl(first.paths["gens"])
+    more, _ = make_runner(tmp_path, dataset, tiny_lm, tok, methods=("gradient", "naive_entropy"))
+    again = read_jsonl(more.run())
+    assert [r["key"] for r in again] == [r["key"] for r in rows]  # one row per key, in order
+    for a, b in zip(again, rows, strict=True):
+        assert a["revision"] == 1 and isinstance(a["scores"]["naive_entropy"], float)
+        assert a["scores"]["epistemic"] == b["scores"]["epistemic"]  # kept, not recomputed
+        assert a["judge"] == b["judge"] and a["answer"] == b["answer"]
+        assert a["passes"]["naive_entropy"] == 3 and "naive_entropy" in a["seconds"]
+    assert read_jsonl(more.paths["gens"]) == greedy  # greedy answers reused
+    third, _ = make_runner(tmp_path, dataset, tiny_lm, tok, methods=("naive_entropy",))
+    assert read_jsonl(third.run()) == again  # nothing left to add: nothing changes
+
+
 def test_gradient_score_matches_score_sequences(tmp_path, dataset, tiny_lm, tok):
     from isouq import score_sequences
     from isouq.qa.prompts import qa_prompts

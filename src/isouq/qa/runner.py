@@ -23,6 +23,16 @@ from ..runio import JsonlWriter, dumps, read_jsonl, versions
 from .generation import Generation, Sampled
 
 METHODS = ("gradient", "naive_entropy", "semantic_entropy", "p_true")
+#: the score field that shows a method is done in a row
+SCORE_OF = {"gradient": "epistemic", "naive_entropy": "naive_entropy",
+            "semantic_entropy": "semantic_entropy", "p_true": "p_true"}
+
+
+def missing_methods(row: dict | None, methods) -> list[str]:
+    """Methods of ``methods`` without a score in ``row`` (all of them when there is no row)."""
+    if row is None:
+        return list(methods)
+    return [m for m in methods if SCORE_OF[m] not in row.get("scores", {})]
 
 
 @dataclass
@@ -155,7 +165,10 @@ class QARunner:
         items = self.items()
         mine = shard(items, env)
         rows = JsonlWriter(self.paths.get("shard", self.paths["rows"]))
-        todo = [it for it in mine if not rows.done(it.key)]
+        have = {r["key"]: r for r in sorted(read_jsonl(rows.path),
+                                             key=lambda r: int(r.get("revision", 0)))}
+        # new questions, and done ones that lack a method asked for now (added to the row)
+        todo = [it for it in mine if missing_methods(have.get(it.key), cfg.methods)]
         model, tok, info = self.load(cfg.model)
         judge, ent = self._judges()
         if env.is_main:
@@ -170,7 +183,8 @@ class QARunner:
         for s in range(0, len(todo), cfg.batch_size):
             chunk = todo[s : s + cfg.batch_size]
             prompts = qa_prompts(tok, [it.question for it in chunk])
-            for row in self._chunk(model, tok, info, chunk, prompts, judge, ent):
+            old = [have.get(it.key) for it in chunk]
+            for row in self._chunk(model, tok, info, chunk, prompts, judge, ent, old):
                 rows.write(row)
             if bar is not None:
                 bar.update(len(chunk))
@@ -225,16 +239,21 @@ class QARunner:
                 w.write(have[keys[i]])
         return [_sampled_from(have[k]) for k in keys]
 
-    def _chunk(self, model, tok, info, chunk, prompts, judge, ent) -> list[dict]:
+    def _chunk(self, model, tok, info, chunk, prompts, judge, ent,
+               old: list[dict | None] | None = None) -> list[dict]:
+        """Rows for ``chunk``; ``old``: rows already written for these questions (or None),
+        which keep their scores and label and get only the methods they lack."""
         from ..sequences import score_sequences
 
         cfg, n = self.cfg, len(chunk)
+        old = old or [None] * n
+        want = {m for o in old for m in missing_methods(o, cfg.methods)}
         gens = self._greedy(model, tok, chunk, prompts)
         answers = [g.text for g in gens]
         scores: list[dict] = [{} for _ in chunk]
         secs: list[dict] = [{} for _ in chunk]
         passes: list[dict] = [{} for _ in chunk]
-        if "gradient" in cfg.methods:
+        if "gradient" in want:
             t = time.perf_counter()
             sc = score_sequences(model, tok, prompts, [g.token_ids for g in gens],
                                  batch_size=cfg.batch_size)
@@ -246,15 +265,15 @@ class QARunner:
                               "mean_prob": float(sc.mean_prob[i])}
                 secs[i]["gradient"], passes[i]["gradient"] = share, 1
         sampled = None
-        if {"naive_entropy", "semantic_entropy", "p_true"} & set(cfg.methods):
+        if {"naive_entropy", "semantic_entropy", "p_true"} & want:
             sampled = self._samples(model, tok, chunk, prompts)
-        if "naive_entropy" in cfg.methods:
+        if "naive_entropy" in want:
             from .baselines.naive_entropy import naive_entropy
 
             for i, r in enumerate(naive_entropy(sampled)):
                 scores[i]["naive_entropy"] = r.value
                 secs[i]["naive_entropy"], passes[i]["naive_entropy"] = r.seconds, r.passes
-        if "semantic_entropy" in cfg.methods:
+        if "semantic_entropy" in want:
             from .baselines.semantic_entropy import semantic_entropy
 
             for i, r in enumerate(semantic_entropy([it.question for it in chunk], sampled, ent)):
@@ -262,7 +281,7 @@ class QARunner:
                 scores[i]["semantic_entropy_discrete"] = r.discrete
                 secs[i]["semantic_entropy"], passes[i]["semantic_entropy"] = r.seconds, r.passes
                 passes[i]["entailment_calls"] = r.entailment_calls
-        if "p_true" in cfg.methods:
+        if "p_true" in want:
             from .baselines.p_true import p_true
 
             res = p_true(model, tok, [it.question for it in chunk], answers,
@@ -272,11 +291,15 @@ class QARunner:
                 scores[i]["p_true"] = r.value
                 secs[i]["p_true"], passes[i]["p_true"] = r.seconds, r.passes
         verdicts = None
-        if judge is not None:
+        if judge is not None and any(o is None or not o.get("judge") for o in old):
             verdicts = judge.judge([it.question for it in chunk], answers,
                                    [references(it) for it in chunk])
         rows = []
         for i, (it, g) in enumerate(zip(chunk, gens, strict=False)):
+            if old[i] is not None:
+                rows.append(self._updated(old[i], scores[i], secs[i], passes[i],
+                                          verdicts[i] if verdicts else None))
+                continue
             lex = lexical_labels(it, g.text)
             v = verdicts[i] if verdicts else None
             rows.append({
@@ -291,6 +314,17 @@ class QARunner:
                 "passes": passes[i],
             })
         return rows
+
+    @staticmethod
+    def _updated(row: dict, scores: dict, secs: dict, passes: dict, verdict) -> dict:
+        """``row`` with the new methods' fields added (a higher revision replaces it)."""
+        new = {**row, "scores": {**scores, **row["scores"]},  # what was there stays as it was
+               "seconds": {**secs, **row["seconds"]}, "passes": {**passes, **row["passes"]},
+               "revision": int(row.get("revision", 0)) + 1}
+        if verdict is not None and not row.get("judge"):
+            new |= {"correct": verdict.correct, "label_source": "judge",
+                    "judge": verdict.to_dict()}
+        return new
 
     def _write_run(self, info, judge, ent, *, status: str, n: int) -> None:
         cfg = dataclasses.asdict(self.cfg)
