@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The kept QA reference study (results/qa): SmolLM2 on 200 questions per dataset, Gemma 3 270M
+# and Qwen2.5-Coder-0.5B on 100 each, judged by Qwen2.5-Coder-1.5B. Every run is resumable:
+# re-run this script to continue after an interruption. Extra arguments go to every run, e.g.
+#   bash scripts/qa_reference.sh --device cuda
+#   bash scripts/qa_reference.sh --methods gradient naive_entropy p_true semantic_entropy
+# (the second adds semantic entropy to the rows already there). On a 2-core CPU this is hours;
+# set ISOUQ_THREADS=1 when other jobs share the machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ISOUQ="${ISOUQ:-$( [ -x .venv/bin/isouq ] && echo .venv/bin/isouq || echo isouq )}"
+methods=(--methods gradient naive_entropy p_true)
+for a in "$@"; do [ "$a" = "--methods" ] && methods=(); done
+for spec in "truthfulqa smollm2 200" "triviaqa smollm2 200" \
+            "truthfulqa gemma3-270m 100" "triviaqa gemma3-270m 100" \
+            "truthfulqa qwen2.5-coder-0.5b 100" "triviaqa qwen2.5-coder-0.5b 100"; do
+  set -- $spec "$@"
+  dataset=$1 model=$2 limit=$3
+  shift 3
+  "$ISOUQ" models --fetch "$model" >/dev/null 2>&1 || true
+  "$ISOUQ" qa run --dataset "$dataset" --model "$model" --limit "$limit" --batch-size 8 \
+      "${methods[@]}" "$@" --out results/qa
+done
+"$ISOUQ" report results/validation results/scaling results/proxy_bias_2d \
+    results/proxy_bias_text results/qa --out results/report
