@@ -165,3 +165,17 @@ def test_quick_run_defaults(tmp_path):
     _check_doc(doc, tmp_path)
     s = doc["settings"]["studies"]
     assert s["hmc"]["num_samples"] == 150 and s["vi"]["vi_steps"] == 400
+
+
+def test_cautions_come_from_each_reference_own_diagnostics():
+    def row(study, width, ref, pe_rho=0.95):
+        return {"study": study, "width": width, "n_params": sc.spec_for_width(width).n_params,
+                "gn_rho": 0.9, "pe_rho": pe_rho, "reference": ref}
+
+    rows = [row("vi", 8, {"elbo_rel_change_last_10pct": 0.001}),
+            row("vi", 512, {"elbo_rel_change_last_10pct": 0.04}, pe_rho=0.5),
+            row("hmc", 0, {"r_hat_max": 1.07}), row("hmc", 8, {"r_hat_max": 1.01})]
+    got = {(c["study"], c["width"]): c["why"] for c in sc.cautions(rows)}
+    assert set(got) == {("vi", 512), ("hmc", 0)}
+    assert "not converged" in got[("vi", 512)] and "0.50" in got[("vi", 512)]
+    assert "R-hat 1.070" in got[("hmc", 0)]

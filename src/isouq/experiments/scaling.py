@@ -319,7 +319,33 @@ def build_tables(rows: list[dict], runs: list[dict]) -> dict[str, list[dict]]:
                        "class": c, **{k: _rounded(v) for k, v in vals.items()}}
                       for c, vals in r["per_class"].items()]
     return {"hmc": main["hmc"], "vi": main["vi"], "per_class": per_class,
-            "diagnostics": diag, "runs": [_run_summary(x) for x in runs]}
+            "diagnostics": diag, "cautions": cautions(rows),
+            "runs": [_run_summary(x) for x in runs]}
+
+
+#: A VI reference is flagged when its ELBO still moved this much over the last 10% of steps,
+#: or when p(1 − p) at its mean disagrees with its own average of p(1 − p) (PE ρ < PE_RHO_LOW).
+ELBO_MOVING, PE_RHO_LOW = 0.02, 0.8
+
+
+def cautions(rows: list[dict]) -> list[dict]:
+    """Sizes whose reference should be read with caution, and why (from its own diagnostics)."""
+    out = []
+    for r in rows:
+        ref, why = r["reference"], []
+        if r["study"] == "vi" and ref.get("elbo_rel_change_last_10pct", 0) > ELBO_MOVING:
+            why.append(f"ELBO still changed {ref['elbo_rel_change_last_10pct']:.1%} over the "
+                       "last 10% of steps: VI not converged, more --vi-steps")
+        if r["study"] == "vi" and r["pe_rho"] < PE_RHO_LOW:
+            why.append(f"PE at μ vs reference aleatoric ρ = {r['pe_rho']:.2f}: predictions at "
+                       "the variational mean differ from those averaged over q, a q too wide "
+                       "(prior-dominated) for a first-order expansion around μ to hold")
+        if r["study"] == "hmc" and (ref.get("r_hat_max") or 1.0) > 1.05:
+            why.append(f"R-hat {ref['r_hat_max']:.3f} > 1.05: chains disagree, more draws")
+        if why:
+            out.append({"study": r["study"], "width": r["width"], "n_params": r["n_params"],
+                        "gn_rho": _rounded(r["gn_rho"]), "why": "; ".join(why)})
+    return out
 
 
 def _seconds(sec: dict) -> dict:
