@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 
 from .errors import IsouqError
+from .qa.prompts import JUDGE_STYLES
+from .qa.runner import DEFAULT_JUDGE_PROMPT
 from .runtime import configure
 
 EXPERIMENTS = {
@@ -126,7 +128,7 @@ def cmd_qa_run(args) -> int:
                    temperature=args.temperature, max_new_tokens=args.max_new_tokens,
                    batch_size=args.batch_size,
                    judge_model=None if args.judge_model == "none" else args.judge_model,
-                   entailment_model=args.entailment_model, device=args.device,
+                   judge_prompt=args.judge_prompt, entailment_model=args.entailment_model, device=args.device,
                    data_path=args.data)
     path = QARunner(cfg, Path(args.out), env=env).run()
     print(f"qa run complete: {path}")
@@ -217,6 +219,10 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     q.add_argument("--batch-size", type=int, default=8)
     q.add_argument("--judge-model", default="qwen2.5-coder-1.5b",
                    help="LLM judge of correctness ('none': lexical labels only)")
+    q.add_argument("--judge-prompt", default=DEFAULT_JUDGE_PROMPT, choices=JUDGE_STYLES,
+                   help="'farquhar2024': their prompt as is; 'strict': the same with explicit "
+                        "rules, for small judges (see README); rows judged otherwise are "
+                        "re-judged")
     q.add_argument("--entailment-model", default=None,
                    help="LLM for semantic-entropy entailment (default: the judge model)")
     q.set_defaults(func=cmd_qa_run)

@@ -1,5 +1,8 @@
 """Prompt strings: exact formats (Farquhar et al. 2024) and BOS handling."""
 
+import pytest
+
+from isouq.errors import InputError
 from isouq.qa import prompts as P
 
 
@@ -53,6 +56,11 @@ def test_judge_prompt_single_and_multi():
     many = P.judge_prompt("q", "a", ["x", "y"])
     assert "The following are expected answers to this question: ['x', 'y'].\n" in many
     assert "mean the same as any of the expected answers? Respond only with yes or no." in many
+    strict = P.judge_prompt("Capital of France?", "Paris", ["Paris"], style="strict")
+    assert strict == one.replace(" Respond only", " " + P.STRICT_RULES.strip() + " Respond only")
+    assert "only repeats the question" in strict
+    with pytest.raises(InputError, match="style 'lenient' is not known"):
+        P.judge_prompt("q", "a", ["x"], style="lenient")
 
 
 def test_entailment_prompt_and_chat_wrap(chat_tok, tok):

@@ -85,6 +85,20 @@ def test_rerun_with_more_methods_adds_them_to_the_rows(tmp_path, dataset, tiny_l
     assert read_jsonl(third.run()) == again  # nothing left to add: nothing changes
 
 
+def test_other_judge_prompt_relabels_rows_and_keeps_scores(tmp_path, dataset, tiny_lm, tok):
+    first, _ = make_runner(tmp_path, dataset, tiny_lm, tok, methods=("gradient",))
+    rows = read_jsonl(first.run())
+    assert all(r["judge"]["prompt"] == "farquhar2024" for r in rows)
+    strict, _ = make_runner(tmp_path, dataset, tiny_lm, tok, methods=("gradient",),
+                            judge_prompt="strict")
+    again = read_jsonl(strict.run())
+    for a, b in zip(again, rows, strict=True):
+        assert a["judge"]["prompt"] == "strict" and a["judge_before"] == b["judge"]
+        assert a["correct"] == a["judge"]["correct"] and a["revision"] == 1
+        assert a["scores"] == b["scores"]
+    assert json.loads(strict.paths["run"].read_text())["judge"]["prompt"] == "strict"
+
+
 def test_gradient_score_matches_score_sequences(tmp_path, dataset, tiny_lm, tok):
     from isouq import score_sequences
     from isouq.qa.prompts import qa_prompts

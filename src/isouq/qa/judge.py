@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 
 from ..errors import InputError
 from .generation import option_probs
-from .prompts import chat_or_plain, judge_prompt
+from .prompts import JUDGE_STYLES, chat_or_plain, judge_prompt
 
 # ----------------------------------------------------------------------------- lexical
 
@@ -130,6 +130,7 @@ class JudgeResult:
     mass: float
     judge: str
     seconds: float
+    prompt: str = "farquhar2024"
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -145,9 +146,12 @@ class LLMJudge:
 
     def __init__(self, model, tokenizer, *, name: str | None = None,
                  multi_reference: str = "list", chat: bool | None = None, batch_size: int = 8,
-                 threshold: float = 0.5):
+                 threshold: float = 0.5, prompt: str = "farquhar2024"):
         if multi_reference not in ("list", "each"):
             raise InputError(f"multi_reference={multi_reference!r}; use 'list' or 'each'")
+        if prompt not in JUDGE_STYLES:
+            raise InputError(f"judge prompt {prompt!r} is not known; use one of {JUDGE_STYLES}")
+        self.prompt = prompt
         self.model, self.tokenizer = model, tokenizer
         self.name = name or getattr(model.config, "name_or_path", None) or "llm-judge"
         self.multi_reference, self.chat = multi_reference, chat
@@ -155,7 +159,7 @@ class LLMJudge:
 
     def config(self) -> dict:
         """What to record next to the labels."""
-        return {"judge": self.name, "prompt": "farquhar2024", "multi_reference":
+        return {"judge": self.name, "prompt": self.prompt, "multi_reference":
                 self.multi_reference, "chat": self.chat, "threshold": self.threshold,
                 "readout": "next-token p(yes)/(p(yes)+p(no))"}
 
@@ -163,8 +167,8 @@ class LLMJudge:
         """The prompt(s) sent for one answer, as the judge model sees them."""
         refs = _check_refs(references)
         groups = [refs] if self.multi_reference == "list" else [[r] for r in refs]
-        return [chat_or_plain(self.tokenizer, judge_prompt(question, answer, g), chat=self.chat)
-                for g in groups]
+        return [chat_or_plain(self.tokenizer, judge_prompt(question, answer, g, self.prompt),
+                              chat=self.chat) for g in groups]
 
     def judge(self, questions: Sequence[str], answers: Sequence[str],
               references: Sequence[Sequence[str]]) -> list[JudgeResult]:
@@ -188,5 +192,5 @@ class LLMJudge:
                     best = (p, tot)
             at += len(ps)
             out.append(JudgeResult(correct=best[0] > self.threshold, p_yes=best[0], mass=best[1],
-                                   judge=self.name, seconds=share))
+                                   judge=self.name, seconds=share, prompt=self.prompt))
         return out

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..errors import InputError
+
 BRIEF_PROMPT = "Answer the following question as briefly as possible.\n"
 """Farquhar et al.'s default brief instruction (``BRIEF_PROMPTS['default']``)."""
 
@@ -118,13 +120,27 @@ def p_true_prompt(
     return prefix + body + P_TRUE_CUE
 
 
-def judge_prompt(question: str, answer: str, references: Sequence[str]) -> str:
+#: Judge prompt styles: Farquhar et al.'s, and the same with explicit rules for small judges.
+JUDGE_STYLES = ("farquhar2024", "strict")
+STRICT_RULES = (
+    "Say yes only if the proposed answer itself states one of the expected answers or an exact "
+    "equivalent of it. Say no if it names something else, offers several options, only repeats "
+    "the question, or gives no answer. "
+)
+
+
+def judge_prompt(question: str, answer: str, references: Sequence[str],
+                 style: str = "farquhar2024") -> str:
     """Farquhar's correctness prompt (``model_based_metric``); the model answers yes or no.
 
     One reference: "The expected answer is: {r}." / "...mean the same as the expected answer?"
     Several: "The following are expected answers to this question: {list}." / "...as any of the
     expected answers?" (the list printed as Python prints a list, as in their code).
+    style "strict" adds :data:`STRICT_RULES` before the yes/no instruction: small judges
+    (1.5B) say yes to answers that merely restate the question under Farquhar's prompt.
     """
+    if style not in JUDGE_STYLES:
+        raise InputError(f"judge prompt style {style!r} is not known; use one of {JUDGE_STYLES}")
     refs = list(references)
     p = f"We are assessing the quality of answers to the following question: {question}\n"
     if len(refs) == 1:
@@ -138,6 +154,8 @@ def judge_prompt(question: str, answer: str, references: Sequence[str]) -> str:
     else:
         p += "Within the context of the question, does the proposed answer mean the same as any "
         p += "of the expected answers?"
+    if style == "strict":
+        p += " " + STRICT_RULES.strip()
     return p + f" Respond only with yes or no.\n{JUDGE_CUE}"
 
 

@@ -23,9 +23,18 @@ from ..runio import JsonlWriter, dumps, read_jsonl, versions
 from .generation import Generation, Sampled
 
 METHODS = ("gradient", "naive_entropy", "semantic_entropy", "p_true")
+DEFAULT_JUDGE_PROMPT = "farquhar2024"
 #: the score field that shows a method is done in a row
 SCORE_OF = {"gradient": "epistemic", "naive_entropy": "naive_entropy",
             "semantic_entropy": "semantic_entropy", "p_true": "p_true"}
+
+
+def needs_verdict(row: dict | None, judge_model: str | None, judge_prompt: str) -> bool:
+    """A row to (re-)judge: new, or judged by another judge model or prompt."""
+    if judge_model is None:
+        return False
+    v = (row or {}).get("judge")
+    return not v or v.get("judge") != judge_model or v.get("prompt", "farquhar2024") != judge_prompt
 
 
 def missing_methods(row: dict | None, methods) -> list[str]:
@@ -50,6 +59,7 @@ class QAConfig:
     max_new_tokens: int = 50
     batch_size: int = 8
     judge_model: str | None = "qwen2.5-coder-1.5b"   # None: lexical labels only
+    judge_prompt: str = DEFAULT_JUDGE_PROMPT         # see prompts.JUDGE_STYLES
     entailment_model: str | None = None              # default: the judge model (an LLM)
     device: str = "cpu"
     data_path: str | None = None
@@ -144,7 +154,8 @@ class QARunner:
         judge = ent = None
         if cfg.judge_model:
             jm, jt, ji = self.load(cfg.judge_model)
-            judge = LLMJudge(jm, jt, name=cfg.judge_model, batch_size=cfg.batch_size)
+            judge = LLMJudge(jm, jt, name=cfg.judge_model, batch_size=cfg.batch_size,
+                             prompt=cfg.judge_prompt)
         if "semantic_entropy" in cfg.methods:
             name = cfg.entailment_model or cfg.judge_model or cfg.model
             em, et, _ = self.load(name)
@@ -168,7 +179,8 @@ class QARunner:
         have = {r["key"]: r for r in sorted(read_jsonl(rows.path),
                                              key=lambda r: int(r.get("revision", 0)))}
         # new questions, and done ones that lack a method asked for now (added to the row)
-        todo = [it for it in mine if missing_methods(have.get(it.key), cfg.methods)]
+        todo = [it for it in mine if missing_methods(have.get(it.key), cfg.methods)
+                or needs_verdict(have.get(it.key), cfg.judge_model, cfg.judge_prompt)]
         model, tok, info = self.load(cfg.model)
         judge, ent = self._judges()
         if env.is_main:
@@ -291,14 +303,15 @@ class QARunner:
                 scores[i]["p_true"] = r.value
                 secs[i]["p_true"], passes[i]["p_true"] = r.seconds, r.passes
         verdicts = None
-        if judge is not None and any(o is None or not o.get("judge") for o in old):
+        rejudge = [needs_verdict(o, cfg.judge_model, cfg.judge_prompt) for o in old]
+        if judge is not None and any(rejudge):
             verdicts = judge.judge([it.question for it in chunk], answers,
                                    [references(it) for it in chunk])
         rows = []
         for i, (it, g) in enumerate(zip(chunk, gens, strict=False)):
             if old[i] is not None:
                 rows.append(self._updated(old[i], scores[i], secs[i], passes[i],
-                                          verdicts[i] if verdicts else None))
+                                          verdicts[i] if verdicts and rejudge[i] else None))
                 continue
             lex = lexical_labels(it, g.text)
             v = verdicts[i] if verdicts else None
@@ -321,9 +334,11 @@ class QARunner:
         new = {**row, "scores": {**scores, **row["scores"]},  # what was there stays as it was
                "seconds": {**secs, **row["seconds"]}, "passes": {**passes, **row["passes"]},
                "revision": int(row.get("revision", 0)) + 1}
-        if verdict is not None and not row.get("judge"):
+        if verdict is not None:  # a new judge model or prompt: its label replaces the old one
             new |= {"correct": verdict.correct, "label_source": "judge",
                     "judge": verdict.to_dict()}
+            if row.get("judge"):
+                new["judge_before"] = row["judge"]
         return new
 
     def _write_run(self, info, judge, ent, *, status: str, n: int) -> None:
