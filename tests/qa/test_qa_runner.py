@@ -86,11 +86,11 @@ def test_rerun_with_more_methods_adds_them_to_the_rows(tmp_path, dataset, tiny_l
 
 
 def test_other_judge_prompt_relabels_rows_and_keeps_scores(tmp_path, dataset, tiny_lm, tok):
-    first, _ = make_runner(tmp_path, dataset, tiny_lm, tok, methods=("gradient",))
+    first, _ = make_runner(tmp_path, dataset, tiny_lm, tok, methods=("gradient",),
+                           judge_prompt="farquhar2024")
     rows = read_jsonl(first.run())
     assert all(r["judge"]["prompt"] == "farquhar2024" for r in rows)
-    strict, _ = make_runner(tmp_path, dataset, tiny_lm, tok, methods=("gradient",),
-                            judge_prompt="strict")
+    strict, _ = make_runner(tmp_path, dataset, tiny_lm, tok, methods=("gradient",))  # default
     again = read_jsonl(strict.run())
     for a, b in zip(again, rows, strict=True):
         assert a["judge"]["prompt"] == "strict" and a["judge_before"] == b["judge"]

@@ -23,7 +23,7 @@ from ..runio import JsonlWriter, dumps, read_jsonl, versions
 from .generation import Generation, Sampled
 
 METHODS = ("gradient", "naive_entropy", "semantic_entropy", "p_true")
-DEFAULT_JUDGE_PROMPT = "farquhar2024"
+DEFAULT_JUDGE_PROMPT = "strict"  # measured against hand labels: README, QA study
 #: the score field that shows a method is done in a row
 SCORE_OF = {"gradient": "epistemic", "naive_entropy": "naive_entropy",
             "semantic_entropy": "semantic_entropy", "p_true": "p_true"}
