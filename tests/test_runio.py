@@ -66,3 +66,16 @@ def test_write_ordered_one_row_per_key_highest_revision_wins(tmp_path):
         write_ordered(tmp_path / "o.jsonl", [{"key": "a", "v": 1}, {"key": "a", "v": 2}], ["a"])
     with pytest.raises(DataError, match="not scored yet"):
         write_ordered(tmp_path / "o.jsonl", rows, ["a", "b", "c"])
+
+
+def test_exclusive_lets_one_writer_in_at_a_time(tmp_path):
+    from isouq.errors import InputError
+    from isouq.runio import exclusive
+
+    out = tmp_path / "rows.jsonl"
+    with exclusive(out):
+        with pytest.raises(InputError, match="another process is writing"):
+            with exclusive(out):
+                pass
+    with exclusive(out):  # released on exit
+        pass

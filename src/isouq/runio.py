@@ -16,6 +16,7 @@ import platform
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +121,34 @@ class JsonlWriter:
     def write_many(self, rows: Iterable[dict]) -> None:
         for r in rows:
             self.write(r)
+
+
+@contextmanager
+def exclusive(path: str | os.PathLike) -> Iterator[None]:
+    """Hold an exclusive lock on ``path`` (via ``<path>.lock``) while a run appends to it.
+
+    A second process resuming the same output at the same time would duplicate rows; it gets an
+    InputError instead. POSIX only (elsewhere: no lock). The lock dies with its process.
+    """
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        yield
+        return
+    lock = Path(str(path) + ".lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a") as f:
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise InputError(
+                f"another process is writing {path} (it holds {lock.name}); wait for it to "
+                "finish, or give this run another --out"
+            ) from None
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
 
 def check_resume(rows: list[dict], expected: Callable[[dict], dict | None], filename: str) -> None:

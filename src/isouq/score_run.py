@@ -18,7 +18,7 @@ from pathlib import Path
 from .data.pairs import PairRow
 from .distributed import DistEnv, barrier, merge_shards, shard, shard_path, write_ordered
 from .errors import InputError
-from .runio import JsonlWriter, dumps, read_jsonl
+from .runio import JsonlWriter, dumps, exclusive, read_jsonl
 from .sequences import encode, score_sequences
 
 
@@ -80,60 +80,61 @@ def score_rows(
     env = env or DistEnv()
     mine = shard(rows, env)
     path = shard_path(out, env.rank, env.world) if env.world > 1 else Path(out)
-    writer = JsonlWriter(path)
-    todo = [r for r in mine if not writer.done(r.key)]
-    skipped = len(mine) - len(todo)
-    t0 = time.perf_counter()
-    prompts = [prompt_of(r, tokenizer) for r in todo]
-    lengths = [len(e.prompt) + len(e.answer)
-               for e in (encode(tokenizer, prompts, [r.answer for r in todo]) if todo else [])]
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
+    with exclusive(path):  # one process per output file
+        writer = JsonlWriter(path)
+        todo = [r for r in mine if not writer.done(r.key)]
+        skipped = len(mine) - len(todo)
+        t0 = time.perf_counter()
+        prompts = [prompt_of(r, tokenizer) for r in todo]
+        lengths = [len(e.prompt) + len(e.answer)
+                   for e in (encode(tokenizer, prompts, [r.answer for r in todo]) if todo else [])]
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
 
-        bar = tqdm(total=len(mine), initial=skipped, unit="answer",
-                   desc="scoring" if env.world == 1 else f"scoring (rank {env.rank})")
-    info = None
-    for idx in plan_batches(lengths, batch_size, max_tokens_per_batch, bucket):
-        tb = time.perf_counter()
-        res = score_sequences(model, tokenizer, [prompts[i] for i in idx],
-                              [todo[i].answer for i in idx], batch_size=len(idx),
-                              method=method, params=params)
-        per = (time.perf_counter() - tb) / len(idx)
-        info = res.params
-        for j, i in enumerate(idx):
-            r = todo[i]
-            writer.write({
-                "key": r.key, "prompt": r.prompt, "question": r.question, "answer": r.answer,
-                "epistemic": float(res.epistemic[j]),
-                "aleatoric": float(res.aleatoric[j]),
-                "normalized_epistemic": float(res.normalized_epistemic[j]),
-                "mean_prob": float(res.mean_prob[j]),
-                "n_tokens": int(res.n_tokens[j]),
-                "n_params": res.params.n_params,
-                "method": method,
-                "seconds": round(per, 5),
-            })
+            bar = tqdm(total=len(mine), initial=skipped, unit="answer",
+                       desc="scoring" if env.world == 1 else f"scoring (rank {env.rank})")
+        info = None
+        for idx in plan_batches(lengths, batch_size, max_tokens_per_batch, bucket):
+            tb = time.perf_counter()
+            res = score_sequences(model, tokenizer, [prompts[i] for i in idx],
+                                  [todo[i].answer for i in idx], batch_size=len(idx),
+                                  method=method, params=params)
+            per = (time.perf_counter() - tb) / len(idx)
+            info = res.params
+            for j, i in enumerate(idx):
+                r = todo[i]
+                writer.write({
+                    "key": r.key, "prompt": r.prompt, "question": r.question, "answer": r.answer,
+                    "epistemic": float(res.epistemic[j]),
+                    "aleatoric": float(res.aleatoric[j]),
+                    "normalized_epistemic": float(res.normalized_epistemic[j]),
+                    "mean_prob": float(res.mean_prob[j]),
+                    "n_tokens": int(res.n_tokens[j]),
+                    "n_params": res.params.n_params,
+                    "method": method,
+                    "seconds": round(per, 5),
+                })
+            if bar is not None:
+                bar.update(len(idx))
+            if on_batch is not None:
+                on_batch(len(idx))
         if bar is not None:
-            bar.update(len(idx))
-        if on_batch is not None:
-            on_batch(len(idx))
-    if bar is not None:
-        bar.close()
-    keys = [r.key for r in rows]
-    barrier(env)
-    if env.world > 1:
-        if env.is_main:
-            merge_shards(out, env.world, keys)
-    else:
-        write_ordered(out, read_jsonl(out), keys)
-    if env.is_main and (info is not None or meta):
-        side = Path(str(out) + ".meta.json")
-        doc = {**(meta or {}), "method": method, "world_size": env.world}
-        if info is not None:
-            doc["params"] = info.to_dict()
-        side.write_text(dumps(doc, indent=2), encoding="utf-8")
-    return {"written": len(todo), "skipped": skipped, "seconds": time.perf_counter() - t0}
+            bar.close()
+        keys = [r.key for r in rows]
+        barrier(env)
+        if env.world > 1:
+            if env.is_main:
+                merge_shards(out, env.world, keys)
+        else:
+            write_ordered(out, read_jsonl(out), keys)
+        if env.is_main and (info is not None or meta):
+            side = Path(str(out) + ".meta.json")
+            doc = {**(meta or {}), "method": method, "world_size": env.world}
+            if info is not None:
+                doc["params"] = info.to_dict()
+            side.write_text(dumps(doc, indent=2), encoding="utf-8")
+        return {"written": len(todo), "skipped": skipped, "seconds": time.perf_counter() - t0}
 
 
 def load_meta(out: str | Path) -> dict:

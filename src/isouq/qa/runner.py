@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..distributed import DistEnv, barrier, merge_shards, shard, shard_path, write_ordered
 from ..errors import InputError
-from ..runio import JsonlWriter, dumps, read_jsonl, versions
+from ..runio import JsonlWriter, dumps, exclusive, read_jsonl, versions
 from .generation import Generation, Sampled
 
 METHODS = ("gradient", "naive_entropy", "semantic_entropy", "p_true")
@@ -170,6 +170,12 @@ class QARunner:
                             seed=self.cfg.seed)
 
     def run(self) -> Path:
+        """Run (or resume) the study; returns the rows file. One process per output file:
+        a second one started on the same file meanwhile gets a clear error."""
+        with exclusive(self.paths.get("shard", self.paths["rows"])):
+            return self._run()
+
+    def _run(self) -> Path:
         from .prompts import qa_prompts
 
         cfg, env = self.cfg, self.env
