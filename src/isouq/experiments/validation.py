@@ -79,19 +79,18 @@ DIFF_NOTES = {
                     "large flat region of the grid far from the rings, where both variances are "
                     "tiny and their order is noise (our grid and ring radii are our own).",
     "multiclass_rings": "as for binary rings: Pearson close to the paper, Spearman driven by the "
-                        "order of near-zero variances far from the data (class 0 ρ ≈ 0.14).",
+                        "order of near-zero variances far from the data (see the per-class rows).",
     "multiclass_spirals": "spirals depend strongly on the generator (turns, noise) and on which "
-                          "MAP the MLP reaches; the paper gives neither in full. GN and LA agree "
-                          "with each other (ρ ≈ 0.99), so the gap is in the linearization, not "
-                          "the isotropic covariance.",
+                          "MAP the MLP reaches; the paper gives neither in full. Where GN and LA "
+                          "agree with each other (gn_la_rho), the gap is in the linearization, "
+                          "not the isotropic covariance.",
     "regression_nonlinear": "isotropy is the point here: the curvature spans 4 orders of "
-                            "magnitude (our eigenvalue ratio ≈ 1.6e4, the paper's 1.5e4), so "
-                            "‖g‖² and gᵀH⁻¹g weight directions very differently; LA matches the "
-                            "reference (ρ 0.99) while GN is weaker than the paper's 0.81 with "
-                            "our data and seed.",
-    "binary_xor": "GN tracks the reference better than in the paper (r 0.81); GN–LA Pearson is "
-                  "low while their Spearman is 0.98: a few grid points where LA's curvature "
-                  "weighting is extreme dominate Pearson, not the ranking.",
+                            "magnitude (the hessian table), so ‖g‖² and gᵀH⁻¹g weight directions "
+                            "very differently; LA tracks the reference while GN, with our data "
+                            "and seed, tracks it less well than in the paper.",
+    "binary_xor": "XOR maps depend on the MAP reached; where GN–LA Pearson is low but their "
+                  "Spearman high, a few grid points where LA's curvature weighting is extreme "
+                  "dominate Pearson, not the ranking.",
 }
 DIFF_NOTE_AT = 0.15
 
