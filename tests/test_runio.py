@@ -79,3 +79,14 @@ def test_exclusive_lets_one_writer_in_at_a_time(tmp_path):
                 pass
     with exclusive(out):  # released on exit
         pass
+
+
+def test_latest_by_key_keeps_the_newest_revision_in_first_seen_order():
+    from isouq.runio import latest_by_key
+
+    rows = [{"key": "b", "v": 0}, {"key": "a", "v": 0}, {"key": "b", "v": 1, "revision": 1},
+            {"key": "b", "v": 2}, {"note": "no key"}, {"key": "a", "v": 3, "revision": 2}]
+    assert latest_by_key(rows) == [{"key": "b", "v": 1, "revision": 1},
+                                   {"key": "a", "v": 3, "revision": 2}, {"note": "no key"}]
+    same_key_two_models = [{"key": "q", "model": "m1"}, {"key": "q", "model": "m2"}]
+    assert latest_by_key(same_key_two_models, ("model", "key")) == same_key_two_models

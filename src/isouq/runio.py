@@ -123,6 +123,26 @@ class JsonlWriter:
             self.write(r)
 
 
+def latest_by_key(rows: Iterable[dict], fields: tuple[str, ...] = ("key",)) -> list[dict]:
+    """One row per identity (the values of ``fields``), the one with the highest integer
+    ``revision`` (default 0; among equals the last), in the order identities first appear. Rows
+    lacking a field are kept as they are. A file a run is still revising holds old and new rows
+    of a key; readers want the newest."""
+    best: dict[tuple, dict] = {}
+    order: list = []
+    for r in rows:
+        if any(f not in r for f in fields):
+            order.append(r)
+            continue
+        k = tuple(str(r[f]) for f in fields)
+        if k not in best:
+            order.append(k)
+        elif int(r.get("revision", 0)) < int(best[k].get("revision", 0)):
+            continue
+        best[k] = r
+    return [best[x] if isinstance(x, tuple) else x for x in order]
+
+
 @contextmanager
 def exclusive(path: str | os.PathLike) -> Iterator[None]:
     """Hold an exclusive lock on ``path`` (via ``<path>.lock``) while a run appends to it.

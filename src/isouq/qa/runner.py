@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..distributed import DistEnv, barrier, merge_shards, shard, shard_path, write_ordered
 from ..errors import InputError
-from ..runio import JsonlWriter, dumps, exclusive, read_jsonl, versions
+from ..runio import JsonlWriter, dumps, exclusive, latest_by_key, read_jsonl, versions
 from .generation import Generation, Sampled
 
 METHODS = ("gradient", "naive_entropy", "semantic_entropy", "p_true")
@@ -182,8 +182,7 @@ class QARunner:
         items = self.items()
         mine = shard(items, env)
         rows = JsonlWriter(self.paths.get("shard", self.paths["rows"]))
-        have = {r["key"]: r for r in sorted(read_jsonl(rows.path),
-                                             key=lambda r: int(r.get("revision", 0)))}
+        have = {r["key"]: r for r in latest_by_key(read_jsonl(rows.path))}
         # new questions, and done ones that lack a method asked for now (added to the row)
         todo = [it for it in mine if missing_methods(have.get(it.key), cfg.methods)
                 or needs_verdict(have.get(it.key), cfg.judge_model, cfg.judge_prompt)]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..errors import DataError
 from ..evaluation.rows import REQUIRED_FIELDS
-from ..runio import read_jsonl
+from ..runio import latest_by_key, read_jsonl
 
 RESULTS_NAME = "results.json"
 QA_SUFFIXES: tuple[str, ...] = (".jsonl", ".jsonl.gz")
@@ -47,8 +47,10 @@ def is_qa_file(path: Path) -> bool:
 
 
 def read_rows(path: str | os.PathLike) -> list[dict]:
-    """All complete JSON rows of a ``.jsonl`` or ``.jsonl.gz`` file (see runio.read_jsonl)."""
-    return read_jsonl(path, missing_ok=False)
+    """All complete JSON rows of a ``.jsonl`` or ``.jsonl.gz`` file (see runio.read_jsonl), the
+    newest revision of each (model, dataset, key) only (a run may still be adding methods or
+    labels)."""
+    return latest_by_key(read_jsonl(path, missing_ok=False), ("model", "dataset", "key"))
 
 
 def is_qa_row(row: Mapping) -> bool:
