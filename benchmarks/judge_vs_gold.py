@@ -1,11 +1,13 @@
 """How good are the correctness labels? The LLM judge against hand labels, per prompt style.
 
-Reads gold rows (``results/qa/gold/*.gold.jsonl``: question, answer, references, gold_correct,
-labelled by a person) and asks the judge model about each answer with every prompt style;
+Reads gold rows (``results/qa/gold/*.gold.jsonl``: question, answer, references, optional
+incorrect_references (TruthfulQA), gold_correct, labelled by a person) and asks the judge model about each answer with every prompt style;
 reports positives, true/false positives, accuracy and Cohen's κ against the gold labels, and
 each p(yes). Writes JSON to --out.
 
     python benchmarks/judge_vs_gold.py --styles strict farquhar2024
+    python benchmarks/judge_vs_gold.py --gold results/qa/gold/truthfulqa__smollm2.gold.jsonl \
+        --styles contrast strict farquhar2024 --out benchmarks/results/judge_vs_gold_truthfulqa.json
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ def main() -> None:
         judge = LLMJudge(model, tok, name=a.judge_model, prompt=style)
         t0 = time.time()
         got = judge.judge([g["question"] for g in gold], [g["answer"] for g in gold],
-                          [g["references"] for g in gold])
+                          [g["references"] for g in gold],
+                          [g.get("incorrect_references", []) for g in gold])
         pred = [v.correct for v in got]
         pairs = list(zip(pred, y, strict=True))
         res["styles"][style] = {

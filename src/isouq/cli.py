@@ -221,8 +221,9 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
                    help="LLM judge of correctness ('none': lexical labels only)")
     q.add_argument("--judge-prompt", default=DEFAULT_JUDGE_PROMPT, choices=JUDGE_STYLES,
                    help="'farquhar2024': their prompt as is; 'strict': the same with explicit "
-                        "rules, for small judges (see README); rows judged otherwise are "
-                        "re-judged")
+                        "rules, for small judges; 'contrast': strict plus the dataset's known "
+                        "incorrect answers (TruthfulQA; elsewhere = strict). See README; rows "
+                        "judged otherwise are re-judged")
     q.add_argument("--entailment-model", default=None,
                    help="LLM for semantic-entropy entailment (default: the judge model)")
     q.set_defaults(func=cmd_qa_run)

@@ -59,6 +59,16 @@ def test_judge_prompt_single_and_multi():
     strict = P.judge_prompt("Capital of France?", "Paris", ["Paris"], style="strict")
     assert strict == one.replace(" Respond only", " " + P.STRICT_RULES.strip() + " Respond only")
     assert "only repeats the question" in strict
+    wrong = P.judge_prompt("Capital of France?", "Lyon", ["Paris"], "contrast", ["Lyon", "Nice"])
+    assert wrong == strict.replace("The proposed answer is: Paris\n",
+        "The following are known incorrect answers to this question: ['Lyon', 'Nice'].\n"
+        "The proposed answer is: Lyon\n").replace(
+        " Respond only", " Say no if it agrees with any of the known incorrect answers. Respond only")
+    # contrast without incorrect answers is strict, and is recorded as such
+    assert P.judge_prompt("Capital of France?", "Paris", ["Paris"], "contrast") == strict
+    assert P.effective_judge_style("contrast", []) == "strict"
+    assert P.effective_judge_style("contrast", ["x"]) == "contrast"
+    assert P.effective_judge_style("farquhar2024", ["x"]) == "farquhar2024"
     with pytest.raises(InputError, match="style 'lenient' is not known"):
         P.judge_prompt("q", "a", ["x"], style="lenient")
 

@@ -99,6 +99,24 @@ def test_other_judge_prompt_relabels_rows_and_keeps_scores(tmp_path, dataset, ti
     assert json.loads(strict.paths["run"].read_text())["judge"]["prompt"] == "strict"
 
 
+def test_contrast_prompt_rejudges_only_items_with_incorrect_answers(tmp_path, tiny_lm, tok):
+    p = tmp_path / "tqa.jsonl"
+    with open(p, "w") as f:
+        f.write(json.dumps({"id": "a", "question": "Is the moon cheese?", "answers": ["No"],
+                            "incorrect_answers": ["Yes, it is cheese"]}) + "\n")
+        f.write(json.dumps({"id": "b", "question": "Who wrote Hamlet?",
+                            "answers": ["Shakespeare"]}) + "\n")
+    first, _ = make_runner(tmp_path, p, tiny_lm, tok, methods=("gradient",))
+    rows = {r["key"]: r for r in read_jsonl(first.run())}
+    assert {k: r["judge"]["prompt"] for k, r in rows.items()} == {"a": "strict", "b": "strict"}
+    second, _ = make_runner(tmp_path, p, tiny_lm, tok, methods=("gradient",),
+                            judge_prompt="contrast")
+    again = {r["key"]: r for r in read_jsonl(second.run())}
+    assert again["a"]["judge"]["prompt"] == "contrast" and again["a"]["revision"] == 1
+    assert again["a"]["judge_before"] == rows["a"]["judge"]
+    assert again["b"] == rows["b"]  # no incorrect answers: the contrast prompt is the strict one
+
+
 def test_gradient_score_matches_score_sequences(tmp_path, dataset, tiny_lm, tok):
     from isouq import score_sequences
     from isouq.qa.prompts import qa_prompts

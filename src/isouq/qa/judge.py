@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 
 from ..errors import InputError
 from .generation import option_probs
-from .prompts import JUDGE_STYLES, chat_or_plain, judge_prompt
+from .prompts import JUDGE_STYLES, chat_or_plain, effective_judge_style, judge_prompt
 
 # ----------------------------------------------------------------------------- lexical
 
@@ -163,27 +163,34 @@ class LLMJudge:
                 self.multi_reference, "chat": self.chat, "threshold": self.threshold,
                 "readout": "next-token p(yes)/(p(yes)+p(no))"}
 
-    def prompts(self, question: str, answer: str, references: Sequence[str]) -> list[str]:
-        """The prompt(s) sent for one answer, as the judge model sees them."""
+    def prompts(self, question: str, answer: str, references: Sequence[str],
+                incorrect: Sequence[str] = ()) -> list[str]:
+        """The prompt(s) sent for one answer, as the judge model sees them. ``incorrect``:
+        known incorrect answers, shown by the "contrast" prompt only."""
         refs = _check_refs(references)
         groups = [refs] if self.multi_reference == "list" else [[r] for r in refs]
-        return [chat_or_plain(self.tokenizer, judge_prompt(question, answer, g, self.prompt),
+        return [chat_or_plain(self.tokenizer,
+                              judge_prompt(question, answer, g, self.prompt, incorrect),
                               chat=self.chat) for g in groups]
 
     def judge(self, questions: Sequence[str], answers: Sequence[str],
-              references: Sequence[Sequence[str]]) -> list[JudgeResult]:
-        """Verdicts for N (question, answer, references) triples, batched."""
-        if not len(questions) == len(answers) == len(references):
-            raise InputError(f"got {len(questions)} questions, {len(answers)} answers and "
-                             f"{len(references)} reference lists; give one of each per item")
-        per = [self.prompts(q, a, r) for q, a, r in zip(questions, answers, references,
-                                                        strict=True)]
+              references: Sequence[Sequence[str]],
+              incorrect: Sequence[Sequence[str]] | None = None) -> list[JudgeResult]:
+        """Verdicts for N (question, answer, references) triples, batched; ``incorrect``: N
+        lists of known incorrect answers (TruthfulQA), used by the "contrast" prompt."""
+        wrong = [()] * len(questions) if incorrect is None else list(incorrect)
+        if not len(questions) == len(answers) == len(references) == len(wrong):
+            raise InputError(f"got {len(questions)} questions, {len(answers)} answers, "
+                             f"{len(references)} reference lists and {len(wrong)} incorrect-"
+                             "answer lists; give one of each per item")
+        per = [self.prompts(q, a, r, w) for q, a, r, w in zip(questions, answers, references,
+                                                              wrong, strict=True)]
         flat = [p for ps in per for p in ps]
         t0 = time.perf_counter()
         mass = option_probs(self.model, self.tokenizer, flat, YES_NO, batch_size=self.batch_size)
         share = (time.perf_counter() - t0) / max(len(per), 1)
         out, at = [], 0
-        for ps in per:
+        for ps, w in zip(per, wrong, strict=True):
             best = None
             for m_yes, m_no in mass[at : at + len(ps)].tolist():
                 tot = m_yes + m_no
@@ -192,5 +199,6 @@ class LLMJudge:
                     best = (p, tot)
             at += len(ps)
             out.append(JudgeResult(correct=best[0] > self.threshold, p_yes=best[0], mass=best[1],
-                                   judge=self.name, seconds=share, prompt=self.prompt))
+                                   judge=self.name, seconds=share,
+                                   prompt=effective_judge_style(self.prompt, w)))
         return out

@@ -120,8 +120,9 @@ def p_true_prompt(
     return prefix + body + P_TRUE_CUE
 
 
-#: Judge prompt styles: Farquhar et al.'s, and the same with explicit rules for small judges.
-JUDGE_STYLES = ("farquhar2024", "strict")
+#: Judge prompt styles: Farquhar et al.'s; the same with explicit rules for small judges; and
+#: strict plus the dataset's known incorrect answers (TruthfulQA), when the item has them.
+JUDGE_STYLES = ("farquhar2024", "strict", "contrast")
 STRICT_RULES = (
     "Say yes only if the proposed answer itself states one of the expected answers or an exact "
     "equivalent of it. Say no if it names something else, offers several options, only repeats "
@@ -129,8 +130,13 @@ STRICT_RULES = (
 )
 
 
+def effective_judge_style(style: str, incorrect: Sequence[str] = ()) -> str:
+    """The style a prompt really has: "contrast" without incorrect answers is "strict"."""
+    return "strict" if style == "contrast" and not list(incorrect) else style
+
+
 def judge_prompt(question: str, answer: str, references: Sequence[str],
-                 style: str = "farquhar2024") -> str:
+                 style: str = "farquhar2024", incorrect: Sequence[str] = ()) -> str:
     """Farquhar's correctness prompt (``model_based_metric``); the model answers yes or no.
 
     One reference: "The expected answer is: {r}." / "...mean the same as the expected answer?"
@@ -138,6 +144,10 @@ def judge_prompt(question: str, answer: str, references: Sequence[str],
     expected answers?" (the list printed as Python prints a list, as in their code).
     style "strict" adds :data:`STRICT_RULES` before the yes/no instruction: small judges
     (1.5B) say yes to answers that merely restate the question under Farquhar's prompt.
+    style "contrast" is strict plus, when ``incorrect`` is non-empty, the list of known incorrect
+    answers and the rule to say no to an answer that agrees with one (TruthfulQA's false beliefs:
+    small judges accept "you pay with euros" against "euros and francs"). Without incorrect
+    answers it is exactly strict.
     """
     if style not in JUDGE_STYLES:
         raise InputError(f"judge prompt style {style!r} is not known; use one of {JUDGE_STYLES}")
@@ -147,6 +157,9 @@ def judge_prompt(question: str, answer: str, references: Sequence[str],
         p += f"The expected answer is: {refs[0]}.\n"
     else:
         p += f"The following are expected answers to this question: {refs}.\n"
+    wrong = list(incorrect) if style == "contrast" else []
+    if wrong:
+        p += f"The following are known incorrect answers to this question: {wrong}.\n"
     p += f"The proposed answer is: {answer}\n"
     if len(refs) == 1:
         p += "Within the context of the question, does the proposed answer mean the same as the "
@@ -154,8 +167,10 @@ def judge_prompt(question: str, answer: str, references: Sequence[str],
     else:
         p += "Within the context of the question, does the proposed answer mean the same as any "
         p += "of the expected answers?"
-    if style == "strict":
+    if style in ("strict", "contrast"):
         p += " " + STRICT_RULES.strip()
+    if wrong:
+        p += " Say no if it agrees with any of the known incorrect answers."
     return p + f" Respond only with yes or no.\n{JUDGE_CUE}"
 
 

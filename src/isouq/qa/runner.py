@@ -14,6 +14,7 @@ import dataclasses
 import json
 import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from ..distributed import DistEnv, barrier, merge_shards, shard, shard_path, wri
 from ..errors import InputError
 from ..runio import JsonlWriter, dumps, exclusive, latest_by_key, read_jsonl, versions
 from .generation import Generation, Sampled
+from .prompts import effective_judge_style
 
 METHODS = ("gradient", "naive_entropy", "semantic_entropy", "p_true")
 DEFAULT_JUDGE_PROMPT = "strict"  # measured against hand labels: README, QA study
@@ -29,12 +31,15 @@ SCORE_OF = {"gradient": "epistemic", "naive_entropy": "naive_entropy",
             "semantic_entropy": "semantic_entropy", "p_true": "p_true"}
 
 
-def needs_verdict(row: dict | None, judge_model: str | None, judge_prompt: str) -> bool:
-    """A row to (re-)judge: new, or judged by another judge model or prompt."""
+def needs_verdict(row: dict | None, judge_model: str | None, judge_prompt: str,
+                  incorrect: Sequence[str] = ()) -> bool:
+    """A row to (re-)judge: new, or judged by another judge model or prompt (as the prompt
+    really is for an item with these known incorrect answers: ``effective_judge_style``)."""
     if judge_model is None:
         return False
     v = (row or {}).get("judge")
-    return not v or v.get("judge") != judge_model or v.get("prompt", "farquhar2024") != judge_prompt
+    style = effective_judge_style(judge_prompt, incorrect)
+    return not v or v.get("judge") != judge_model or v.get("prompt", "farquhar2024") != style
 
 
 def missing_methods(row: dict | None, methods) -> list[str]:
@@ -185,7 +190,8 @@ class QARunner:
         have = {r["key"]: r for r in latest_by_key(read_jsonl(rows.path))}
         # new questions, and done ones that lack a method asked for now (added to the row)
         todo = [it for it in mine if missing_methods(have.get(it.key), cfg.methods)
-                or needs_verdict(have.get(it.key), cfg.judge_model, cfg.judge_prompt)]
+                or needs_verdict(have.get(it.key), cfg.judge_model, cfg.judge_prompt,
+                                 it.incorrect_answers)]
         model, tok, info = self.load(cfg.model)
         judge, ent = self._judges()
         if env.is_main:
@@ -308,10 +314,12 @@ class QARunner:
                 scores[i]["p_true"] = r.value
                 secs[i]["p_true"], passes[i]["p_true"] = r.seconds, r.passes
         verdicts = None
-        rejudge = [needs_verdict(o, cfg.judge_model, cfg.judge_prompt) for o in old]
+        rejudge = [needs_verdict(o, cfg.judge_model, cfg.judge_prompt, it.incorrect_answers)
+                   for o, it in zip(old, chunk, strict=True)]
         if judge is not None and any(rejudge):
             verdicts = judge.judge([it.question for it in chunk], answers,
-                                   [references(it) for it in chunk])
+                                   [references(it) for it in chunk],
+                                   [it.incorrect_answers for it in chunk])
         rows = []
         for i, (it, g) in enumerate(zip(chunk, gens, strict=False)):
             if old[i] is not None:
