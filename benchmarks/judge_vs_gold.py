@@ -1,19 +1,22 @@
 """How good are the correctness labels? The LLM judge against hand labels, per prompt style.
 
 Reads gold rows (``results/qa/gold/*.gold.jsonl``: question, answer, references, optional
-incorrect_references (TruthfulQA), gold_correct, labelled by a person) and asks the judge model about each answer with every prompt style;
+incorrect_references (TruthfulQA), gold_correct, labelled by a person) and asks the judge model
+about each answer with every prompt style;
 reports positives, true/false positives, accuracy and Cohen's κ against the gold labels, and
 each p(yes). Writes JSON to --out.
 
     python benchmarks/judge_vs_gold.py --styles strict farquhar2024
     python benchmarks/judge_vs_gold.py --gold results/qa/gold/truthfulqa__smollm2.gold.jsonl \
-        --styles contrast strict farquhar2024 --out benchmarks/results/judge_vs_gold_truthfulqa.json
+        --sample 40 --seed 7 --styles contrast strict farquhar2024 \
+        --out benchmarks/results/judge_vs_gold_truthfulqa.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import random
 import time
 from pathlib import Path
 
@@ -24,6 +27,9 @@ def main() -> None:
     ap.add_argument("--judge-model", default="qwen2.5-coder-1.5b")
     ap.add_argument("--styles", nargs="+", default=["strict", "farquhar2024"])
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--sample", type=int, default=None,
+                    help="judge a random sample of this many gold rows (random.sample, --seed)")
+    ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--out", default="benchmarks/results/judge_vs_gold.json")
     a = ap.parse_args()
     import torch
@@ -35,9 +41,13 @@ def main() -> None:
     if a.threads:
         torch.set_num_threads(a.threads)
     gold = read_jsonl(a.gold, missing_ok=False)
+    if a.sample:
+        random.seed(a.seed)
+        gold = [gold[i] for i in sorted(random.sample(range(len(gold)), a.sample))]
     y = [bool(g["gold_correct"]) for g in gold]
     model, tok, _ = load_model(a.judge_model)
-    res = {"gold": a.gold, "n": len(gold), "gold_positive": sum(y), "judge": a.judge_model,
+    res = {"gold": a.gold, "sample": a.sample, "seed": a.seed if a.sample else None,
+           "n": len(gold), "gold_positive": sum(y), "judge": a.judge_model,
            "date": time.strftime("%Y-%m-%d %H:%M"), "styles": {}}
     for style in a.styles:
         judge = LLMJudge(model, tok, name=a.judge_model, prompt=style)

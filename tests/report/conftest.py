@@ -74,13 +74,23 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
     return path
 
 
+def gold_rows(rows: list[dict]) -> list[dict]:
+    """Hand labels for model m1's rows: its 'correct' with every 5th one flipped."""
+    return [{"key": r["key"], "dataset": r["dataset"], "model": r["model"],
+             "gold_correct": bool(r["correct"]) != (i % 5 == 0), "note": ""}
+            for i, r in enumerate(r for r in rows if r["model"] == "m1")]
+
+
 def make_qa_dir(root: Path, rows: list[dict]) -> Path:
-    """root/qa/{m1_m2.jsonl, nested/m3.jsonl.gz, cache.jsonl (not QA rows)}."""
+    """root/qa/{m1_m2.jsonl, nested/m3.jsonl.gz, cache.jsonl (not QA rows),
+    gold/m1.gold.jsonl (hand labels)}."""
     qa = root / "qa"
     (qa / "nested").mkdir(parents=True)
     write_jsonl(qa / "m1_m2.jsonl", [r for r in rows if r["model"] != "m3"])
     write_jsonl(qa / "nested" / "m3.jsonl.gz", [r for r in rows if r["model"] == "m3"])
     write_jsonl(qa / "cache.jsonl", [{"prompt": "p", "completion": "c"}])
+    (qa / "gold").mkdir()
+    write_jsonl(qa / "gold" / "m1.gold.jsonl", gold_rows(rows))
     return qa
 
 

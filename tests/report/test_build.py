@@ -7,10 +7,12 @@ import pytest
 from PIL import Image
 
 from isouq.errors import DataError
-from isouq.evaluation import study_tables
+from isouq.evaluation import label_tables, study_tables
 from isouq.report import build_report
 
-from .conftest import FAST
+from .conftest import FAST, gold_rows
+
+LABEL_TABLES = ("label_agreement", "auroc_by_labels", "raw_auroc_by_labels")
 
 STUDY_TABLES = {"auroc", "prr", "aurac", "auroc_per_model", "metrics_per_model", "significance",
                 "significance_wide", "paired_bootstrap", "correlation", "lomo", "cost"}
@@ -37,6 +39,8 @@ def test_tables_md_has_our_rows_beside_the_papers(report_dir):
     assert "| TruthfulQA | Epi. | 0.005 ↑ | 0.575 | 0.985 |" in md.replace("**", "")
     assert "| Pooled | TriviaQA | 23233 | -0.21 | <0.001 |" in md
     assert "| TruthfulQA | Mean (Std) |" in md
+    assert "### How good are the labels? Judge and lexical labels against hand labels" in md
+    assert "| TriviaQA | m1 | judge | 40 |" in md and "AUROC with hand labels" in md
     assert "| Gradient norm (ours) | 1 | 1.0× |" in md
 
 
@@ -64,10 +68,15 @@ def test_report_json_holds_all_tables(report_dir, qa_rows):
     exp, qa = doc["sections"]
     assert exp["tables"]["binary"][0] == {"problem": "linear", "GN r": 0.93, "GN ρ": 0.98}
     assert set(exp["paper"]) == {"binary", "regression"} and exp["seed"] == 3
-    assert set(qa["tables"]) == STUDY_TABLES
+    assert set(qa["tables"]) == STUDY_TABLES | set(LABEL_TABLES)
     file_order = [r for r in qa_rows if r["model"] != "m3"] + [
         r for r in qa_rows if r["model"] == "m3"]
-    assert qa["tables"] == json.loads(json.dumps(study_tables(file_order, **FAST)))
+    labels = label_tables(file_order, gold_rows(qa_rows), n_bootstrap=FAST["n_bootstrap"],
+                          seed=FAST["seed"])
+    assert qa["tables"] == json.loads(json.dumps({**study_tables(file_order, **FAST), **labels}))
+    agree = {r["labels"]: r for r in qa["tables"]["label_agreement"] if r["dataset"] == "TriviaQA"}
+    assert agree["judge"]["n"] == 40 and agree["judge"]["accuracy"] == pytest.approx(0.8)
+    assert doc["inputs"]["gold_files"][0].endswith("m1.gold.jsonl")
     assert "auroc" in qa["paper"] and len(qa["source"]) == 2
     assert doc["inputs"]["skipped"] and "cache.jsonl" in doc["inputs"]["skipped"][0]
 

@@ -36,6 +36,8 @@ def test_collect_finds_everything_once(tmp_path):
     assert sorted(f.name for f in found.qa_files) == ["m1_m2.jsonl", "m3.jsonl.gz"]
     assert len(found.qa_rows) == len(rows)
     assert len(found.skipped) == 1 and "cache.jsonl" in found.skipped[0]
+    assert [f.name for f in found.gold_files] == ["m1.gold.jsonl"]
+    assert len(found.gold_rows) == sum(r["model"] == "m1" for r in rows)
 
 
 def test_collect_errors(tmp_path):

@@ -10,6 +10,7 @@ from .auroc import auroc, auroc_table, bootstrap_metrics, bootstrap_splits, eval
 from .classifier import fit_predict
 from .correlation import correlation_table, spearman
 from .cost import cost_table, speedup
+from .labels import label_agreement, label_tables, with_gold_labels
 from .qa_study import study_tables
 from .rejection import aurac, prr, rejection_area, rejection_curve
 from .rows import BASELINES, GRADIENT_METHODS, METHODS, group_rows
@@ -38,6 +39,8 @@ __all__ = [
     "evaluate_splits",
     "fit_predict",
     "group_rows",
+    "label_agreement",
+    "label_tables",
     "leave_one_model_out",
     "lomo_table",
     "paired_bootstrap",
@@ -51,4 +54,5 @@ __all__ = [
     "spearman",
     "speedup",
     "study_tables",
+    "with_gold_labels",
 ]

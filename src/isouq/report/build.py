@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from ..evaluation import study_tables
+from ..evaluation import label_tables, study_tables
 from ..runio import dumps, versions
 from .document import Section
 from .html import render_html
@@ -33,6 +33,7 @@ def report_json(
         **header, "options": options,
         "inputs": {"experiments": [str(e.path) for e in inputs.experiments],
                    "qa_files": [str(f) for f in inputs.qa_files],
+                   "gold_files": [str(f) for f in inputs.gold_files],
                    "skipped": list(inputs.skipped)},
         "sections": [],
     }
@@ -83,13 +84,17 @@ def build_report(
                "n_paired_bootstrap": n_paired_bootstrap, "seed": seed,
                "log_epistemic": log_epistemic}
     study = (study_tables(found.qa_rows, **options) if found.qa_rows else None)
+    if study is not None and found.gold_rows:
+        study.update(label_tables(found.qa_rows, found.gold_rows, n_bootstrap=n_bootstrap,
+                                  seed=seed, log_epistemic=log_epistemic))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     taken: set[str] = set()
     sections = [experiment_section(e, out, taken) for e in found.experiments]
     if study is not None:
         sections.append(qa_section(found.qa_rows, study, found.qa_files, out, taken,
-                                   options=options, skipped=found.skipped))
+                                   options=options, skipped=found.skipped,
+                                   gold_files=found.gold_files))
     header = {"created": time.strftime("%Y-%m-%dT%H:%M:%S"), "versions": versions()}
     _write(out / "tables.md", sections_markdown(sections, title))
     _write(out / "tables.tex", sections_latex(sections, title))

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import DataError
+from ..evaluation.labels import is_gold_row
 from ..evaluation.rows import REQUIRED_FIELDS
 from ..runio import latest_by_key, read_jsonl
 
@@ -32,13 +33,16 @@ class Experiment:
 
 @dataclass(frozen=True)
 class Inputs:
-    """Everything found: experiments, QA rows pooled over ``qa_files``, and the JSONL files
-    skipped because their rows are not QA rows (with the reason)."""
+    """Everything found: experiments, QA rows pooled over ``qa_files``, hand labels pooled over
+    ``gold_files`` (:mod:`isouq.evaluation.labels`), and the JSONL files skipped because their
+    rows are neither (with the reason)."""
 
     experiments: tuple[Experiment, ...]
     qa_files: tuple[Path, ...]
     qa_rows: tuple[dict, ...]
     skipped: tuple[str, ...]
+    gold_files: tuple[Path, ...] = ()
+    gold_rows: tuple[dict, ...] = ()
 
 
 def is_qa_file(path: Path) -> bool:
@@ -104,9 +108,9 @@ def _scan(path: Path) -> tuple[list[Path], list[Path]]:
 def collect(paths: Iterable[str | os.PathLike]) -> Inputs:
     """Find the experiments and QA rows under ``paths`` (files or directories).
 
-    A QA file given by name must hold QA rows; one found inside a directory is skipped (and
-    listed in ``skipped``) when its rows are not QA rows, e.g. a cache. Each file is read once
-    however often it is reached. DataError when an input holds neither a results.json nor QA
+    A JSONL file given by name must hold QA rows or hand labels (gold rows); one found inside a
+    directory is skipped (and listed in ``skipped``) when its rows are neither, e.g. a cache.
+    Each file is read once however often it is reached. DataError when an input holds neither a results.json nor QA
     rows, or when no paths are given.
     """
     paths = [Path(p) for p in paths]
@@ -114,6 +118,7 @@ def collect(paths: Iterable[str | os.PathLike]) -> Inputs:
         raise DataError("no inputs: pass experiment result directories and/or QA JSONL files")
     experiments: dict[Path, Experiment] = {}
     qa: dict[Path, list[dict]] = {}
+    gold: dict[Path, list[dict]] = {}
     skipped: list[str] = []
     for p in paths:
         results, qa_files = _scan(p)
@@ -123,13 +128,16 @@ def collect(paths: Iterable[str | os.PathLike]) -> Inputs:
             found = True
         for f in qa_files:
             key = f.resolve()
-            if key in qa:
+            if key in qa or key in gold:
                 found = True
                 continue
             rows = read_rows(f)
             bad = next((r for r in rows if not is_qa_row(r)), None)
             if rows and bad is None:
                 qa[key] = rows
+                found = True
+            elif rows and all(is_gold_row(r) for r in rows):
+                gold[key] = rows
                 found = True
             elif f == p:
                 what = "no rows" if not rows else f"a row without {list(REQUIRED_FIELDS)}"
@@ -147,4 +155,6 @@ def collect(paths: Iterable[str | os.PathLike]) -> Inputs:
         qa_files=tuple(Path(f) for f in qa),
         qa_rows=tuple(r for rows in qa.values() for r in rows),
         skipped=tuple(skipped),
+        gold_files=tuple(Path(f) for f in gold),
+        gold_rows=tuple(r for rows in gold.values() for r in rows),
     )

@@ -84,6 +84,7 @@ def qa_section(
     *,
     options: Mapping[str, object],
     skipped: Sequence[str] = (),
+    gold_files: Sequence[Path] = (),
 ) -> Section:
     """The QA study section: paper-shaped tables beside the paper's, AUROC bars and score
     distributions (PNGs written to ``out_dir/<section id>/``), all raw tables."""
@@ -101,6 +102,8 @@ def qa_section(
         "datasets": ", ".join(dict.fromkeys(str(r["dataset"]) for r in judged)),
         "models": ", ".join(dict.fromkeys(str(r["model"]) for r in judged)),
     }
+    if gold_files:
+        meta["hand labels"] = ", ".join(str(f) for f in gold_files)
     notes = [
         "The paper's numbers are for four LLMs (Llama 2 AWQ, Llama 3.2 3B, OLMo 1B, Phi-4 "
         "4-bit) on an H100; compare the shape of the results, not the exact values.",

@@ -237,6 +237,40 @@ def _passes_view(rows: list[dict], digits: int) -> Table:
                       "over models. Paper: tab:complexity.")
 
 
+def _without_empty_columns(rows: list[dict]) -> list[str]:
+    return [c for c in columns_of(rows) if any(r.get(c) is not None for r in rows)]
+
+
+def _label_agreement_view(rows: list[dict], digits: int) -> Table:
+    return make_table("label_agreement", rows, title="How good are the labels? Judge and "
+                      "lexical labels against hand labels", digits=digits,
+                      caption="Per (dataset, model) and label source, on the rows a person "
+                      "labelled (results/qa/gold/): positives, true/false positives, accuracy "
+                      "and Cohen's κ against the hand labels. κ near 0 = the labels the study "
+                      "is scored on carry little of the truth.")
+
+
+def _auroc_by_labels_view(rows: list[dict], digits: int) -> Table:
+    cols = _without_empty_columns(rows)
+    methods = [c for c in cols if c not in ("dataset", "model", "labels", "n", "correct")]
+    return make_table("auroc_by_labels", rows, title="AUROC with hand labels vs judge labels "
+                      "(same rows)", digits=digits, columns=cols, best="row",
+                      best_columns=methods,
+                      caption="Per-model AUROC of every method (the study's logistic regression, "
+                      "out-of-bag bootstrap) on the hand-labelled rows, scored once with the hand "
+                      "labels and once with the judge's. Where they differ, the judge's label "
+                      "noise, not the method, drives the main table.")
+
+
+def _raw_auroc_by_labels_view(rows: list[dict], digits: int) -> Table:
+    return make_table("raw_auroc_by_labels", rows, title="Raw scores as uncertainty, by labels",
+                      digits=digits, columns=_without_empty_columns(rows),
+                      caption="AUROC of each raw score used as the uncertainty, without fitting "
+                      "(mean_prob and p_true negated). 0.5 is chance; below 0.5 the score ranks "
+                      "correct answers as more uncertain, a direction the regression of the "
+                      "main table learns and hides.")
+
+
 #: study table name -> (view name, view function), in report order.
 QA_VIEWS: tuple[tuple[str, Callable[[list[dict], int], Table]], ...] = (
     ("auroc", _metric_view("auroc", "AUROC")),
@@ -249,6 +283,9 @@ QA_VIEWS: tuple[tuple[str, Callable[[list[dict], int], Table]], ...] = (
     ("cost", _passes_view),
     ("prr", _metric_view("prr", "PRR")),
     ("aurac", _metric_view("aurac", "AURAC")),
+    ("label_agreement", _label_agreement_view),
+    ("auroc_by_labels", _auroc_by_labels_view),
+    ("raw_auroc_by_labels", _raw_auroc_by_labels_view),
 )
 
 
