@@ -110,8 +110,8 @@ def collect(paths: Iterable[str | os.PathLike]) -> Inputs:
 
     A JSONL file given by name must hold QA rows or hand labels (gold rows); one found inside a
     directory is skipped (and listed in ``skipped``) when its rows are neither, e.g. a cache.
-    Each file is read once however often it is reached. DataError when an input holds neither a results.json nor QA
-    rows, or when no paths are given.
+    Each file is read once however often it is reached. DataError when an input holds neither
+    a results.json nor QA rows, or when no paths are given.
     """
     paths = [Path(p) for p in paths]
     if not paths:
