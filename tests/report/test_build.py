@@ -130,3 +130,23 @@ def test_missing_figure_is_a_note(tmp_path, inputs_root):
     (exp / "results.json").write_text(json.dumps(doc), encoding="utf-8")
     html = build_report([exp], tmp_path / "out").read_text(encoding="utf-8")
     assert "gone.png is listed" in html and "<img" not in html
+
+
+def test_group_without_both_classes_is_left_out_with_a_note(tmp_path):
+    from .conftest import synth_rows, write_jsonl
+
+    rows = synth_rows(n=12, models=("m1", "m2"), datasets=("D",))
+    for i, r in enumerate(r for r in rows if r["model"] == "m2"):
+        r["correct"] = int(i == 0)  # a run in progress: one correct answer so far
+    write_jsonl(tmp_path / "rows.jsonl", rows)
+    out = build_report([tmp_path / "rows.jsonl"], tmp_path / "out", **FAST)
+    doc = json.loads((out.parent / "report.json").read_text(encoding="utf-8"))
+    qa = doc["sections"][0]
+    assert qa["left_out"] == ["model 'm2' on 'D' left out: 1 correct and 11 incorrect judged "
+                              "answers (need 2 of each)"]
+    assert {r["model"] for r in qa["tables"]["auroc_per_model"]} == {"m1"}
+    assert "Model &#x27;m2&#x27; on &#x27;D&#x27; left out" in out.read_text(encoding="utf-8")
+    only = [r for r in rows if r["model"] == "m2"]
+    write_jsonl(tmp_path / "m2.jsonl", only)
+    with pytest.raises(DataError, match="no QA group can be evaluated: model 'm2'"):
+        build_report([tmp_path / "m2.jsonl"], tmp_path / "out2", **FAST)

@@ -164,6 +164,22 @@ def check_classes(groups: Mapping[tuple[str, str], QAGroup], min_per_class: int 
             )
 
 
+def usable_rows(
+    rows: Iterable[Mapping], min_per_class: int = 2
+) -> tuple[list[Mapping], list[str]]:
+    """(rows of the (dataset, model) groups with at least ``min_per_class`` correct and
+    incorrect judged answers, one line per group left out saying why). For a report over runs
+    still in progress, where a model may not have both classes yet."""
+    rows = list(rows)
+    groups = group_rows(rows)
+    short = {k: (int(g.correct.sum()), int((g.correct == 0).sum())) for k, g in groups.items()
+             if min(int(g.correct.sum()), int((g.correct == 0).sum())) < min_per_class}
+    kept = [r for r in rows if (str(r["dataset"]), str(r["model"])) not in short]
+    why = [f"model {m!r} on {ds!r} left out: {n1} correct and {n0} incorrect judged answers "
+           f"(need {min_per_class} of each)" for (ds, m), (n1, n0) in short.items()]
+    return kept, why
+
+
 def feature_matrix(
     group: QAGroup, names: Collection[str], log_features: Collection[str] = LOG_FEATURES
 ) -> np.ndarray:

@@ -9,6 +9,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ..evaluation import label_tables, study_tables
+from ..errors import DataError
+from ..evaluation.rows import usable_rows
 from ..runio import dumps, versions
 from .document import Section
 from .html import render_html
@@ -26,7 +28,8 @@ def _write(path: Path, text: str) -> None:
 
 
 def report_json(
-    inputs: Inputs, sections: list[Section], study: dict | None, options: dict, header: dict
+    inputs: Inputs, sections: list[Section], study: dict | None, options: dict, header: dict,
+    left_out: list[str] | None = None,
 ) -> dict:
     """The machine-readable report: every table (raw rows, ours and the paper's) per section."""
     doc: dict = {
@@ -48,7 +51,8 @@ def report_json(
         sec = sections[-1]
         doc["sections"].append({
             "id": sec.id, "kind": "qa", "title": sec.title,
-            "source": [str(f) for f in inputs.qa_files], "tables": study,
+            "source": [str(f) for f in inputs.qa_files], "left_out": list(left_out or []),
+            "tables": study,
             "paper": paper_qa_tables(), "figures": [f.path.as_posix() for f in sec.figures],
         })
     return doc
@@ -83,22 +87,26 @@ def build_report(
     options = {"n_bootstrap": n_bootstrap, "n_splits": n_splits,
                "n_paired_bootstrap": n_paired_bootstrap, "seed": seed,
                "log_epistemic": log_epistemic}
-    study = (study_tables(found.qa_rows, **options) if found.qa_rows else None)
+    qa_rows, left_out = usable_rows(found.qa_rows) if found.qa_rows else ([], [])
+    if found.qa_rows and not qa_rows:
+        raise DataError("no QA group can be evaluated: " + "; ".join(left_out))
+    study = study_tables(qa_rows, **options) if qa_rows else None
     if study is not None and found.gold_rows:
-        study.update(label_tables(found.qa_rows, found.gold_rows, n_bootstrap=n_bootstrap,
+        study.update(label_tables(qa_rows, found.gold_rows, n_bootstrap=n_bootstrap,
                                   seed=seed, log_epistemic=log_epistemic))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     taken: set[str] = set()
     sections = [experiment_section(e, out, taken) for e in found.experiments]
     if study is not None:
-        sections.append(qa_section(found.qa_rows, study, found.qa_files, out, taken,
-                                   options=options, skipped=found.skipped,
+        sections.append(qa_section(qa_rows, study, found.qa_files, out, taken,
+                                   options=options, skipped=found.skipped, left_out=left_out,
                                    gold_files=found.gold_files))
     header = {"created": time.strftime("%Y-%m-%dT%H:%M:%S"), "versions": versions()}
     _write(out / "tables.md", sections_markdown(sections, title))
     _write(out / "tables.tex", sections_latex(sections, title))
-    _write(out / "report.json", dumps(report_json(found, sections, study, options, header),
+    _write(out / "report.json", dumps(report_json(found, sections, study, options, header,
+                                                      left_out),
                                       indent=2, ensure_ascii=False))
     shown = {"created": header["created"], "isouq": header["versions"].get("isouq", "?"),
              "sections": str(len(sections)), "built in": f"{time.time() - started:.1f} s"}

@@ -85,6 +85,7 @@ def qa_section(
     options: Mapping[str, object],
     skipped: Sequence[str] = (),
     gold_files: Sequence[Path] = (),
+    left_out: Sequence[str] = (),
 ) -> Section:
     """The QA study section: paper-shaped tables beside the paper's, AUROC bars and score
     distributions (PNGs written to ``out_dir/<section id>/``), all raw tables."""
@@ -108,6 +109,7 @@ def qa_section(
         "The paper's numbers are for four LLMs (Llama 2 AWQ, Llama 3.2 3B, OLMo 1B, Phi-4 "
         "4-bit) on an H100; compare the shape of the results, not the exact values.",
         *(f"Skipped {s}." for s in skipped),
+        *(f"{w[:1].upper()}{w[1:]}." for w in left_out),
     ]
     if not study.get("lomo"):
         notes.append("Leave-one-model-out transfer needs 3 or more models on a dataset.")
