@@ -8,8 +8,8 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from ..evaluation import label_tables, study_tables
 from ..errors import DataError
+from ..evaluation import label_tables, study_tables
 from ..evaluation.rows import usable_rows
 from ..runio import dumps, versions
 from .document import Section
