@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import time
 from pathlib import Path
 
@@ -28,22 +27,21 @@ def main() -> None:
     ap.add_argument("--styles", nargs="+", default=["strict", "farquhar2024"])
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--sample", type=int, default=None,
-                    help="judge a random sample of this many gold rows (random.sample, --seed)")
+                    help="judge a random sample of this many gold rows (as `isouq qa label --sample`)")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--out", default="benchmarks/results/judge_vs_gold.json")
     a = ap.parse_args()
     import torch
 
     from isouq.models import load_model
+    from isouq.qa.hand_labels import sample_rows
     from isouq.qa.judge import LLMJudge, cohen_kappa
     from isouq.runio import read_jsonl
 
     if a.threads:
         torch.set_num_threads(a.threads)
     gold = read_jsonl(a.gold, missing_ok=False)
-    if a.sample:
-        random.seed(a.seed)
-        gold = [gold[i] for i in sorted(random.sample(range(len(gold)), a.sample))]
+    gold = sample_rows(gold, a.sample, a.seed)
     y = [bool(g["gold_correct"]) for g in gold]
     model, tok, _ = load_model(a.judge_model)
     res = {"gold": a.gold, "sample": a.sample, "seed": a.seed if a.sample else None,

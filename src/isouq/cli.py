@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from .errors import IsouqError
+from .errors import InputError, IsouqError
 from .qa.prompts import JUDGE_STYLES
 from .qa.runner import DEFAULT_JUDGE_PROMPT
 from .runtime import configure
@@ -135,6 +135,30 @@ def cmd_qa_run(args) -> int:
     return 0
 
 
+def cmd_qa_label(args) -> int:
+    import getpass
+
+    from .data.qa import load_dataset
+    from .qa.hand_labels import label_rows, sample_rows
+    from .runio import latest_by_key, read_jsonl
+
+    rows = latest_by_key(read_jsonl(args.rows, missing_ok=False))
+    if not rows:
+        raise InputError(f"{args.rows} has no rows; run `isouq qa run` first")
+    wrong: dict[str, list[str]] = {}
+    for ds in dict.fromkeys(str(r["dataset"]) for r in rows):  # TruthfulQA's false answers
+        try:
+            items = load_dataset(ds, path=args.data, limit=None)
+        except IsouqError:
+            continue
+        wrong |= {it.key: it.incorrect_answers for it in items}
+    picked = sample_rows(rows, args.sample, args.seed)
+    n = label_rows(picked, args.out, labeler=args.labeler or f"human: {getpass.getuser()}",
+                   incorrect_of=lambda r: wrong.get(str(r["key"]), []))
+    print(f"{n} verdicts written to {args.out}")
+    return 0
+
+
 def cmd_report(args) -> int:
     from .report.build import build_report
 
@@ -227,6 +251,15 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     q.add_argument("--entailment-model", default=None,
                    help="LLM for semantic-entropy entailment (default: the judge model)")
     q.set_defaults(func=cmd_qa_run)
+    q = qsub.add_parser("label", help="hand-label answers of a QA run (gold labels)")
+    q.add_argument("rows", help="a QA rows file, e.g. results/qa/qa_truthfulqa__smollm2.jsonl")
+    q.add_argument("--out", required=True,
+                   help="gold JSONL (resumable), e.g. results/qa/gold/truthfulqa__smollm2.gold.jsonl")
+    q.add_argument("--sample", type=int, default=None, help="label a random sample of N rows")
+    q.add_argument("--seed", type=int, default=7)
+    q.add_argument("--labeler", default=None, help="who labels (default: the user name)")
+    q.add_argument("--data", default=None, help="the dataset file, to show incorrect answers")
+    q.set_defaults(func=cmd_qa_label)
 
     p = sub.add_parser("report", help="one HTML report from results dirs and QA runs")
     p.add_argument("inputs", nargs="+", help="results.json dirs/files and QA JSONL dirs/files")
