@@ -77,8 +77,27 @@ def test_report_json_holds_all_tables(report_dir, qa_rows):
     agree = {r["labels"]: r for r in qa["tables"]["label_agreement"] if r["dataset"] == "TriviaQA"}
     assert agree["judge"]["n"] == 40 and agree["judge"]["accuracy"] == pytest.approx(0.8)
     assert doc["inputs"]["gold_files"][0].endswith("m1.gold.jsonl")
+    # every 5th label flipped: κ ≈ 0.6, above the warning threshold
+    assert all(r["kappa"] > 0.4 for r in qa["tables"]["label_agreement"])
+    assert "agree poorly" not in (report_dir / "report.html").read_text(encoding="utf-8")
     assert "auroc" in qa["paper"] and len(qa["source"]) == 2
     assert doc["inputs"]["skipped"] and "cache.jsonl" in doc["inputs"]["skipped"][0]
+
+
+def test_poor_judge_labels_get_a_warning(tmp_path):
+    from .conftest import synth_rows, write_jsonl
+
+    rows = synth_rows(n=20, models=("m1",), datasets=("D",))
+    gold = [{"key": r["key"], "dataset": "D", "model": "m1", "gold_correct": i % 2 == 0}
+            for i, r in enumerate(rows)]  # unrelated to the judge's labels
+    write_jsonl(tmp_path / "rows.jsonl", rows)
+    write_jsonl(tmp_path / "m1.gold.jsonl", gold)
+    out = build_report([tmp_path / "rows.jsonl", tmp_path / "m1.gold.jsonl"], tmp_path / "o",
+                       **FAST)
+    k = json.loads((out.parent / "report.json").read_text())["sections"][0]["tables"][
+        "label_agreement"][0]["kappa"]
+    assert k < 0.4
+    assert f"agree poorly with hand labels for m1 on D (κ {k:.2f}, n 20)" in out.read_text()
 
 
 def _img_sources(html: str) -> list[str]:

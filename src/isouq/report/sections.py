@@ -12,7 +12,7 @@ from .document import Block, Figure, Section, unique_slug
 from .figures import metric_bars, score_distributions
 from .inputs import Experiment
 from .paper_qa import paper_qa_tables
-from .tables import make_table, qa_blocks
+from .tables import format_value, make_table, qa_blocks
 
 IMAGE_SUFFIXES: tuple[str, ...] = (".png", ".svg", ".jpg", ".jpeg", ".gif", ".webp")
 SKIP_META: tuple[str, ...] = ("tables", "paper", "figures", "settings", "versions", "experiment")
@@ -75,6 +75,10 @@ def experiment_section(exp: Experiment, out_dir: Path, taken: set[str]) -> Secti
     )
 
 
+#: judge-vs-hand-label κ below which the QA section warns (Landis & Koch: "fair" or worse)
+WEAK_KAPPA = 0.4
+
+
 def qa_section(
     rows: Sequence[Mapping],
     study: Mapping[str, list[dict]],
@@ -111,6 +115,13 @@ def qa_section(
         *(f"Skipped {s}." for s in skipped),
         *(f"{w[:1].upper()}{w[1:]}." for w in left_out),
     ]
+    weak = [r for r in study.get("label_agreement", [])
+            if r.get("labels") == "judge" and (r.get("kappa") is None or r["kappa"] < WEAK_KAPPA)]
+    if weak:
+        where = ", ".join(f"{r['model']} on {r['dataset']} (κ {format_value(r.get('kappa'), 2)}, "
+                          f"n {r['n']})" for r in weak)
+        notes.append(f"The judge's labels agree poorly with hand labels for {where}: read the "
+                     "AUROCs of those groups with the label-quality tables at the end.")
     if not study.get("lomo"):
         notes.append("Leave-one-model-out transfer needs 3 or more models on a dataset.")
     return Section(
