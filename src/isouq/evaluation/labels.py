@@ -26,7 +26,7 @@ import numpy as np
 
 from ..errors import DataError
 from .auroc import auroc, method_runs, model_by_method
-from .rows import group_rows, to_float
+from .rows import group_rows, to_float, usable_rows
 
 GOLD_FIELDS: tuple[str, ...] = ("key", "dataset", "model", "gold_correct")
 #: label sources compared with the gold labels: name -> field of a QA row
@@ -130,12 +130,10 @@ def auroc_by_labels(
     whose labels have fewer than 2 of a class under one labelling is left out of that one."""
     table = []
     for labels, rs in _labelled(rows, gold_rows).items():
+        rs = usable_rows(rs)[0] if rs else []
         if not rs:
             continue
-        groups = {k: g for k, g in group_rows(rs).items()
-                  if min(int(g.correct.sum()), int((1 - g.correct).sum())) >= 2}
-        if not groups:
-            continue
+        groups = group_rows(rs)
         runs = method_runs(groups, n_bootstrap=n_bootstrap, seed=seed,
                            log_epistemic=log_epistemic)
         for row in model_by_method(runs, groups, "auroc"):
