@@ -94,6 +94,20 @@ def test_judge_probability_from_controlled_logits(rule_lm, tok):
     assert judge.config()["judge"] == "stub-judge"
 
 
+def test_empty_answer_is_incorrect_without_asking(rule_lm, tok):
+    lm, *_ = _yes_no_lm(rule_lm, tok, 5.0, 0.0)  # a judge that always says yes
+    calls = []
+    forward = lm.forward
+    lm.forward = lambda *a, **k: calls.append(1) or forward(*a, **k)
+    judge = LLMJudge(lm, tok, name="yes-judge", prompt="strict")
+    empty, full = judge.judge(["q1", "q2"], ["  ", "Paris"], [["Paris"], ["Paris"]])
+    assert (empty.correct, empty.p_yes, empty.mass, empty.rule) == (False, 0.0, 0.0, "empty answer")
+    assert empty.prompt == "strict" and full.correct and full.rule == ""
+    calls.clear()
+    (only,) = judge.judge(["q"], [""], [["x"]])
+    assert not only.correct and calls == []  # the model was not run
+
+
 def test_judge_multi_reference_modes(rule_lm, tok):
     # yes only when the prompt's expected answer is exactly "Paris" (single-reference prompt)
     lm, *_ = _yes_no_lm(rule_lm, tok, 4.0, 0.0, when=lambda s: "expected answer is: Paris." in s)

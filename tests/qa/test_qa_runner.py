@@ -117,6 +117,21 @@ def test_contrast_prompt_rejudges_only_items_with_incorrect_answers(tmp_path, ti
     assert again["b"] == rows["b"]  # no incorrect answers: the contrast prompt is the strict one
 
 
+def test_needs_verdict_rules():
+    from isouq.qa.runner import needs_verdict
+
+    v = {"judge": "j", "prompt": "strict"}
+    assert needs_verdict(None, "j", "strict")
+    assert not needs_verdict({"answer": "Paris", "judge": v}, "j", "strict")
+    assert needs_verdict({"answer": "Paris", "judge": v}, "k", "strict")  # another judge
+    assert needs_verdict({"answer": "Paris", "judge": v}, "j", "farquhar2024")  # another prompt
+    assert not needs_verdict({"answer": "Paris", "judge": v}, "j", "contrast")  # = strict here
+    assert needs_verdict({"answer": "Paris", "judge": v}, "j", "contrast", ["Lyon"])
+    assert needs_verdict({"answer": " ", "judge": v}, "j", "strict")  # empty, asked a judge
+    assert not needs_verdict({"answer": "", "judge": {**v, "rule": "empty answer"}}, "j", "strict")
+    assert not needs_verdict({"answer": "", "judge": v}, None, "strict")  # no judge: lexical
+
+
 def test_gradient_score_matches_score_sequences(tmp_path, dataset, tiny_lm, tok):
     from isouq import score_sequences
     from isouq.qa.prompts import qa_prompts

@@ -123,6 +123,8 @@ class JudgeResult:
     correct: p_yes > threshold. p_yes: m_yes / (m_yes + m_no) in [0, 1].
     mass: m_yes + m_no, the share of the next-token distribution on yes/no (low = the judge
     wanted to say something else). seconds: this answer's share of the judging time.
+    rule: set when no model was asked: "empty answer" (an answer with no text is incorrect;
+    small judges say yes to it), with p_yes = mass = 0.
     """
 
     correct: bool
@@ -131,6 +133,7 @@ class JudgeResult:
     judge: str
     seconds: float
     prompt: str = "farquhar2024"
+    rule: str = ""
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -183,14 +186,20 @@ class LLMJudge:
             raise InputError(f"got {len(questions)} questions, {len(answers)} answers, "
                              f"{len(references)} reference lists and {len(wrong)} incorrect-"
                              "answer lists; give one of each per item")
-        per = [self.prompts(q, a, r, w) for q, a, r, w in zip(questions, answers, references,
-                                                              wrong, strict=True)]
+        per = [self.prompts(q, a, r, w) if a.strip() else []  # empty: no question to ask
+               for q, a, r, w in zip(questions, answers, references, wrong, strict=True)]
         flat = [p for ps in per for p in ps]
         t0 = time.perf_counter()
-        mass = option_probs(self.model, self.tokenizer, flat, YES_NO, batch_size=self.batch_size)
-        share = (time.perf_counter() - t0) / max(len(per), 1)
+        mass = (option_probs(self.model, self.tokenizer, flat, YES_NO, batch_size=self.batch_size)
+                if flat else None)
+        share = (time.perf_counter() - t0) / max(len(flat), 1)
         out, at = [], 0
         for ps, w in zip(per, wrong, strict=True):
+            style = effective_judge_style(self.prompt, w)
+            if not ps:
+                out.append(JudgeResult(correct=False, p_yes=0.0, mass=0.0, judge=self.name,
+                                       seconds=0.0, prompt=style, rule="empty answer"))
+                continue
             best = None
             for m_yes, m_no in mass[at : at + len(ps)].tolist():
                 tot = m_yes + m_no
@@ -199,6 +208,5 @@ class LLMJudge:
                     best = (p, tot)
             at += len(ps)
             out.append(JudgeResult(correct=best[0] > self.threshold, p_yes=best[0], mass=best[1],
-                                   judge=self.name, seconds=share,
-                                   prompt=effective_judge_style(self.prompt, w)))
+                                   judge=self.name, seconds=share * len(ps), prompt=style))
         return out

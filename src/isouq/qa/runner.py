@@ -33,13 +33,16 @@ SCORE_OF = {"gradient": "epistemic", "naive_entropy": "naive_entropy",
 
 def needs_verdict(row: dict | None, judge_model: str | None, judge_prompt: str,
                   incorrect: Sequence[str] = ()) -> bool:
-    """A row to (re-)judge: new, or judged by another judge model or prompt (as the prompt
-    really is for an item with these known incorrect answers: ``effective_judge_style``)."""
+    """A row to (re-)judge: new, judged by another judge model or prompt (as the prompt really
+    is for an item with these known incorrect answers: ``effective_judge_style``), or an empty
+    answer a judge was asked about (now incorrect by rule, see ``JudgeResult.rule``)."""
     if judge_model is None:
         return False
     v = (row or {}).get("judge")
     style = effective_judge_style(judge_prompt, incorrect)
-    return not v or v.get("judge") != judge_model or v.get("prompt", "farquhar2024") != style
+    if not v or v.get("judge") != judge_model or v.get("prompt", "farquhar2024") != style:
+        return True
+    return not str(row.get("answer", "x")).strip() and not v.get("rule")
 
 
 def missing_methods(row: dict | None, methods) -> list[str]:
