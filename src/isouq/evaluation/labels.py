@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from ..errors import DataError
+from ..errors import DataError, InputError
 from .auroc import auroc, method_runs, model_by_method
 from .rows import group_rows, to_float, usable_rows
 
@@ -68,16 +68,18 @@ def gold_matched(rows: Iterable[Mapping], gold_rows: Iterable[Mapping]) -> list[
     return [(dict(r), gold[_key(r)]) for r in rows if _key(r) in gold]
 
 
-def _kappa(a: Sequence[bool], b: Sequence[bool]) -> float | None:
-    """Cohen's κ (scikit-learn); None when it is undefined (one label everywhere in both)."""
+def cohen_kappa(a: Sequence, b: Sequence) -> float:
+    """Cohen's κ between two label lists (sklearn ``cohen_kappa_score``; NaN when undefined,
+    e.g. both raters give one constant label). InputError on lists of unequal or zero length."""
     import warnings
 
     from sklearn.metrics import cohen_kappa_score
 
+    if len(a) != len(b) or len(a) == 0:
+        raise InputError(f"need two equally long, non-empty label lists; got {len(a)} and {len(b)}")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        k = float(cohen_kappa_score([int(x) for x in a], [int(x) for x in b]))
-    return k if np.isfinite(k) else None
+        return float(cohen_kappa_score([int(x) for x in a], [int(x) for x in b]))
 
 
 def label_agreement(rows: Iterable[Mapping], gold_rows: Iterable[Mapping]) -> list[dict]:
@@ -100,7 +102,7 @@ def label_agreement(rows: Iterable[Mapping], gold_rows: Iterable[Mapping]) -> li
                 "true positive": sum(p and y for p, y in have),
                 "false positive": sum(p and not y for p, y in have),
                 "accuracy": sum(p == y for p, y in have) / len(have),
-                "kappa": _kappa(pred, gold)})
+                "kappa": to_float(cohen_kappa(pred, gold))})
     return table
 
 

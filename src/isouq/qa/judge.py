@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from ..errors import InputError
+from ..evaluation.labels import cohen_kappa  # noqa: F401  (re-exported: judge–lexical κ)
 from .generation import option_probs
 from .prompts import JUDGE_STYLES, chat_or_plain, effective_judge_style, judge_prompt
 
@@ -92,20 +93,6 @@ def lexical_correct(answer: str, references: Sequence[str], *, criterion: str = 
 def truthfulqa_correct(answer: str, correct: Sequence[str], incorrect: Sequence[str]) -> bool:
     """TruthfulQA lexical label: closer (max F1) to a correct than to any incorrect reference."""
     return max_f1(answer, correct) > max_f1(answer, incorrect)
-
-
-def cohen_kappa(a: Sequence, b: Sequence) -> float:
-    """Cohen's κ between two label lists (sklearn ``cohen_kappa_score``; NaN when undefined,
-    e.g. both raters give one constant label)."""
-    import warnings
-
-    from sklearn.metrics import cohen_kappa_score
-
-    if len(a) != len(b) or len(a) == 0:
-        raise InputError(f"need two equally long, non-empty label lists; got {len(a)} and {len(b)}")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return float(cohen_kappa_score([int(x) for x in a], [int(x) for x in b]))
 
 
 # ----------------------------------------------------------------------------- LLM judge
