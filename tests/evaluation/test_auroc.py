@@ -95,3 +95,22 @@ def test_auroc_table_rows(rows):
     assert {(r["model"], r["method"]) for r in table} >= {("m1", "Alea."), ("m2", "P(True)")}
     alea = [r for r in table if r["method"] == "Alea."]
     assert all(r["n"] == 80 and r["auroc_mean"] > 0.75 for r in alea)
+
+
+def test_dataset_mean_only_for_methods_on_every_model(rows):
+    from isouq.evaluation.auroc import method_by_dataset, method_runs, model_by_method
+    from isouq.evaluation.rows import group_rows
+
+    rows = [dict(r, scores=dict(r["scores"])) for r in rows if r["dataset"] == "TriviaQA"]
+    for r in rows:
+        if r["model"] != "m1":  # semantic entropy computed for m1 only
+            del r["scores"]["semantic_entropy"]
+    groups = group_rows(rows)
+    runs = method_runs(groups, n_bootstrap=5)
+    table = {r["method"]: r for r in method_by_dataset(runs)}
+    assert table["Sem. Ent."]["TriviaQA"] is None and table["Sem. Ent."]["TriviaQA ±"] is None
+    want = np.mean(np.concatenate([runs[("TriviaQA", m, "Alea.")]["auroc"]
+                                   for m in ("m1", "m2", "m3")]))
+    assert table["Alea."]["TriviaQA"] == pytest.approx(want)
+    per_model = {r["model"]: r for r in model_by_method(runs, groups)}
+    assert per_model["m1"]["Sem. Ent."] is not None and per_model["m2"]["Sem. Ent."] is None

@@ -3,7 +3,7 @@ import pytest
 
 from isouq.errors import DataError
 from isouq.evaluation import group_rows
-from isouq.evaluation.rows import feature_matrix, log_transform
+from isouq.evaluation.rows import drop_partial_scores, feature_matrix, log_transform, usable_rows
 
 
 def test_log_transform_shifts_zeros_and_keeps_nan():
@@ -37,3 +37,20 @@ def test_group_rows_errors():
     with pytest.raises(DataError, match="infinite"):
         group_rows([{"key": "a", "model": "m", "dataset": "d", "correct": 1,
                      "scores": {"epistemic": float("inf")}}])
+
+
+def test_scores_of_a_run_in_progress_are_dropped_nulls_kept():
+    rows = [{"key": str(i), "dataset": "D", "model": m, "correct": i % 2,
+             "scores": {"epistemic": 1.0 + i, "p_true": None if i == 0 else 0.5}}
+            for m in ("a", "b") for i in range(6)]
+    for r in rows[:2]:  # model a: semantic entropy on 2 of 6 rows so far
+        r["scores"]["semantic_entropy"] = 0.3
+    for r in rows[6:]:  # model b: on all of its rows
+        r["scores"]["semantic_entropy"] = 0.2
+    kept, why = drop_partial_scores(rows)
+    assert why == ["score 'semantic_entropy' of model 'a' on 'D' left out: on 2 of 6 rows (run "
+                   "in progress; resume `isouq qa run` to complete it)"]
+    assert all("semantic_entropy" not in r["scores"] for r in kept[:6])
+    assert all(r["scores"]["semantic_entropy"] == 0.2 for r in kept[6:])
+    assert kept[0]["scores"]["p_true"] is None and "semantic_entropy" in rows[0]["scores"]
+    assert usable_rows(rows)[1] == why

@@ -17,6 +17,7 @@ from isouq.qa.baselines.semantic_entropy import (
     NLIEntailment,
     cluster_logprobs,
     discrete_semantic_entropy,
+    equivalent,
     entropy_from_logprobs,
     semantic_clusters,
     semantic_entropy,
@@ -105,13 +106,51 @@ def test_clustering_is_batched_and_cached():
     answers = [["Paris", "paris it is", "London", "Paris"], ["A b", "C", "a c", "D", "c d"]]
     ids, calls = semantic_clusters(qs, answers, judge)
     assert ids == [[0, 0, 1, 0], [0, 1, 0, 2, 1]]
-    assert len(judge.batches) == 2  # one judge call per round, both questions together
+    # per round one batch rep ⊨ answer, one batch answer ⊨ rep (both questions together)
+    assert len(judge.batches) == 4
     assert sum(calls) == judge.calls == len(judge.cache)
     # each ordered pair asked at most once: ≤ U(U−1) for U unique strings
     assert calls[0] <= 3 * 2 and calls[1] <= 5 * 4
     before = judge.calls
     again, calls2 = semantic_clusters(qs, answers, judge)
     assert again == ids and judge.calls == before and calls2 == [0, 0]
+
+
+class HashJudge(EntailmentJudge):
+    """Arbitrary, not even transitive, but deterministic labels from a hash of the pair."""
+
+    def predict_labels(self, items):
+        return [hash((q, a, b)) % 3 if a[0] != b[0] else ENTAILMENT for q, a, b in items]
+
+
+def both_directions_clusters(answers, label, strict):
+    """Reference: greedy clustering that always asks both directions (LM-Polygraph's loop)."""
+    uniq = list(dict.fromkeys(answers))
+    cid = [None] * len(uniq)
+    n = 0
+    for i in range(len(uniq)):
+        if cid[i] is None:
+            cid[i], n = n, n + 1
+            for j in range(i + 1, len(uniq)):
+                if cid[j] is None and equivalent(label(uniq[i], uniq[j]),
+                                                 label(uniq[j], uniq[i]), strict):
+                    cid[j] = cid[i]
+    return [cid[uniq.index(a)] for a in answers], len(uniq) * (len(uniq) - 1)
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_one_direction_first_gives_the_same_clusters_with_fewer_calls(strict):
+    rng = np.random.default_rng(0)
+    words = ["ab", "ac", "bd", "be", "cf", "cg", "ah", "bi"]
+    for trial in range(30):
+        q = f"q{trial}"
+        answers = [str(w) for w in rng.choice(words, size=10)]
+        judge = HashJudge()
+        ids, calls = semantic_clusters([q], [answers], judge, strict=strict)
+        ref, worst = both_directions_clusters(
+            answers, lambda a, b, q=q: HashJudge().predict_labels([(q, a, b)])[0], strict)
+        assert ids == [ref]
+        assert calls[0] == judge.calls <= worst
 
 
 def test_strict_versus_lenient_rule():

@@ -163,13 +163,18 @@ def method_by_dataset(
     methods: Sequence[str] = tuple(METHODS),
 ) -> list[dict]:
     """The paper's Table 2 shape: one row per method, per dataset the mean over models and runs
-    (``"<dataset>"``) and the std over all (model, run) values pooled (``"<dataset> ±"``)."""
+    (``"<dataset>"``) and the std over all (model, run) values pooled (``"<dataset> ±"``).
+    A method evaluated on only some of a dataset's models gets no mean there (null): a mean
+    over other models than the rest of the column would not compare."""
     dss = list(dict.fromkeys(ds for ds, _, _ in runs))
+    models = {ds: {m for d, m, _ in runs if d == ds} for ds in dss}
     table = []
     for method in methods:
         row: dict = {"method": method}
         for ds in dss:
             vals = [r[metric] for (d, _, mth), r in runs.items() if d == ds and mth == method]
+            if len(vals) < len(models[ds]):
+                vals = []
             v = np.concatenate(vals) if vals else np.array([])
             v = v[np.isfinite(v)]
             row[ds] = to_float(v.mean()) if v.size else None

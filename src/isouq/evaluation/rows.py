@@ -164,19 +164,49 @@ def check_classes(groups: Mapping[tuple[str, str], QAGroup], min_per_class: int 
             )
 
 
+def drop_partial_scores(rows: Iterable[Mapping]) -> tuple[list[Mapping], list[str]]:
+    """(rows without the scores that only some rows of their (dataset, model) carry, one line
+    per score dropped). A score key absent from some rows of a group is a method whose run is
+    still in progress (``isouq qa run`` adds a method to rows in order); evaluating it on the
+    rows done so far would compare methods on different questions. A score present as null is
+    a missing value and stays (the method is evaluated on the rows that have it)."""
+    rows = list(rows)
+    members: dict[tuple[str, str], list[int]] = {}
+    for i, r in enumerate(rows):
+        members.setdefault((str(r.get("dataset")), str(r.get("model"))), []).append(i)
+    out: list[Mapping] = list(rows)
+    why = []
+    for (ds, model), idx in members.items():
+        has: dict[str, int] = {}
+        for i in idx:
+            sc = rows[i].get("scores")
+            for k in sc if isinstance(sc, Mapping) else ():
+                has[k] = has.get(k, 0) + 1
+        partial = sorted(k for k, n in has.items() if n < len(idx))
+        if not partial:
+            continue
+        for i in idx:
+            out[i] = {**rows[i], "scores": {k: v for k, v in rows[i]["scores"].items()
+                                            if k not in partial}}
+        why += [f"score {k!r} of model {model!r} on {ds!r} left out: on {has[k]} of {len(idx)} "
+                "rows (run in progress; resume `isouq qa run` to complete it)" for k in partial]
+    return out, why
+
+
 def usable_rows(
     rows: Iterable[Mapping], min_per_class: int = 2
 ) -> tuple[list[Mapping], list[str]]:
     """(rows of the (dataset, model) groups with at least ``min_per_class`` correct and
-    incorrect judged answers, one line per group left out saying why). For a report over runs
-    still in progress, where a model may not have both classes yet."""
-    rows = list(rows)
+    incorrect judged answers, without scores that only part of a group has
+    (``drop_partial_scores``); one line per thing left out saying why). For a report over runs
+    still in progress, where a model may not have both classes or every method yet."""
+    rows, why = drop_partial_scores(rows)
     groups = group_rows(rows)
     short = {k: (int(g.correct.sum()), int((g.correct == 0).sum())) for k, g in groups.items()
              if min(int(g.correct.sum()), int((g.correct == 0).sum())) < min_per_class}
     kept = [r for r in rows if (str(r["dataset"]), str(r["model"])) not in short]
-    why = [f"model {m!r} on {ds!r} left out: {n1} correct and {n0} incorrect judged answers "
-           f"(need {min_per_class} of each)" for (ds, m), (n1, n0) in short.items()]
+    why += [f"model {m!r} on {ds!r} left out: {n1} correct and {n0} incorrect judged answers "
+            f"(need {min_per_class} of each)" for (ds, m), (n1, n0) in short.items()]
     return kept, why
 
 

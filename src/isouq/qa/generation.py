@@ -439,6 +439,51 @@ def option_token_ids(tokenizer, prompt: str, variants: Sequence[str]) -> list[in
     return ids if ids or first is None else [first]
 
 
+def _shared_prefix_len(rows: Sequence[Sequence[int]]) -> int:
+    """Tokens all rows start with, leaving every row at least one token of its own."""
+    n = min(len(r) for r in rows) - 1
+    first = rows[0]
+    for i in range(max(n, 0)):
+        if any(r[i] != first[i] for r in rows):
+            return i
+    return max(n, 0)
+
+
+MIN_SHARED_PREFIX = 16
+"""Shortest common prompt prefix (tokens) worth one extra forward pass to encode once."""
+
+
+@torch.inference_mode()
+def _last_logits(model, rows: Sequence[Sequence[int]], pad_id: int, device, *,
+                 share_prefix: bool = True) -> torch.Tensor:
+    """(N, V) next-token logits after each row of token ids.
+
+    When the rows share a prefix of ≥ ``MIN_SHARED_PREFIX`` tokens and the model keeps a
+    transformers ``Cache``, the prefix is encoded once and its keys/values are repeated for the
+    rows' own suffixes (left-padded after the prefix, positions continuing from it): the same
+    logits as encoding every row whole, up to float rounding, for a fraction of the work when
+    the prefix is long (judge and entailment prompts of one question).
+    """
+    from transformers import Cache, PreTrainedModel
+
+    p = _shared_prefix_len(rows) if share_prefix and len(rows) > 1 else 0
+    if p >= MIN_SHARED_PREFIX and isinstance(model, PreTrainedModel):
+        head = torch.as_tensor([list(rows[0][:p])], dtype=torch.long, device=device)
+        cache = model(input_ids=head, attention_mask=torch.ones_like(head),
+                      use_cache=True).past_key_values
+        if isinstance(cache, Cache) and hasattr(cache, "batch_repeat_interleave"):
+            cache.batch_repeat_interleave(len(rows))
+            ids, mask, pos = _left_pad([r[p:] for r in rows], pad_id, device)
+            full_mask = torch.cat([torch.ones((len(rows), p), dtype=mask.dtype,
+                                              device=device), mask], dim=1)
+            return model(input_ids=ids, attention_mask=full_mask, position_ids=pos + p,
+                         past_key_values=cache, use_cache=True,
+                         **_forward_kwargs(model)).logits[:, -1, :].float()
+    ids, mask, pos = _left_pad(rows, pad_id, device)
+    return model(input_ids=ids, attention_mask=mask, position_ids=pos,
+                 **_forward_kwargs(model)).logits[:, -1, :].float()
+
+
 @torch.inference_mode()
 def option_probs(
     model,
@@ -447,24 +492,32 @@ def option_probs(
     options: Mapping[str, Sequence[str]],
     *,
     batch_size: int = 8,
+    share_prefix: bool = True,
 ) -> torch.Tensor:
     """Next-token probability mass of each option after each prompt, one forward pass per batch.
 
     options: name -> surface variants, e.g. {"yes": [" yes", "yes", " Yes", "Yes"], ...}; an
     option's mass is the sum of p(token) over the distinct single tokens spelling its variants
     (see ``option_token_ids``).
+    Prompts are batched in sorted token order, so prompts that share a beginning (one
+    question's judge or entailment prompts) share a batch and that beginning is encoded once
+    (``_last_logits``; ``share_prefix=False`` encodes every prompt whole).
     Returns (N, n_options) float64 on CPU, in ``options`` order (not renormalized). Raises
     ModelError when two options start with the same token (their masses would be confounded).
     """
     _check_common(prompts, 1, batch_size)
     names = list(options)
     device = model_device(model)
+    encoded = [encode_prompt(tokenizer, p) for p in prompts]
+    order = sorted(range(len(prompts)), key=lambda i: encoded[i])
     out = torch.zeros((len(prompts), len(names)), dtype=torch.float64)
-    for s in range(0, len(prompts), batch_size):
-        chunk = list(prompts[s : s + batch_size])
+    n_batches = -(-len(order) // batch_size)
+    size = -(-len(order) // max(n_batches, 1))  # balanced: 9 prompts at batch_size 8 -> 5 + 4
+    for s in range(0, len(order), size):
+        chunk = order[s : s + size]
         tok_ids = []
-        for p in chunk:
-            per = [option_token_ids(tokenizer, p, options[nm]) for nm in names]
+        for i in chunk:
+            per = [option_token_ids(tokenizer, prompts[i], options[nm]) for nm in names]
             flat = [t for ids in per for t in ids]
             if len(flat) != len(set(flat)) or any(not ids for ids in per):
                 raise ModelError(
@@ -472,13 +525,11 @@ def option_probs(
                     f"(ids {per}); give variants whose first tokens differ"
                 )
             tok_ids.append(per)
-        ids, mask, pos = _left_pad([encode_prompt(tokenizer, p) for p in chunk],
-                                   _pad_id(tokenizer), device)
-        logits = model(input_ids=ids, attention_mask=mask, position_ids=pos,
-                       **_forward_kwargs(model)).logits[:, -1, :].float()
+        logits = _last_logits(model, [encoded[i] for i in chunk], _pad_id(tokenizer), device,
+                              share_prefix=share_prefix)
         _check_finite(logits)
         probs = torch.softmax(logits, dim=-1).double().cpu()
-        for r, per in enumerate(tok_ids):
+        for r, (i, per) in enumerate(zip(chunk, tok_ids, strict=True)):
             for c, ids_c in enumerate(per):
-                out[s + r, c] = probs[r, ids_c].sum()
+                out[i, c] = probs[r, ids_c].sum()
     return out

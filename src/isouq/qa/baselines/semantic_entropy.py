@@ -149,7 +149,9 @@ class NLIEntailment(EntailmentJudge):
 class LLMEntailment(EntailmentJudge):
     """Entailment asked of a causal LM with Farquhar's prompt (``prompts.entailment_prompt``).
 
-    One forward pass per pair; the label is the option among entailment / contradiction /
+    One forward pass per pair, batched per question so that a batch's common beginning (the
+    question and, comparing with one representative, its answer) is encoded once
+    (``option_probs``); the label is the option among entailment / contradiction /
     neutral with the most next-token probability (Farquhar sample a reply at T = 0.02 and look
     for the words; reading probabilities needs no parsing and never falls back to "neutral").
     """
@@ -161,11 +163,11 @@ class LLMEntailment(EntailmentJudge):
     }
 
     def __init__(self, model, tokenizer, *, name: str | None = None, batch_size: int = 8,
-                 chat: bool | None = None):
+                 chat: bool | None = None, share_prefix: bool = True):
         super().__init__()
         self.model, self.tokenizer = model, tokenizer
         self.name = name or getattr(model.config, "name_or_path", None) or "llm"
-        self.batch_size, self.chat = batch_size, chat
+        self.batch_size, self.chat, self.share_prefix = batch_size, chat, share_prefix
 
     def prompt(self, question: str, a: str, b: str) -> str:
         return chat_or_plain(self.tokenizer, entailment_prompt(question, a, b), chat=self.chat)
@@ -173,9 +175,17 @@ class LLMEntailment(EntailmentJudge):
     def predict_labels(self, items: Sequence[Pair]) -> list[int]:
         labels = list(self.OPTIONS)
         opts = {str(k): v for k, v in self.OPTIONS.items()}
-        probs = option_probs(self.model, self.tokenizer, [self.prompt(*it) for it in items],
-                             opts, batch_size=self.batch_size)
-        return [labels[i] for i in probs.argmax(-1).tolist()]
+        by_question: dict[str, list[int]] = {}
+        for i, (q, _, _) in enumerate(items):
+            by_question.setdefault(q, []).append(i)
+        out = [NEUTRAL] * len(items)
+        for idx in by_question.values():  # batches never mix questions: longer shared prefixes
+            probs = option_probs(self.model, self.tokenizer,
+                                 [self.prompt(*items[i]) for i in idx], opts,
+                                 batch_size=self.batch_size, share_prefix=self.share_prefix)
+            for i, k in zip(idx, probs.argmax(-1).tolist(), strict=True):
+                out[i] = labels[k]
+        return out
 
     def config(self) -> dict:
         return {**super().config(), "chat": self.chat}
@@ -191,6 +201,13 @@ def equivalent(l_ab: int, l_ba: int, strict: bool = True) -> bool:
     return CONTRADICTION not in (l_ab, l_ba) and (l_ab, l_ba) != (NEUTRAL, NEUTRAL)
 
 
+def could_be_equivalent(l_ab: int, strict: bool = True) -> bool:
+    """Whether answers can still be equivalent after the first direction's label: strict needs
+    entailment, the lenient rule only excludes contradiction. When not, the other direction
+    cannot change the verdict and is never asked."""
+    return l_ab == ENTAILMENT if strict else l_ab != CONTRADICTION
+
+
 def semantic_clusters(
     questions: Sequence[str],
     answers: Sequence[Sequence[str]],
@@ -199,6 +216,11 @@ def semantic_clusters(
     strict: bool = True,
 ) -> tuple[list[list[int]], list[int]]:
     """Cluster each question's answers by meaning; all questions' pairs batched per round.
+
+    Each round, every question's first unassigned answer opens a cluster (its representative)
+    and is compared with each later unassigned answer: first rep ⊨ answer for all pairs in one
+    batch, then answer ⊨ rep only for the pairs that ``could_be_equivalent`` (same clusters as
+    asking both directions always, with about half the judge calls when answers differ).
 
     questions: (N,); answers: N lists of K_i strings. Returns (cluster ids: N lists of K_i ints,
     numbered 0.. in order of first appearance; judge evaluations spent per question).
@@ -209,9 +231,17 @@ def semantic_clusters(
     cid: list[list[int | None]] = [[None] * len(u) for u in uniq]
     n_next = [0] * len(uniq)
     calls = [0] * len(uniq)
+
+    def ask(items: list[Pair], owner_q: list[int]) -> list[int]:
+        seen: set[Pair] = set()
+        for pair, q in zip(items, owner_q, strict=True):
+            if pair not in judge.cache and pair not in seen:
+                seen.add(pair)
+                calls[q] += 1
+        return judge.labels(items)
+
     while True:
-        items: list[Pair] = []
-        owners: list[tuple[int, int, int]] = []
+        owners: list[tuple[int, str, int, int]] = []  # (question, rep text, answer, cluster)
         for q, u in enumerate(uniq):
             free = [i for i in range(len(u)) if cid[q][i] is None]
             if not free:
@@ -219,20 +249,19 @@ def semantic_clusters(
             rep = free[0]
             cid[q][rep] = n_next[q]
             n_next[q] += 1
-            for i in free[1:]:
-                items += [(questions[q], u[rep], u[i]), (questions[q], u[i], u[rep])]
-                owners.append((q, i, cid[q][rep]))
-        if not items:
+            owners += [(q, u[rep], i, cid[q][rep]) for i in free[1:]]
+        if not owners:
             break
-        seen: set[Pair] = set()
-        for n, (q, _, _) in enumerate(owners):
-            for pair in items[2 * n : 2 * n + 2]:
-                if pair not in judge.cache and pair not in seen:
-                    seen.add(pair)
-                    calls[q] += 1
-        labels = judge.labels(items)
-        for n, (q, i, c) in enumerate(owners):
-            if equivalent(labels[2 * n], labels[2 * n + 1], strict):
+        forward = ask([(questions[q], r, uniq[q][i]) for q, r, i, _ in owners],
+                      [q for q, *_ in owners])
+        open_ = [(o, f) for o, f in zip(owners, forward, strict=True)
+                 if could_be_equivalent(f, strict)]
+        if not open_:
+            continue
+        backward = ask([(questions[q], uniq[q][i], r) for (q, r, i, _), _ in open_],
+                       [o[0] for o, _ in open_])
+        for ((q, _, i, c), f), b in zip(open_, backward, strict=True):
+            if equivalent(f, b, strict):
                 cid[q][i] = c
     ids = []
     for q, a in enumerate(answers):
