@@ -207,7 +207,28 @@ def usable_rows(
     kept = [r for r in rows if (str(r["dataset"]), str(r["model"])) not in short]
     why += [f"model {m!r} on {ds!r} left out: {n1} correct and {n0} incorrect judged answers "
             f"(need {min_per_class} of each)" for (ds, m), (n1, n0) in short.items()]
-    return kept, why
+    return kept, why + partial_model_notes(kept)
+
+
+def partial_model_notes(rows: Iterable[Mapping]) -> list[str]:
+    """One line per (dataset, score) that only some of the dataset's models have: such a
+    method gets per-model results but no mean over models (``method_by_dataset``)."""
+    have: dict[str, dict[str, set[str]]] = {}
+    for r in rows:
+        ds, model = str(r["dataset"]), str(r["model"])
+        per = have.setdefault(ds, {})
+        per.setdefault(model, set())
+        sc = r.get("scores")
+        per[model].update(sc if isinstance(sc, Mapping) else ())
+    why = []
+    for ds, per in have.items():
+        every = set.union(*per.values())
+        for k in sorted(every):
+            with_k = sorted(m for m, ks in per.items() if k in ks)
+            if len(with_k) < len(per):
+                why.append(f"score {k!r} on {ds!r} only for model(s) {with_k} of {len(per)}: "
+                           "per-model results only, no mean over models")
+    return why
 
 
 def feature_matrix(
