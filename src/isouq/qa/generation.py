@@ -512,7 +512,7 @@ def option_probs(
     order = sorted(range(len(prompts)), key=lambda i: encoded[i])
     out = torch.zeros((len(prompts), len(names)), dtype=torch.float64)
     n_batches = -(-len(order) // batch_size)
-    size = -(-len(order) // max(n_batches, 1))  # balanced: 9 prompts at batch_size 8 -> 5 + 4
+    size = max(-(-len(order) // max(n_batches, 1)), 1)  # balanced: 9 at batch_size 8 -> 5 + 4
     for s in range(0, len(order), size):
         chunk = order[s : s + size]
         tok_ids = []

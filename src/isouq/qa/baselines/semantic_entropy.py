@@ -188,7 +188,7 @@ class LLMEntailment(EntailmentJudge):
         return out
 
     def config(self) -> dict:
-        return {**super().config(), "chat": self.chat}
+        return {**super().config(), "chat": self.chat, "share_prefix": self.share_prefix}
 
 
 # ----------------------------------------------------------------------------- clustering
