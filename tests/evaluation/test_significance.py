@@ -74,3 +74,21 @@ def test_paired_bootstrap_table(rows):
     assert [r["dataset"] for r in table] == ["TruthfulQA", "TriviaQA"]
     assert all(r["n_cells"] == 12 and r["ci_low"] <= r["delta_auroc"] <= r["ci_high"]
                for r in table)
+
+
+def test_baseline_on_fewer_models_is_compared_on_those_models(rows):
+    from isouq.evaluation.rows import group_rows
+    from isouq.evaluation.significance import split_aurocs, ttests_from_splits
+
+    rows = [dict(r, scores=dict(r["scores"])) for r in rows if r["dataset"] == "TriviaQA"]
+    for r in rows:
+        if r["model"] != "m2":
+            del r["scores"]["semantic_entropy"]
+    split_auc = split_aurocs(group_rows(rows), n_splits=4)
+    table = {(r["method"], r["baseline"]): r for r in ttests_from_splits(split_auc)}
+    se, pt = table[("Alea.", "Sem. Ent.")], table[("Alea.", "P(True)")]
+    assert se["n_models"] == 1 and pt["n_models"] == 3
+    only_m2 = ttest_rel(split_auc[("TriviaQA", "m2", "Alea.")],
+                        split_auc[("TriviaQA", "m2", "Sem. Ent.")])
+    assert se["auroc_method"] == pytest.approx(split_auc[("TriviaQA", "m2", "Alea.")].mean())
+    assert se["p"] == pytest.approx(only_m2.pvalue)

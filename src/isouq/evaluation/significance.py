@@ -17,7 +17,7 @@ over the (model, split) cells: the per-cell AUROC differences are resampled with
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
 import numpy as np
@@ -102,10 +102,13 @@ def _cells(
 
 
 def mean_over_models(
-    split_auc: Mapping[tuple[str, str, str], np.ndarray], dataset: str, method: str
+    split_auc: Mapping[tuple[str, str, str], np.ndarray], dataset: str, method: str,
+    models: Collection[str] | None = None,
 ) -> np.ndarray | None:
-    """(n_splits,) AUROC of ``method`` on ``dataset`` averaged over models (NaN-aware)."""
-    cells = _cells(split_auc, dataset, method)
+    """(n_splits,) AUROC of ``method`` on ``dataset`` averaged over models (all, or those in
+    ``models``; NaN-aware)."""
+    cells = {m: v for m, v in _cells(split_auc, dataset, method).items()
+             if models is None or m in models}
     if not cells:
         return None
     with _quiet():
@@ -188,16 +191,20 @@ def ttests_from_splits(
     alpha: float = 0.05,
 ) -> list[dict]:
     """One row per (dataset, method, baseline): mean AUROCs over splits, diff, t, raw p,
-    BH-adjusted p over all rows, significant, direction (↑ method better, ↓ worse)."""
+    BH-adjusted p over all rows, significant, direction (↑ method better, ↓ worse).
+    Both sides are averaged over the models that have both (``n_models``), so a baseline
+    computed for fewer models is compared on those models only."""
     table = []
     for ds in dict.fromkeys(d for d, _, _ in split_auc):
         for m in methods:
             for bl in baselines:
-                a, b = mean_over_models(split_auc, ds, m), mean_over_models(split_auc, ds, bl)
-                if a is None or b is None:
+                common = set(_cells(split_auc, ds, m)) & set(_cells(split_auc, ds, bl))
+                if not common:
                     continue
-                t = paired_ttest(a, b)
-                table.append({"dataset": ds, "method": m, "baseline": bl, "n_splits": t["n"],
+                t = paired_ttest(mean_over_models(split_auc, ds, m, common),
+                                 mean_over_models(split_auc, ds, bl, common))
+                table.append({"dataset": ds, "method": m, "baseline": bl,
+                              "n_models": len(common), "n_splits": t["n"],
                               "auroc_method": t["mean_a"], "auroc_baseline": t["mean_b"],
                               "diff": t["diff"], "t": t["t"], "p": t["p"]})
     reject, p_adj = bh_adjust([r["p"] for r in table], alpha)
