@@ -92,3 +92,8 @@ def test_baseline_on_fewer_models_is_compared_on_those_models(rows):
                         split_auc[("TriviaQA", "m2", "Sem. Ent.")])
     assert se["auroc_method"] == pytest.approx(split_auc[("TriviaQA", "m2", "Alea.")].mean())
     assert se["p"] == pytest.approx(only_m2.pvalue)
+    from isouq.evaluation.significance import significance_wide
+
+    wide = {r["method"]: r for r in significance_wide(table.values())}
+    assert wide["Alea."]["vs Sem. Ent."].endswith(" (1 of 3 models)")
+    assert "models" not in wide["Alea."]["vs P(True)"]

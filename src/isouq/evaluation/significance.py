@@ -226,7 +226,12 @@ def format_p(p: float | None) -> str:
 
 def significance_wide(long: Iterable[Mapping]) -> list[dict]:
     """The paper's significance table: one row per (dataset, method), one column per baseline
-    holding the BH-adjusted p and, when significant, the arrow (e.g. '<0.001 ↑')."""
+    holding the BH-adjusted p and, when significant, the arrow (e.g. '<0.001 ↑'); a test on
+    fewer models than the dataset's others says so (e.g. '0.210 (1 of 3 models)')."""
+    long = list(long)
+    most: dict[str, int] = {}
+    for r in long:
+        most[r["dataset"]] = max(most.get(r["dataset"], 0), int(r.get("n_models") or 0))
     out: dict[tuple[str, str], dict] = {}
     for r in long:
         row = out.setdefault((r["dataset"], r["method"]),
@@ -234,6 +239,8 @@ def significance_wide(long: Iterable[Mapping]) -> list[dict]:
         cell = format_p(r["p_bh"])
         if r["significant"]:
             cell += f" {r['direction']}"
+        if int(r.get("n_models") or 0) < most[r["dataset"]]:
+            cell += f" ({r['n_models']} of {most[r['dataset']]} models)"
         row[f"vs {r['baseline']}"] = cell
     return list(out.values())
 

@@ -155,7 +155,7 @@ def _significance_view(rows: list[dict], digits: int) -> Table:
                    "method vs baseline; bold = significant at 0.05; ↑ gradient method better, "
                    "↓ baseline better. Paper: tab:qa-significance.")
     bold = {(i, j) for i, row in enumerate(t.rows) for j, c in enumerate(row)
-            if c.endswith(("↑", "↓"))}
+            if "↑" in c or "↓" in c}
     return Table(t.name, t.title, t.columns, t.rows, frozenset(bold), t.caption)
 
 
