@@ -17,8 +17,8 @@ from isouq.qa.baselines.semantic_entropy import (
     NLIEntailment,
     cluster_logprobs,
     discrete_semantic_entropy,
-    equivalent,
     entropy_from_logprobs,
+    equivalent,
     semantic_clusters,
     semantic_entropy,
 )

@@ -143,7 +143,6 @@ def test_option_probs_from_controlled_logits(rule_lm, tok):
 def test_shared_prefix_gives_the_logits_of_each_prompt_alone(family):
     from isouq.qa import generation
     from isouq.qa.prompts import entailment_prompt
-
     from tiny import causal_lm, tokenizer
 
     tk, lm = tokenizer(chat=False), causal_lm(family)
