@@ -469,8 +469,8 @@ def _last_logits(model, rows: Sequence[Sequence[int]], pad_id: int, device, *,
     p = _shared_prefix_len(rows) if share_prefix and len(rows) > 1 else 0
     if p >= MIN_SHARED_PREFIX and isinstance(model, PreTrainedModel):
         head = torch.as_tensor([list(rows[0][:p])], dtype=torch.long, device=device)
-        cache = model(input_ids=head, attention_mask=torch.ones_like(head),
-                      use_cache=True).past_key_values
+        cache = model(input_ids=head, attention_mask=torch.ones_like(head), use_cache=True,
+                      **_forward_kwargs(model)).past_key_values  # keys/values, not logits
         if isinstance(cache, Cache) and hasattr(cache, "batch_repeat_interleave"):
             cache.batch_repeat_interleave(len(rows))
             ids, mask, pos = _left_pad([r[p:] for r in rows], pad_id, device)
