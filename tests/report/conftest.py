@@ -14,11 +14,11 @@ import matplotlib
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from isouq.report import build_report  # noqa: E402
 from isouq.runio import write_results  # noqa: E402
+from qa_rows import synth_rows as shared_synth_rows  # noqa: E402
 
 FAST = {"n_bootstrap": 10, "n_splits": 4, "n_paired_bootstrap": 200, "seed": 0}
 OUR_BINARY = [{"problem": "linear", "GN r": 0.93, "GN ρ": 0.98},
@@ -28,40 +28,9 @@ PAPER_BINARY = [{"problem": "linear", "GN r": 0.95, "GN ρ": 0.99},
 PAPER_ONLY = [{"problem": "linear", "r": 0.98, "r ±": 0.01}]
 
 
-def synth_rows(
-    *,
-    n: int = 40,
-    models: tuple[str, ...] = ("m1", "m2", "m3"),
-    datasets: tuple[str, ...] = ("TruthfulQA", "TriviaQA"),
-    seed: int = 0,
-) -> list[dict]:
-    """QA rows (schema of isouq.evaluation.rows) where aleatoric predicts correctness
-    strongly, epistemic weakly and the baselines not at all."""
-    rng = np.random.default_rng(seed)
-    rows = []
-    for ds in datasets:
-        for mi, model in enumerate(models):
-            wrong = rng.random(n) < 0.5
-            wrong[:2], wrong[2:4] = True, False  # both classes, always
-            alea = rng.normal(size=n) + 2.0 * wrong
-            epi = np.exp(2.0 * rng.normal(size=n) + 0.7 * wrong + mi)
-            for i in range(n):
-                rows.append({
-                    "key": f"{ds}-{i}", "model": model, "dataset": ds,
-                    "question": f"q{i}?", "answer": "a", "correct": int(not wrong[i]),
-                    "scores": {
-                        "epistemic": float(epi[i]), "aleatoric": float(alea[i]),
-                        "normalized_epistemic": float(epi[i] / 10.0**mi),
-                        "naive_entropy": float(rng.normal()),
-                        "semantic_entropy": float(rng.normal()),
-                        "p_true": float(rng.random()),
-                    },
-                    "passes": {"gradient": 1, "naive_entropy": 10, "semantic_entropy": 10,
-                               "p_true": 6},
-                    "seconds": {"gradient": 0.1, "naive_entropy": 5.0, "semantic_entropy": 6.0,
-                                "p_true": float(rng.uniform(2.0, 4.0))},
-                })
-    return rows
+def synth_rows(**kw) -> list[dict]:
+    """``qa_rows.synth_rows`` with 40 rows per (dataset, model) and both classes in each."""
+    return shared_synth_rows(**{"n": 40, "both_classes": True, **kw})
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> Path:

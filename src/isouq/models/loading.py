@@ -216,22 +216,20 @@ def _load_folder_weights(
     return model, tok
 
 
+def _load_cached_copy(model_class, folder: Path, *, dtype, quant, device):
+    """(model, tokenizer) from isouq's own safetensors copy of a dequantized GGUF: no remote
+    code, no pickles, no network."""
+    return _load_folder_weights(model_class, folder, use_safetensors=True, trust=False,
+                                dtype=dtype, quant=quant, device=device, local_files_only=True)
+
+
 def _from_cache(sha: str, *, dtype, quant, device, model_class):
     """(model, tokenizer, checks) from a verified cached copy, or None on a miss."""
     hit = read_cache(sha)
     if hit is None:
         return None
     folder, checks = hit
-    model, tok = _load_folder_weights(
-        model_class,
-        folder,
-        use_safetensors=True,
-        trust=False,
-        dtype=dtype,
-        quant=quant,
-        device=device,
-        local_files_only=True,
-    )
+    model, tok = _load_cached_copy(model_class, folder, dtype=dtype, quant=quant, device=device)
     return model, tok, checks
 
 
@@ -254,16 +252,7 @@ def _from_gguf(path: Path, sha: str, *, cache: bool, dtype, quant, device, model
     folder, checks = write_cache(model, tok, sha, path.name)
     if quant is not None:
         del model
-        model, tok = _load_folder_weights(
-            model_class,
-            folder,
-            use_safetensors=True,
-            trust=False,
-            dtype=dtype,
-            quant=quant,
-            device=device,
-            local_files_only=True,
-        )
+        model, tok = _load_cached_copy(model_class, folder, dtype=dtype, quant=quant, device=device)
     return model, tok, checks, "built"
 
 
