@@ -249,7 +249,9 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
                         "incorrect answers (TruthfulQA; elsewhere = strict). See README; rows "
                         "judged otherwise are re-judged")
     q.add_argument("--entailment-model", default=None,
-                   help="LLM for semantic-entropy entailment (default: the judge model)")
+                   help="semantic-entropy entailment: an MNLI-style classifier (e.g. "
+                        "microsoft/deberta-large-mnli, Farquhar et al.'s kind) or a causal LM "
+                        "asked with Farquhar's prompt (default: the judge model)")
     q.set_defaults(func=cmd_qa_run)
     q = qsub.add_parser("label", help="hand-label answers of a QA run (gold labels)")
     q.add_argument("rows", help="a QA rows file, e.g. results/qa/qa_truthfulqa__smollm2.jsonl")

@@ -9,7 +9,15 @@ import pytest
 import torch
 
 from isouq.errors import InputError, ModelError
-from isouq.models import REGISTRY, load_model, model_cache_dir, resolve_source, sha256_file
+from isouq.models import (
+    REGISTRY,
+    architectures,
+    is_sequence_classifier,
+    load_model,
+    model_cache_dir,
+    resolve_source,
+    sha256_file,
+)
 from isouq.models.registry import PartFile, Wheel
 
 
@@ -242,3 +250,25 @@ def test_missing_registry_model_says_how_to_fetch(monkeypatch):
     monkeypatch.setitem(REGISTRY, "absent", entry)
     with pytest.raises(ModelError, match="not installed.*isouq models --fetch absent"):
         load_model("absent")
+
+
+def test_architectures_tell_classifiers_from_causal_lms(save_tiny, tmp_path, tiny):
+    from transformers import AutoModelForSequenceClassification, BertConfig, BertForSequenceClassification
+
+    lm = save_tiny("llama", False)
+    assert architectures(lm) == ["LlamaForCausalLM"] and not is_sequence_classifier(lm)
+    nli = tmp_path / "nli"
+    BertForSequenceClassification(BertConfig(
+        vocab_size=300, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
+        num_attention_heads=2, num_labels=3)).save_pretrained(nli)
+    tiny.make_tokenizer(False).save_pretrained(nli)
+    assert is_sequence_classifier(nli)
+    model, _, info = load_model(nli, model_class=AutoModelForSequenceClassification)
+    assert type(model).__name__ == "BertForSequenceClassification" and info.kind == "folder"
+    tiny.to_hub_cache(nli, tmp_path / "hub", "isouq-test/nli")
+    assert is_sequence_classifier("isouq-test/nli", hub_cache_dir=tmp_path / "hub",
+                                  local_files_only=True)
+    assert architectures("smollm2") == []  # registry models are causal LMs: nothing is read
+    # unreachable: no answer here; load_model then says what is wrong
+    assert architectures("isouq-test/absent", hub_cache_dir=tmp_path / "hub",
+                         local_files_only=True) == []

@@ -17,6 +17,7 @@ from isouq.qa.baselines.semantic_entropy import (
     NLIEntailment,
     cluster_logprobs,
     discrete_semantic_entropy,
+    entailment_judge,
     entropy_from_logprobs,
     equivalent,
     semantic_clusters,
@@ -195,6 +196,12 @@ def test_nli_judge_needs_entailment_label(tiny_nli, tok):
     m.config.id2label = {0: "A", 1: "B", 2: "C"}
     with pytest.raises(ModelError):
         NLIEntailment(m, tok)
+
+
+def test_entailment_judge_follows_the_model_kind(tiny_nli, tiny_lm, tok):
+    assert isinstance(entailment_judge(tiny_nli, tok, name="nli"), NLIEntailment)
+    llm = entailment_judge(tiny_lm, tok, name="lm", batch_size=3)
+    assert isinstance(llm, LLMEntailment) and llm.batch_size == 3 and llm.name == "lm"
 
 
 def test_llm_entailment_reads_next_token(rule_lm, tok, tiny_lm):

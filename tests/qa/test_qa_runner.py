@@ -193,3 +193,29 @@ def test_two_ranks_equal_one(tmp_path, dataset, tiny_lm, tok):
         assert a["answer"] == b["answer"]
         assert a["scores"]["epistemic"] == pytest.approx(b["scores"]["epistemic"], rel=1e-5)
         assert a["scores"]["naive_entropy"] == pytest.approx(b["scores"]["naive_entropy"])
+
+
+def test_nli_entailment_model_from_a_folder(tmp_path, dataset, tiny_lm, tiny_nli, tok):
+    """--entailment-model naming an MNLI-style classifier: loaded as one (no injected loader,
+    the path a hub id takes too) and used for semantic entropy, exactly as NLIEntailment."""
+    from isouq.qa.baselines.semantic_entropy import NLIEntailment, semantic_entropy
+    from isouq.qa.runner import _sampled_from
+
+    lm_dir, nli_dir = tmp_path / "lm", tmp_path / "nli"
+    for model, folder in ((tiny_lm, lm_dir), (tiny_nli, nli_dir)):
+        model.save_pretrained(folder)
+        tok.save_pretrained(folder)
+    cfg = QAConfig(dataset=str(dataset), model=str(lm_dir), limit=None, k=3,
+                   max_new_tokens=6, batch_size=4, judge_model=None,
+                   entailment_model=str(nli_dir), methods=("semantic_entropy",))
+    runner = QARunner(cfg, tmp_path / "out", progress=False)
+    rows = read_jsonl(runner.run())
+    run = json.loads(runner.paths["run"].read_text())
+    assert run["entailment"]["kind"] == "NLIEntailment"
+    assert run["entailment"]["name"] == str(nli_dir)
+    samples = {r["key"]: _sampled_from(r) for r in read_jsonl(runner.paths["samples"])}
+    want = semantic_entropy([r["question"] for r in rows], [samples[r["key"]] for r in rows],
+                            NLIEntailment(tiny_nli, tok))
+    for r, w in zip(rows, want, strict=True):
+        assert r["scores"]["semantic_entropy"] == pytest.approx(w.value, abs=1e-9)
+        assert r["scores"]["semantic_entropy_discrete"] == pytest.approx(w.discrete, abs=1e-9)

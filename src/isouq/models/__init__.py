@@ -17,7 +17,7 @@ from .cache import model_cache_dir
 from .fetching import fetch, requirements_text
 from .files import FileCheck, cache_root, installed, sha256_file
 from .info import ModelInfo
-from .loading import load_model, resolve_source
+from .loading import architectures, is_sequence_classifier, load_model, resolve_source
 from .registry import DEFAULT_MODEL, REGISTRY, ModelEntry, get_entry, list_models
 
 __all__ = [
@@ -26,10 +26,12 @@ __all__ = [
     "FileCheck",
     "ModelEntry",
     "ModelInfo",
+    "architectures",
     "cache_root",
     "fetch",
     "get_entry",
     "installed",
+    "is_sequence_classifier",
     "list_models",
     "load_model",
     "model_cache_dir",

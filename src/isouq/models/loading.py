@@ -12,6 +12,7 @@ and the SHA-256 of every file read is recorded in :class:`ModelInfo`.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from dataclasses import dataclass
@@ -83,6 +84,33 @@ def resolve_source(name_or_path) -> tuple[str, object]:
         f"{text!r} is not a registry name ({', '.join(list_models())}), not an existing file "
         "or folder, and not a hub id ('org/name'). Check the spelling or the path."
     )
+
+
+def architectures(name_or_path, *, revision: str | None = None,
+                  hub_cache_dir: str | Path | None = None,
+                  local_files_only: bool = False) -> list[str]:
+    """The ``architectures`` a checkpoint's config names (e.g. ["DebertaV2ForSequenceClassification"]);
+    [] for registry and GGUF models (causal LMs). Reads config.json only: no weights, no code."""
+    kind, target = resolve_source(name_or_path)
+    if kind == "folder":
+        return list(json.loads((Path(target) / "config.json").read_text()).get("architectures")
+                    or [])
+    if kind == "hub":
+        from transformers import AutoConfig
+
+        try:
+            cfg = AutoConfig.from_pretrained(target, revision=revision, cache_dir=hub_cache_dir,
+                                             local_files_only=local_files_only)
+        except (OSError, ValueError):  # offline or no such repo: load_model says so clearly
+            return []
+        return list(getattr(cfg, "architectures", None) or [])
+    return []
+
+
+def is_sequence_classifier(name_or_path, **kw) -> bool:
+    """Whether the checkpoint is a ``*ForSequenceClassification`` (an NLI model, say): load it
+    with ``model_class=AutoModelForSequenceClassification``."""
+    return any(a.endswith("ForSequenceClassification") for a in architectures(name_or_path, **kw))
 
 
 def _is_gguf(path: Path) -> bool:

@@ -68,7 +68,7 @@ class QAConfig:
     batch_size: int = 8
     judge_model: str | None = "qwen2.5-coder-1.5b"   # None: lexical labels only
     judge_prompt: str = DEFAULT_JUDGE_PROMPT         # see prompts.JUDGE_STYLES
-    entailment_model: str | None = None              # default: the judge model (an LLM)
+    entailment_model: str | None = None              # LLM or NLI classifier; default: the judge
     device: str = "cpu"
     data_path: str | None = None
     extra: dict = field(default_factory=dict)
@@ -144,18 +144,25 @@ class QARunner:
         self._models: dict[str, tuple] = {}
 
     # ---------------------------------------------------------------- models
-    def load(self, name: str):
+    def load(self, name: str, *, classifier_ok: bool = False):
+        """(model, tokenizer, info) of ``name``, loaded once: a causal LM, or, where
+        ``classifier_ok`` and the checkpoint is one, a sequence classifier (an NLI model)."""
         if name not in self._models:
             if self._loader is not None:
                 self._models[name] = self._loader(name)
             else:
-                from ..models import load_model
+                from ..models import is_sequence_classifier, load_model
 
-                self._models[name] = load_model(name, device=self.cfg.device)
+                kw = {}
+                if classifier_ok and is_sequence_classifier(name):
+                    from transformers import AutoModelForSequenceClassification
+
+                    kw["model_class"] = AutoModelForSequenceClassification
+                self._models[name] = load_model(name, device=self.cfg.device, **kw)
         return self._models[name]
 
     def _judges(self):
-        from .baselines.semantic_entropy import LLMEntailment
+        from .baselines.semantic_entropy import entailment_judge
         from .judge import LLMJudge
 
         cfg = self.cfg
@@ -166,8 +173,8 @@ class QARunner:
                              prompt=cfg.judge_prompt)
         if "semantic_entropy" in cfg.methods:
             name = cfg.entailment_model or cfg.judge_model or cfg.model
-            em, et, _ = self.load(name)
-            ent = LLMEntailment(em, et, name=name, batch_size=cfg.batch_size)
+            em, et, _ = self.load(name, classifier_ok=True)
+            ent = entailment_judge(em, et, name=name, batch_size=cfg.batch_size)
         return judge, ent
 
     # ---------------------------------------------------------------- run
