@@ -56,3 +56,16 @@ def test_scores_of_a_run_in_progress_are_dropped_nulls_kept():
     kept, notes = usable_rows(rows)
     assert notes == why + ["score 'semantic_entropy' on 'D' only for model(s) ['b'] of 2: "
                            "per-model results only, no mean over models"]
+
+
+def test_scores_left_out_for_one_reason_share_one_note():
+    rows = [{"key": str(i), "dataset": "D", "model": m, "correct": i % 2,
+             "scores": {"epistemic": 1.0 + i}} for m in ("a", "b") for i in range(4)]
+    for r in rows[:1] + rows[4:]:  # model a: on 1 of 4 rows; model b: on all of its rows
+        r["scores"] |= {"semantic_entropy": 0.3, "semantic_entropy_discrete": 0.4}
+    kept, notes = usable_rows(rows)
+    assert notes == [
+        "scores 'semantic_entropy' and 'semantic_entropy_discrete' of model 'a' on 'D' left "
+        "out: on 1 of 4 rows (run in progress; resume `isouq qa run` to complete it)",
+        "scores 'semantic_entropy' and 'semantic_entropy_discrete' on 'D' only for model(s) "
+        "['b'] of 2: per-model results only, no mean over models"]

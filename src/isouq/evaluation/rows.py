@@ -188,9 +188,21 @@ def drop_partial_scores(rows: Iterable[Mapping]) -> tuple[list[Mapping], list[st
         for i in idx:
             out[i] = {**rows[i], "scores": {k: v for k, v in rows[i]["scores"].items()
                                             if k not in partial}}
-        why += [f"score {k!r} of model {model!r} on {ds!r} left out: on {has[k]} of {len(idx)} "
-                "rows (run in progress; resume `isouq qa run` to complete it)" for k in partial]
+        by_count: dict[int, list[str]] = {}
+        for k in partial:
+            by_count.setdefault(has[k], []).append(k)
+        why += [f"{_scores_phrase(ks)} of model {model!r} on {ds!r} left out: on {n} of "
+                f"{len(idx)} rows (run in progress; resume `isouq qa run` to complete it)"
+                for n, ks in by_count.items()]
     return out, why
+
+
+def _scores_phrase(keys: list[str]) -> str:
+    """"score 'a'" or "scores 'a' and 'b'" (one note for scores left out for one reason)."""
+    names = [repr(k) for k in keys]
+    if len(names) == 1:
+        return f"score {names[0]}"
+    return f"scores {', '.join(names[:-1])} and {names[-1]}"
 
 
 def usable_rows(
@@ -222,12 +234,13 @@ def partial_model_notes(rows: Iterable[Mapping]) -> list[str]:
         per[model].update(sc if isinstance(sc, Mapping) else ())
     why = []
     for ds, per in have.items():
-        every = set.union(*per.values())
-        for k in sorted(every):
-            with_k = sorted(m for m, ks in per.items() if k in ks)
+        by_models: dict[tuple[str, ...], list[str]] = {}
+        for k in sorted(set.union(*per.values())):
+            with_k = tuple(sorted(m for m, ks in per.items() if k in ks))
             if len(with_k) < len(per):
-                why.append(f"score {k!r} on {ds!r} only for model(s) {with_k} of {len(per)}: "
-                           "per-model results only, no mean over models")
+                by_models.setdefault(with_k, []).append(k)
+        why += [f"{_scores_phrase(ks)} on {ds!r} only for model(s) {list(ms)} of {len(per)}: "
+                "per-model results only, no mean over models" for ms, ks in by_models.items()]
     return why
 
 
