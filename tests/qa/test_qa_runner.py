@@ -219,3 +219,32 @@ def test_nli_entailment_model_from_a_folder(tmp_path, dataset, tiny_lm, tiny_nli
     for r, w in zip(rows, want, strict=True):
         assert r["scores"]["semantic_entropy"] == pytest.approx(w.value, abs=1e-9)
         assert r["scores"]["semantic_entropy_discrete"] == pytest.approx(w.discrete, abs=1e-9)
+
+
+def test_progress_names_each_step_and_counts_entailment_pairs(tmp_path, dataset, tiny_lm,
+                                                              tiny_nli, tok):
+    from isouq.qa.baselines.semantic_entropy import NLIEntailment
+    from isouq.qa.prompts import qa_prompts
+    from isouq.qa.runner import _step_reporter
+
+    class Bar:
+        def __init__(self):
+            self.shown = []
+
+        def set_postfix_str(self, text):
+            self.shown.append(text)
+
+    runner, _ = make_runner(tmp_path, dataset, tiny_lm, tok)
+    chunk = runner.items()[:3]
+    judge, _ = runner._judges()
+    ent = NLIEntailment(tiny_nli, tok)
+    bar = Bar()
+    say = _step_reporter(bar, ent)
+    runner._chunk(tiny_lm, tok, {}, chunk, qa_prompts(tok, [it.question for it in chunk]),
+                  judge, ent, say=say)
+    steps = [s for s in bar.shown if ":" not in s]
+    assert steps == ["greedy answers", "gradient", "samples", "semantic entropy", "P(True)",
+                     "judge"]
+    counts = [int(s.split(": ")[1].split()[0]) for s in bar.shown if ":" in s]
+    assert counts and counts == sorted(counts) and counts[-1] == ent.calls > 0
+    assert _step_reporter(None, ent)("anything") is None  # no bar: nothing shown

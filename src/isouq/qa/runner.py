@@ -213,11 +213,12 @@ class QARunner:
             where = "" if env.world == 1 else f" rank {env.rank}"
             bar = tqdm(total=len(mine), initial=len(mine) - len(todo),
                        desc=f"qa {cfg.dataset}/{cfg.model}{where}", unit="question")
+        say = _step_reporter(bar, ent)
         for s in range(0, len(todo), cfg.batch_size):
             chunk = todo[s : s + cfg.batch_size]
             prompts = qa_prompts(tok, [it.question for it in chunk])
             old = [have.get(it.key) for it in chunk]
-            for row in self._chunk(model, tok, info, chunk, prompts, judge, ent, old):
+            for row in self._chunk(model, tok, info, chunk, prompts, judge, ent, old, say=say):
                 rows.write(row)
             if bar is not None:
                 bar.update(len(chunk))
@@ -273,20 +274,24 @@ class QARunner:
         return [_sampled_from(have[k]) for k in keys]
 
     def _chunk(self, model, tok, info, chunk, prompts, judge, ent,
-               old: list[dict | None] | None = None) -> list[dict]:
+               old: list[dict | None] | None = None, *, say=None) -> list[dict]:
         """Rows for ``chunk``; ``old``: rows already written for these questions (or None),
-        which keep their scores and label and get only the methods they lack."""
+        which keep their scores and label and get only the methods they lack. ``say(step)``
+        is told each step as it starts (the progress bar shows it)."""
         from ..sequences import score_sequences
 
+        say = say or (lambda step: None)
         cfg, n = self.cfg, len(chunk)
         old = old or [None] * n
         want = {m for o in old for m in missing_methods(o, cfg.methods)}
+        say("greedy answers")
         gens = self._greedy(model, tok, chunk, prompts)
         answers = [g.text for g in gens]
         scores: list[dict] = [{} for _ in chunk]
         secs: list[dict] = [{} for _ in chunk]
         passes: list[dict] = [{} for _ in chunk]
         if "gradient" in want:
+            say("gradient")
             t = time.perf_counter()
             sc = score_sequences(model, tok, prompts, [g.token_ids for g in gens],
                                  batch_size=cfg.batch_size)
@@ -299,6 +304,7 @@ class QARunner:
                 secs[i]["gradient"], passes[i]["gradient"] = share, 1
         sampled = None
         if {"naive_entropy", "semantic_entropy", "p_true"} & want:
+            say("samples")
             sampled = self._samples(model, tok, chunk, prompts)
         if "naive_entropy" in want:
             from .baselines.naive_entropy import naive_entropy
@@ -309,6 +315,7 @@ class QARunner:
         if "semantic_entropy" in want:
             from .baselines.semantic_entropy import semantic_entropy
 
+            say("semantic entropy")
             for i, r in enumerate(semantic_entropy([it.question for it in chunk], sampled, ent)):
                 scores[i]["semantic_entropy"] = r.value
                 scores[i]["semantic_entropy_discrete"] = r.discrete
@@ -317,6 +324,7 @@ class QARunner:
         if "p_true" in want:
             from .baselines.p_true import p_true
 
+            say("P(True)")
             res = p_true(model, tok, [it.question for it in chunk], answers,
                          brainstormed=sampled, k=cfg.k_p_true, seed=cfg.seed,
                          batch_size=cfg.batch_size)
@@ -327,6 +335,7 @@ class QARunner:
         rejudge = [needs_verdict(o, cfg.judge_model, cfg.judge_prompt, it.incorrect_answers)
                    for o, it in zip(old, chunk, strict=True)]
         if judge is not None and any(rejudge):
+            say("judge")
             verdicts = judge.judge([it.question for it in chunk], answers,
                                    [references(it) for it in chunk],
                                    [it.incorrect_answers for it in chunk])
@@ -375,6 +384,26 @@ class QARunner:
             doc["agreement"] = agreement(read_jsonl(self.paths["rows"]))
         self.paths["run"].parent.mkdir(parents=True, exist_ok=True)
         self.paths["run"].write_text(dumps(doc, indent=2), encoding="utf-8")
+
+
+def _step_reporter(bar, ent):
+    """``say(step)`` for ``_chunk``: the step in the progress bar's postfix, and during semantic
+    entropy the entailment pairs labelled so far in the batch (a batch can take minutes)."""
+    if bar is None:
+        return lambda step: None
+    state = {"step": "", "pairs": 0}
+
+    def say(step: str) -> None:
+        state["step"], state["pairs"] = step, 0
+        bar.set_postfix_str(step)
+
+    def on_pairs(n: int) -> None:
+        state["pairs"] += n
+        bar.set_postfix_str(f"{state['step']}: {state['pairs']} entailment pairs")
+
+    if ent is not None:
+        ent.on_pairs = on_pairs
+    return say
 
 
 def agreement(rows: list[dict]) -> dict:

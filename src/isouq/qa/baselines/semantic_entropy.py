@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 import torch
@@ -57,6 +57,12 @@ class EntailmentJudge(ABC):
     def __init__(self) -> None:
         self.cache: dict[Pair, int] = {}
         self.calls = 0
+        self.on_pairs: Callable[[int], None] | None = None
+        """Called with the number of pairs just labelled, as batches finish (progress)."""
+
+    def _labelled(self, n: int) -> None:
+        if self.on_pairs is not None:
+            self.on_pairs(n)
 
     @abstractmethod
     def predict_labels(self, items: Sequence[Pair]) -> list[int]:
@@ -140,6 +146,7 @@ class NLIEntailment(EntailmentJudge):
                                  max_length=self.max_length, return_tensors="pt").to(device)
             logits = self.model(**enc).logits
             out += [self.label_map[int(i)] for i in logits.argmax(-1).tolist()]
+            self._labelled(len(chunk))
         return out
 
     def config(self) -> dict:
@@ -185,6 +192,7 @@ class LLMEntailment(EntailmentJudge):
                                  batch_size=self.batch_size, share_prefix=self.share_prefix)
             for i, k in zip(idx, probs.argmax(-1).tolist(), strict=True):
                 out[i] = labels[k]
+            self._labelled(len(idx))
         return out
 
     def config(self) -> dict:
