@@ -265,6 +265,10 @@ def test_architectures_tell_classifiers_from_causal_lms(save_tiny, tmp_path, tin
     assert is_sequence_classifier(nli)
     model, _, info = load_model(nli, model_class=AutoModelForSequenceClassification)
     assert type(model).__name__ == "BertForSequenceClassification" and info.kind == "folder"
+    # as a causal LM, transformers would build BertLMHeadModel with a random LM head: refused
+    with pytest.raises(ModelError, match="BertForSequenceClassification, not a BertLMHeadModel"
+                                         ".*randomly initialized"):
+        load_model(nli)
     tiny.to_hub_cache(nli, tmp_path / "hub", "isouq-test/nli")
     assert is_sequence_classifier("isouq-test/nli", hub_cache_dir=tmp_path / "hub",
                                   local_files_only=True)

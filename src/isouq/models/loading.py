@@ -239,9 +239,28 @@ def _load_folder_weights(
     kw = _pretrained_kwargs(dtype, quant, device)
     if use_safetensors is not None:
         kw["use_safetensors"] = use_safetensors
-    model = model_class.from_pretrained(folder, trust_remote_code=trust, **kw, **hub)
+    model, loading = model_class.from_pretrained(folder, trust_remote_code=trust,
+                                                 output_loading_info=True, **kw, **hub)
+    check_complete(model, loading.get("missing_keys", []), source=folder)
     tok = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust, **hub)
     return model, tok
+
+
+def check_complete(model, missing_keys, *, source) -> None:
+    """Refuse a model that transformers completed with randomly initialized parameters (the
+    checkpoint holds another kind of model, e.g. a classifier loaded as a causal LM): every
+    score from it would be noise. ModelError names the checkpoint's own architecture."""
+    missing = sorted(missing_keys)
+    if not missing:
+        return
+    own = getattr(model.config, "architectures", None) or ["another kind of model"]
+    shown = ", ".join(missing[:3]) + (", …" if len(missing) > 3 else "")
+    raise ModelError(
+        f"{source} holds {own[0]}, not a {type(model).__name__}: loading it as one leaves "
+        f"{len(missing)} parameter tensor(s) randomly initialized ({shown}), so its scores would "
+        "be noise. Give a causal language model here; an MNLI-style classifier fits only "
+        "--entailment-model (semantic entropy)."
+    )
 
 
 def _load_cached_copy(model_class, folder: Path, *, dtype, quant, device):
