@@ -107,10 +107,15 @@ def architectures(name_or_path, *, revision: str | None = None,
     return []
 
 
+def names_classifier(architecture_names) -> bool:
+    """Whether architecture (or class) names include a ``*ForSequenceClassification``."""
+    return any(str(a).endswith("ForSequenceClassification") for a in architecture_names)
+
+
 def is_sequence_classifier(name_or_path, **kw) -> bool:
     """Whether the checkpoint is a ``*ForSequenceClassification`` (an NLI model, say): load it
     with ``model_class=AutoModelForSequenceClassification``."""
-    return any(a.endswith("ForSequenceClassification") for a in architectures(name_or_path, **kw))
+    return names_classifier(architectures(name_or_path, **kw))
 
 
 def _is_gguf(path: Path) -> bool:
@@ -258,8 +263,8 @@ def check_complete(model, missing_keys, *, source) -> None:
     raise ModelError(
         f"{source} holds {own[0]}, not a {type(model).__name__}: loading it as one leaves "
         f"{len(missing)} parameter tensor(s) randomly initialized ({shown}), so its scores would "
-        "be noise. Give a causal language model here; an MNLI-style classifier fits only "
-        "--entailment-model (semantic entropy)."
+        "be noise. Give a checkpoint of the kind asked for: a causal language model to answer, "
+        "judge and score; an MNLI-style classifier only as --entailment-model (semantic entropy)."
     )
 
 

@@ -199,19 +199,14 @@ class LLMEntailment(EntailmentJudge):
         return {**super().config(), "chat": self.chat, "share_prefix": self.share_prefix}
 
 
-def is_sequence_classifier(model) -> bool:
-    """Whether a loaded model is a ``*ForSequenceClassification`` (an NLI model) rather than a
-    causal LM."""
-    names = [type(model).__name__,
-             *(getattr(getattr(model, "config", None), "architectures", None) or [])]
-    return any(n.endswith("ForSequenceClassification") for n in names)
-
-
 def entailment_judge(model, tokenizer, *, name: str | None = None,
                      batch_size: int = 8) -> EntailmentJudge:
     """The entailment judge for a loaded model: ``NLIEntailment`` for an MNLI-style sequence
     classifier (Farquhar et al.'s DeBERTa-MNLI), ``LLMEntailment`` for a causal LM."""
-    if is_sequence_classifier(model):
+    from ...models.loading import names_classifier
+
+    config_names = getattr(getattr(model, "config", None), "architectures", None) or []
+    if names_classifier([type(model).__name__, *config_names]):
         return NLIEntailment(model, tokenizer, name=name, batch_size=batch_size)
     return LLMEntailment(model, tokenizer, name=name, batch_size=batch_size)
 
