@@ -66,6 +66,10 @@ def test_write_ordered_one_row_per_key_highest_revision_wins(tmp_path):
         write_ordered(tmp_path / "o.jsonl", [{"key": "a", "v": 1}, {"key": "a", "v": 2}], ["a"])
     with pytest.raises(DataError, match="not scored yet"):
         write_ordered(tmp_path / "o.jsonl", rows, ["a", "b", "c"])
+    # keys outside this run's (a larger earlier run) are kept after, never dropped
+    extra = [{"key": "z", "v": 9}, *rows, {"key": "y", "v": 8}]
+    out = write_ordered(tmp_path / "o.jsonl", extra, ["b"])
+    assert [r["key"] for r in read_jsonl(out)] == ["b", "z", "a", "y"]
 
 
 def test_exclusive_lets_one_writer_in_at_a_time(tmp_path):

@@ -73,6 +73,8 @@ def write_ordered(out: str | Path, rows: list[dict], keys: list[str]) -> Path:
 
     A row with a higher integer ``revision`` (default 0) replaces its key's earlier rows (a QA
     row to which a later run added methods); two different rows of one revision are an error.
+    Rows of keys outside ``keys`` (written by a run over a larger ``--limit``, say) are kept
+    after them, in first-seen order: ordering never drops a finished row.
     """
     by_key: dict[str, dict] = {}
     for r in rows:
@@ -90,10 +92,12 @@ def write_ordered(out: str | Path, rows: list[dict], keys: list[str]) -> Path:
             f"{len(missing)} of {len(keys)} rows are not scored yet (first: {missing[0]!r}); "
             "re-run the same command to finish them"
         )
+    wanted = set(keys)
+    others = [k for k in by_key if k not in wanted]
     out = Path(out)
     tmp = out.with_name(out.name + ".tmp")
     with open(tmp, "w", encoding="utf-8") as f:
-        for k in keys:
+        for k in [*keys, *others]:
             f.write(dumps(by_key[k], ensure_ascii=False) + "\n")
     os.replace(tmp, out)
     return out

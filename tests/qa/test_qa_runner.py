@@ -248,3 +248,24 @@ def test_progress_names_each_step_and_counts_entailment_pairs(tmp_path, dataset,
     counts = [int(s.split(": ")[1].split()[0]) for s in bar.shown if ":" in s]
     assert counts and counts == sorted(counts) and counts[-1] == ent.calls > 0
     assert _step_reporter(None, ent)("anything") is None  # no bar: nothing shown
+
+
+def test_a_smaller_limit_keeps_the_rows_of_a_larger_run(tmp_path, dataset, tiny_lm, tok):
+    """Re-running into the same folder with a smaller --limit (a nested subset) finishes that
+    subset and leaves every row of the earlier, larger run in place."""
+    big, _ = make_runner(tmp_path, dataset, tiny_lm, tok, methods=("gradient",))
+    rows = read_jsonl(big.run())
+
+    def loader(name):
+        return tiny_lm, tok, {"name": name}
+
+    cfg = QAConfig(dataset=str(dataset), model="tiny", limit=3, k=3, k_p_true=2,
+                   max_new_tokens=6, batch_size=4, judge_model="tiny-judge",
+                   methods=("gradient", "naive_entropy"))
+    small = QARunner(cfg, tmp_path / "out", loader=loader, progress=False)
+    again = read_jsonl(small.run())
+    picked = [it.key for it in small.items()]
+    assert sorted(r["key"] for r in again) == sorted(r["key"] for r in rows)
+    assert [r["key"] for r in again[:3]] == picked
+    assert all("naive_entropy" in r["scores"] for r in again[:3])
+    assert all("naive_entropy" not in r["scores"] for r in again[3:])
