@@ -65,6 +65,16 @@ def test_rows_have_every_field_and_resume(tmp_path, dataset, tiny_lm, tok):
         assert a["scores"]["epistemic"] == pytest.approx(b["scores"]["epistemic"], rel=1e-5)
         assert a["scores"]["naive_entropy"] == pytest.approx(b["scores"]["naive_entropy"])
     assert read_jsonl(runner.paths["gens"]) == greedy  # nothing regenerated
+    # finished with the same settings: a re-run loads no model and leaves everything as it was
+    run_before = runner.paths["run"].read_text()
+    runner3, loads3 = make_runner(tmp_path, dataset, tiny_lm, tok)
+    assert runner3.run() == path and loads3 == []
+    assert read_jsonl(path) == again and runner.paths["run"].read_text() == run_before
+    # other settings are not the finished run: it loads the models and records the settings
+    runner4, loads4 = make_runner(tmp_path, dataset, tiny_lm, tok)
+    runner4.cfg.max_new_tokens = 7
+    runner4.run()
+    assert loads4 and json.loads(runner.paths["run"].read_text())["config"]["max_new_tokens"] == 7
 
 
 def test_rerun_with_more_methods_adds_them_to_the_rows(tmp_path, dataset, tiny_lm, tok):

@@ -202,6 +202,8 @@ class QARunner:
         todo = [it for it in mine if missing_methods(have.get(it.key), cfg.methods)
                 or needs_verdict(have.get(it.key), cfg.judge_model, cfg.judge_prompt,
                                  it.incorrect_answers)]
+        if not todo and env.world == 1 and self._completed_before():
+            return self.paths["rows"]  # nothing to do: no model is loaded
         model, tok, info = self.load(cfg.model)
         judge, ent = self._judges()
         if env.is_main:
@@ -234,6 +236,15 @@ class QARunner:
         if env.is_main:
             self._write_run(info, judge, ent, status="complete", n=len(items))
         return self.paths["rows"]
+
+    def _completed_before(self) -> bool:
+        """Whether run.json says a run with exactly these settings completed."""
+        try:
+            doc = json.loads(self.paths["run"].read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return False
+        return (doc.get("status") == "complete"
+                and doc.get("config") == json.loads(dumps(dataclasses.asdict(self.cfg))))
 
     def _cached(self, path: Path, keys: list[str]) -> dict[str, dict]:
         want = set(keys)
