@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
 # The kept QA reference study (results/qa): SmolLM2 on 200 questions per dataset, Gemma 3 270M
-# and Qwen2.5-Coder-0.5B on 100 each, judged by Qwen2.5-Coder-1.5B. Every run is resumable:
-# re-run this script to continue after an interruption. Extra arguments go to every run, e.g.
+# and Qwen2.5-Coder-0.5B on 100 each, judged by Qwen2.5-Coder-1.5B, with every method. Every
+# run is resumable: re-run this script to continue after an interruption; a (dataset, model)
+# already complete with the same settings is skipped without loading a model. Extra arguments
+# go to every run, e.g.
 #   bash scripts/qa_reference.sh --device cuda
-#   bash scripts/qa_reference.sh --methods gradient naive_entropy p_true semantic_entropy
-# (the second adds semantic entropy to the rows already there). On a 2-core CPU this is hours;
-# set ISOUQ_THREADS=1 when other jobs share the machine.
+#   bash scripts/qa_reference.sh --methods gradient naive_entropy p_true   # without semantic entropy
+# Semantic entropy dominates the cost: about 45 calls of the 1.5B entailment judge per question,
+# 1-5 minutes per question on a 2-core CPU (README, "QA reference study"), so run this in the
+# background, e.g. `nohup bash scripts/qa_reference.sh > qa.log 2>&1 &`; set ISOUQ_THREADS=1
+# when other jobs share the machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ISOUQ="${ISOUQ:-$( [ -x .venv/bin/isouq ] && echo .venv/bin/isouq || echo isouq )}"
-methods=(--methods gradient naive_entropy p_true)
+methods=(--methods gradient naive_entropy p_true semantic_entropy)
 for a in "$@"; do [ "$a" = "--methods" ] && methods=(); done
-for spec in "truthfulqa smollm2 200" "triviaqa smollm2 200" \
+for spec in "triviaqa qwen2.5-coder-0.5b 100" "truthfulqa qwen2.5-coder-0.5b 100" \
             "truthfulqa gemma3-270m 100" "triviaqa gemma3-270m 100" \
-            "truthfulqa qwen2.5-coder-0.5b 100" "triviaqa qwen2.5-coder-0.5b 100"; do
+            "truthfulqa smollm2 200" "triviaqa smollm2 200"; do
   set -- $spec "$@"
   dataset=$1 model=$2 limit=$3
   shift 3
