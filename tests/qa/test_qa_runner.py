@@ -5,6 +5,7 @@ import json
 import pytest
 import torch
 
+from isouq.errors import InputError
 from isouq.evaluation import study_tables
 from isouq.qa.runner import QAConfig, QARunner, agreement
 from isouq.runio import read_jsonl
@@ -72,9 +73,39 @@ def test_rows_have_every_field_and_resume(tmp_path, dataset, tiny_lm, tok):
     assert read_jsonl(path) == again and runner.paths["run"].read_text() == run_before
     # other settings are not the finished run: it loads the models and records the settings
     runner4, loads4 = make_runner(tmp_path, dataset, tiny_lm, tok)
-    runner4.cfg.max_new_tokens = 7
+    runner4.cfg.batch_size = 2
     runner4.run()
-    assert loads4 and json.loads(runner.paths["run"].read_text())["config"]["max_new_tokens"] == 7
+    assert loads4 and json.loads(runner.paths["run"].read_text())["config"]["batch_size"] == 2
+
+
+@pytest.mark.parametrize("setting,value", [("k", 4), ("temperature", 0.5), ("seed", 1),
+                                           ("max_new_tokens", 7), ("k_p_true", 1)])
+def test_resume_with_other_content_settings_is_refused(tmp_path, dataset, tiny_lm, tok,
+                                                        setting, value):
+    first, _ = make_runner(tmp_path, dataset, tiny_lm, tok, methods=("gradient",))
+    before = first.run().read_text()
+    again, loads = make_runner(tmp_path, dataset, tiny_lm, tok, methods=("gradient",))
+    setattr(again.cfg, setting, value)
+    with pytest.raises(InputError, match=f"other settings.*'{setting}'"):
+        again.run()
+    assert loads == [] and first.paths["rows"].read_text() == before  # refused before any work
+
+
+def test_semantic_entropy_of_another_entailment_judge_is_not_mixed_in(tmp_path, dataset,
+                                                                      tiny_lm, tok):
+    first, _ = make_runner(tmp_path, dataset, tiny_lm, tok,
+                           methods=("gradient", "semantic_entropy"))
+    first.run()
+    other, loads = make_runner(tmp_path, dataset, tiny_lm, tok,
+                               methods=("gradient", "semantic_entropy"),
+                               entailment_model="another-judge")
+    with pytest.raises(InputError, match="entailment model.*tiny-judge.*another-judge"):
+        other.run()
+    assert loads == []
+    # without semantic entropy the entailment judge does not matter: the judge may change
+    rejudged, _ = make_runner(tmp_path, dataset, tiny_lm, tok, methods=("gradient",),
+                              judge_prompt="farquhar2024")
+    rejudged.run()
 
 
 def test_rerun_with_more_methods_adds_them_to_the_rows(tmp_path, dataset, tiny_lm, tok):

@@ -25,6 +25,9 @@ from .generation import Generation, Sampled
 from .prompts import effective_judge_style
 
 METHODS = ("gradient", "naive_entropy", "semantic_entropy", "p_true")
+#: settings that define what the rows and the cached generations hold: resuming with others
+#: would mix rows (the limit, methods, judge, batch size and device may change)
+CONTENT_SETTINGS = ("seed", "k", "k_p_true", "temperature", "max_new_tokens", "data_path")
 DEFAULT_JUDGE_PROMPT = "strict"  # measured against hand labels: README, QA study
 #: the score field that shows a method is done in a row
 SCORE_OF = {"gradient": "epistemic", "naive_entropy": "naive_entropy",
@@ -171,8 +174,8 @@ class QARunner:
             jm, jt, ji = self.load(cfg.judge_model)
             judge = LLMJudge(jm, jt, name=cfg.judge_model, batch_size=cfg.batch_size,
                              prompt=cfg.judge_prompt)
-        if "semantic_entropy" in cfg.methods:
-            name = cfg.entailment_model or cfg.judge_model or cfg.model
+        name = self.entailment_name()
+        if name is not None:
             em, et, _ = self.load(name, classifier_ok=True)
             ent = entailment_judge(em, et, name=name, batch_size=cfg.batch_size)
         return judge, ent
@@ -198,6 +201,7 @@ class QARunner:
         mine = shard(items, env)
         rows = JsonlWriter(self.paths.get("shard", self.paths["rows"]))
         have = {r["key"]: r for r in latest_by_key(read_jsonl(rows.path))}
+        self._check_resume(have)
         # new questions, and done ones that lack a method asked for now (added to the row)
         todo = [it for it in mine if missing_methods(have.get(it.key), cfg.methods)
                 or needs_verdict(have.get(it.key), cfg.judge_model, cfg.judge_prompt,
@@ -236,6 +240,36 @@ class QARunner:
         if env.is_main:
             self._write_run(info, judge, ent, status="complete", n=len(items))
         return self.paths["rows"]
+
+    def entailment_name(self) -> str | None:
+        """The entailment judge semantic entropy uses (None when it is not computed)."""
+        cfg = self.cfg
+        if "semantic_entropy" not in cfg.methods:
+            return None
+        return cfg.entailment_model or cfg.judge_model or cfg.model
+
+    def _check_resume(self, have: dict[str, dict]) -> None:
+        """InputError, before any model loads, when rows exist that run.json says were made
+        with other ``CONTENT_SETTINGS`` or (for semantic entropy) another entailment judge."""
+        if not have:
+            return
+        try:
+            doc = json.loads(self.paths["run"].read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return
+        before = doc.get("config") or {}
+        now = json.loads(dumps(dataclasses.asdict(self.cfg)))
+        diff = {k: (before[k], now[k]) for k in CONTENT_SETTINGS
+                if k in before and before[k] != now[k]}
+        ent_before, ent_now = (doc.get("entailment") or {}).get("name"), self.entailment_name()
+        if (ent_before and ent_now and ent_before != ent_now
+                and any("semantic_entropy" in r.get("scores", {}) for r in have.values())):
+            diff["entailment model"] = (ent_before, ent_now)
+        if diff:
+            raise InputError(
+                f"{self.paths['rows']} holds rows made with other settings (before, now: "
+                f"{diff}); pass the same settings to resume, or use another --out"
+            )
 
     def _completed_before(self) -> bool:
         """Whether run.json says a run with exactly these settings completed."""
