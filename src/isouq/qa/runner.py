@@ -248,17 +248,24 @@ class QARunner:
             return None
         return cfg.entailment_model or cfg.judge_model or cfg.model
 
+    def _previous_run(self) -> dict:
+        """The run.json an earlier run wrote ({} when there is none or it is unreadable)."""
+        try:
+            return json.loads(self.paths["run"].read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+
+    def _config_as_recorded(self) -> dict:
+        """This run's config as run.json records it (tuples as lists)."""
+        return json.loads(dumps(dataclasses.asdict(self.cfg)))
+
     def _check_resume(self, have: dict[str, dict]) -> None:
         """InputError, before any model loads, when rows exist that run.json says were made
         with other ``CONTENT_SETTINGS`` or (for semantic entropy) another entailment judge."""
-        if not have:
+        doc = self._previous_run() if have else {}
+        if not doc:
             return
-        try:
-            doc = json.loads(self.paths["run"].read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return
-        before = doc.get("config") or {}
-        now = json.loads(dumps(dataclasses.asdict(self.cfg)))
+        before, now = doc.get("config") or {}, self._config_as_recorded()
         diff = {k: (before[k], now[k]) for k in CONTENT_SETTINGS
                 if k in before and before[k] != now[k]}
         ent_before, ent_now = (doc.get("entailment") or {}).get("name"), self.entailment_name()
@@ -273,12 +280,8 @@ class QARunner:
 
     def _completed_before(self) -> bool:
         """Whether run.json says a run with exactly these settings completed."""
-        try:
-            doc = json.loads(self.paths["run"].read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return False
-        return (doc.get("status") == "complete"
-                and doc.get("config") == json.loads(dumps(dataclasses.asdict(self.cfg))))
+        doc = self._previous_run()
+        return doc.get("status") == "complete" and doc.get("config") == self._config_as_recorded()
 
     def _cached(self, path: Path, keys: list[str]) -> dict[str, dict]:
         want = set(keys)
