@@ -3,7 +3,7 @@ import copy
 import pytest
 
 from isouq.errors import DataError
-from isouq.evaluation import study_tables
+from isouq.evaluation import common_rows_tables, study_tables
 from isouq.runio import markdown_table
 
 FAST = {"n_bootstrap": 10, "n_splits": 4, "n_paired_bootstrap": 300}
@@ -86,3 +86,17 @@ def test_bad_values_are_data_errors(rows):
     bad[1]["key"] = bad[0]["key"]
     with pytest.raises(DataError, match="repeated"):
         study_tables(bad, **FAST)
+
+
+def test_common_rows_table_compares_methods_on_the_rows_every_method_has(rows):
+    done = [r for r in rows if r["dataset"] == "TriviaQA"]
+    for i, r in enumerate(r for r in done if r["model"] == "m2"):
+        if i >= 50:  # semantic entropy reached 50 of m2's 80 questions so far
+            del r["scores"]["semantic_entropy"]
+    assert common_rows_tables(rows[:80 * 3], n_bootstrap=10) == {"auroc_common_rows": []}
+    t = common_rows_tables(done, n_bootstrap=10)["auroc_common_rows"]
+    assert [(r["dataset"], r["model"], r["n"], r["of"]) for r in t] == [("TriviaQA", "m2", 50, 80)]
+    subset = [r for r in done if r["model"] == "m2"][:50]  # the same rows, picked by hand
+    want = study_tables(subset, **FAST)["auroc_per_model"][0]
+    assert {k: t[0][k] for k in want} == want
+    assert t[0]["Sem. Ent."] is not None and t[0]["Alea."] > 0.8

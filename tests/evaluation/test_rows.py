@@ -3,7 +3,13 @@ import pytest
 
 from isouq.errors import DataError
 from isouq.evaluation import group_rows
-from isouq.evaluation.rows import drop_partial_scores, feature_matrix, log_transform, usable_rows
+from isouq.evaluation.rows import (
+    drop_partial_scores,
+    feature_matrix,
+    log_transform,
+    rows_scored_by_all,
+    usable_rows,
+)
 
 
 def test_log_transform_shifts_zeros_and_keeps_nan():
@@ -69,3 +75,21 @@ def test_scores_left_out_for_one_reason_share_one_note():
         "out: on 1 of 4 rows (run in progress; resume `isouq qa run` to complete it)",
         "scores 'semantic_entropy' and 'semantic_entropy_discrete' on 'D' only for model(s) "
         "['b'] of 2: per-model results only, no mean over models"]
+
+
+def test_rows_scored_by_all_keeps_the_common_rows_of_groups_in_progress():
+    rows = [{"key": str(i), "dataset": "D", "model": m, "correct": i % 2,
+             "scores": {"epistemic": 1.0 + i, "p_true": None if i == 0 else 0.5}}
+            for m in ("a", "b") for i in range(6)]
+    for r in rows[1:3] + rows[6:]:  # model a: SE on rows 1 and 2; model b: on all rows
+        r["scores"]["semantic_entropy"] = 0.3
+    rows[2]["scores"]["naive_entropy"] = 0.1  # and naive entropy on row 2 only
+    common, totals = rows_scored_by_all(rows)
+    assert [(r["model"], r["key"]) for r in common] == [("a", "2")]
+    assert totals == {("D", "a"): 6}
+    del rows[2]["scores"]["naive_entropy"]
+    common, totals = rows_scored_by_all(rows)
+    assert [r["key"] for r in common] == ["1", "2"] and totals == {("D", "a"): 6}
+    for r in rows[:6]:
+        r["scores"].pop("semantic_entropy", None)  # a null score counts as present
+    assert rows_scored_by_all(rows) == ([], {})

@@ -169,3 +169,25 @@ def test_group_without_both_classes_is_left_out_with_a_note(tmp_path):
     write_jsonl(tmp_path / "m2.jsonl", only)
     with pytest.raises(DataError, match="no QA group can be evaluated: model 'm2'"):
         build_report([tmp_path / "m2.jsonl"], tmp_path / "out2", **FAST)
+
+
+def test_group_in_progress_gets_a_table_on_its_common_rows(tmp_path):
+    from .conftest import synth_rows, write_jsonl
+
+    rows = synth_rows(n=30, models=("m1", "m2"), datasets=("D",), both_classes=True)
+    write_jsonl(tmp_path / "done.jsonl", rows)
+    out = build_report([tmp_path / "done.jsonl"], tmp_path / "done", **FAST)
+    doc = json.loads((out.parent / "report.json").read_text(encoding="utf-8"))
+    assert "auroc_common_rows" not in doc["sections"][0]["tables"]  # nothing in progress
+    for r in [r for r in rows if r["model"] == "m2"][20:]:
+        del r["scores"]["semantic_entropy"]
+    write_jsonl(tmp_path / "rows.jsonl", rows)
+    out = build_report([tmp_path / "rows.jsonl"], tmp_path / "out", **FAST)
+    tables = json.loads((out.parent / "report.json").read_text(encoding="utf-8"))[
+        "sections"][0]["tables"]
+    (row,) = tables["auroc_common_rows"]
+    assert (row["model"], row["n"], row["of"]) == ("m2", 20, 30) and row["Sem. Ent."] is not None
+    assert {r["model"]: r["Sem. Ent."] is None for r in tables["auroc_per_model"]} == {
+        "m1": False, "m2": True}
+    assert "rows every method has scored" in out.read_text(encoding="utf-8")
+    assert "rows every method has scored" in (out.parent / "tables.md").read_text("utf-8")

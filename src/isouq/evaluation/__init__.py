@@ -11,7 +11,7 @@ from .classifier import fit_predict
 from .correlation import correlation_table, spearman
 from .cost import cost_table, speedup
 from .labels import label_agreement, label_tables, with_gold_labels
-from .qa_study import study_tables
+from .qa_study import common_rows_tables, study_tables
 from .rejection import aurac, prr, rejection_area, rejection_curve
 from .rows import BASELINES, GRADIENT_METHODS, METHODS, group_rows
 from .significance import (
@@ -34,6 +34,7 @@ __all__ = [
     "bh_adjust",
     "bootstrap_metrics",
     "bootstrap_splits",
+    "common_rows_tables",
     "correlation_table",
     "cost_table",
     "evaluate_splits",

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from .auroc import method_by_dataset, method_runs, model_by_method, runs_long_table
 from .correlation import correlation_table
 from .cost import cost_table
-from .rows import check_classes, group_rows
+from .rows import check_classes, group_rows, rows_scored_by_all
 from .significance import lift_from_splits, significance_wide, split_aurocs, ttests_from_splits
 from .transfer import lomo_from_groups
 
@@ -60,3 +60,31 @@ def study_tables(
         "lomo": lomo_from_groups(groups, log_epistemic=log_epistemic),
         "cost": cost_table(rows),
     }
+
+
+def common_rows_tables(
+    rows: Iterable[Mapping],
+    *,
+    n_bootstrap: int = 300,
+    seed: int = 0,
+    log_epistemic: bool = True,
+    min_per_class: int = 2,
+) -> dict[str, list[dict]]:
+    """{"auroc_common_rows": one row per (dataset, model) whose run is in progress: every
+    method's AUROC (mean over ``n_bootstrap`` out-of-bag runs, as in ``study_tables``) on the
+    judged rows that carry every score (``rows_scored_by_all``), with ``n`` those rows and
+    ``of`` the group's judged rows}. Empty when every group is complete; groups whose common rows lack
+    ``min_per_class`` correct or incorrect judged answers are left out."""
+    judged = [r for r in rows if not isinstance(r, Mapping) or r.get("correct") is not None]
+    common, totals = rows_scored_by_all(judged)
+    if not common:
+        return {"auroc_common_rows": []}
+    groups = {k: g for k, g in group_rows(common).items()
+              if min(int(g.correct.sum()), int((g.correct == 0).sum())) >= min_per_class}
+    runs = method_runs(groups, n_bootstrap=n_bootstrap, seed=seed, log_epistemic=log_epistemic)
+    table = []
+    for row in model_by_method(runs, groups, "auroc"):
+        key = (row.pop("dataset"), row.pop("model"))
+        table.append({"dataset": key[0], "model": key[1], "n": groups[key].n,
+                      "of": totals[key], **row})
+    return {"auroc_common_rows": table}

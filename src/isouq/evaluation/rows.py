@@ -171,17 +171,9 @@ def drop_partial_scores(rows: Iterable[Mapping]) -> tuple[list[Mapping], list[st
     rows done so far would compare methods on different questions. A score present as null is
     a missing value and stays (the method is evaluated on the rows that have it)."""
     rows = list(rows)
-    members: dict[tuple[str, str], list[int]] = {}
-    for i, r in enumerate(rows):
-        members.setdefault((str(r.get("dataset")), str(r.get("model"))), []).append(i)
     out: list[Mapping] = list(rows)
     why = []
-    for (ds, model), idx in members.items():
-        has: dict[str, int] = {}
-        for i in idx:
-            sc = rows[i].get("scores")
-            for k in sc if isinstance(sc, Mapping) else ():
-                has[k] = has.get(k, 0) + 1
+    for (ds, model), (idx, has) in _score_counts(rows).items():
         partial = sorted(k for k, n in has.items() if n < len(idx))
         if not partial:
             continue
@@ -195,6 +187,41 @@ def drop_partial_scores(rows: Iterable[Mapping]) -> tuple[list[Mapping], list[st
                 f"{len(idx)} rows (run in progress; resume `isouq qa run` to complete it)"
                 for n, ks in by_count.items()]
     return out, why
+
+
+def _score_counts(
+    rows: list[Mapping],
+) -> dict[tuple[str, str], tuple[list[int], dict[str, int]]]:
+    """(dataset, model) -> (indices of its rows, score key -> number of those rows with it)."""
+    out: dict[tuple[str, str], tuple[list[int], dict[str, int]]] = {}
+    for i, r in enumerate(rows):
+        idx, has = out.setdefault((str(r.get("dataset")), str(r.get("model"))), ([], {}))
+        idx.append(i)
+        sc = r.get("scores")
+        for k in sc if isinstance(sc, Mapping) else ():
+            has[k] = has.get(k, 0) + 1
+    return out
+
+
+def rows_scored_by_all(rows: Iterable[Mapping]) -> tuple[list[Mapping], dict[tuple[str, str], int]]:
+    """The rows of the (dataset, model) groups with a run in progress (a score key on only some
+    of their rows) that carry every score key of their group, and (dataset, model) -> the
+    group's row count. Complete groups are not returned: the main tables cover them.
+
+    Evaluating every method on these rows compares them on the same questions, the subset a
+    method still running has reached (``drop_partial_scores`` leaves that method out instead).
+    """
+    rows = list(rows)
+    kept: list[Mapping] = []
+    totals: dict[tuple[str, str], int] = {}
+    for key, (idx, has) in _score_counts(rows).items():
+        if all(n == len(idx) for n in has.values()):
+            continue
+        every = set(has)
+        kept += [rows[i] for i in idx if isinstance(sc := rows[i].get("scores"), Mapping)
+                 and every <= sc.keys()]
+        totals[key] = len(idx)
+    return kept, totals
 
 
 def _scores_phrase(keys: list[str]) -> str:

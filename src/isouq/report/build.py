@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ..errors import DataError
-from ..evaluation import label_tables, study_tables
+from ..evaluation import common_rows_tables, label_tables, study_tables
 from ..evaluation.rows import usable_rows
 from ..runio import dumps, versions
 from .document import Section
@@ -91,6 +91,10 @@ def build_report(
     if found.qa_rows and not qa_rows:
         raise DataError("no QA group can be evaluated: " + "; ".join(left_out))
     study = study_tables(qa_rows, **options) if qa_rows else None
+    if study is not None:
+        common = common_rows_tables(found.qa_rows, n_bootstrap=n_bootstrap, seed=seed,
+                                    log_epistemic=log_epistemic)
+        study.update({k: t for k, t in common.items() if t})  # only while a run is in progress
     if study is not None and found.gold_rows:
         study.update(label_tables(qa_rows, found.gold_rows, n_bootstrap=n_bootstrap,
                                   seed=seed, log_epistemic=log_epistemic))

@@ -148,6 +148,18 @@ def _per_model_view(rows: list[dict], digits: int) -> Table:
                       "bold. Paper: tab:qa-per-model.")
 
 
+def _common_rows_view(rows: list[dict], digits: int) -> Table:
+    methods = [c for c in columns_of(rows) if c not in ("dataset", "model", "n", "of")]
+    return make_table("auroc_common_rows", rows, title="Per-model AUROC on the rows every "
+                      "method has scored (runs in progress)", digits=digits, best="row",
+                      best_columns=methods,
+                      caption="For (dataset, model) groups where a method's run is still in "
+                      "progress (left out of the tables above): every method on the n of the "
+                      "group's judged rows that carry all scores, so the methods are compared "
+                      "on the same questions. A subset, not the whole group: read it as an "
+                      "interim result.")
+
+
 def _significance_view(rows: list[dict], digits: int) -> Table:
     t = make_table("significance", rows, title="Significance (paired t-tests, BH-adjusted)",
                    digits=digits,
@@ -275,6 +287,7 @@ def _raw_auroc_by_labels_view(rows: list[dict], digits: int) -> Table:
 QA_VIEWS: tuple[tuple[str, Callable[[list[dict], int], Table]], ...] = (
     ("auroc", _metric_view("auroc", "AUROC")),
     ("auroc_per_model", _per_model_view),
+    ("auroc_common_rows", _common_rows_view),
     ("significance_wide", _significance_view),
     ("paired_bootstrap", _bootstrap_view),
     ("correlation", _correlation_view),
