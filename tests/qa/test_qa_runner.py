@@ -310,3 +310,6 @@ def test_a_smaller_limit_keeps_the_rows_of_a_larger_run(tmp_path, dataset, tiny_
     assert [r["key"] for r in again[:3]] == picked
     assert all("naive_entropy" in r["scores"] for r in again[:3])
     assert all("naive_entropy" not in r["scores"] for r in again[3:])
+    doc = json.loads(small.paths["run"].read_text(encoding="utf-8"))
+    assert doc["n_questions"] == 3 and doc["n_rows"] == len(rows)
+    assert doc["rows_from_earlier_runs"]["n"] == len(rows) - 3 > 0

@@ -429,7 +429,14 @@ class QARunner:
                "entailment": ent.config() if ent else None,
                "updated": time.strftime("%Y-%m-%dT%H:%M:%S")}
         if status == "complete":
-            doc["agreement"] = agreement(read_jsonl(self.paths["rows"]))
+            rows = read_jsonl(self.paths["rows"])
+            doc["agreement"] = agreement(rows)
+            doc["n_rows"] = len(rows)
+            if len(rows) > n:  # an earlier, larger run's rows stay (write_ordered)
+                doc["rows_from_earlier_runs"] = {
+                    "n": len(rows) - n,
+                    "note": "rows of questions outside this run, kept as an earlier run in this "
+                            "folder made them (same content settings; methods may differ)"}
         self.paths["run"].parent.mkdir(parents=True, exist_ok=True)
         self.paths["run"].write_text(dumps(doc, indent=2), encoding="utf-8")
 
