@@ -188,6 +188,28 @@ def check_resume(rows: list[dict], expected: Callable[[dict], dict | None], file
             )
 
 
+def machine_label(device: str = "cpu") -> str:
+    """Where timings were taken, in words: 'AMD EPYC, 2 cores, 2 threads, cpu, host h1'.
+
+    Seconds measured on different machines do not compare; rows record this beside their
+    timings so a cost table can tell (the host name tells apart machines with one CPU name).
+    """
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f
+                        if ln.startswith("model name")), cpu)
+    except OSError:
+        pass
+    dev = str(device)
+    if dev.startswith("cuda") and torch.cuda.is_available():
+        dev = torch.cuda.get_device_name(torch.device(dev))
+    return (f"{cpu}, {os.cpu_count()} cores, {torch.get_num_threads()} threads, {dev}, "
+            f"host {platform.node()}")
+
+
 def versions() -> dict[str, str]:
     """Versions of Python and the libraries results depend on."""
     out = {"python": sys.version.split()[0], "platform": platform.platform()}

@@ -8,7 +8,7 @@ import torch
 from isouq.errors import InputError
 from isouq.evaluation import study_tables
 from isouq.qa.runner import QAConfig, QARunner, agreement
-from isouq.runio import read_jsonl
+from isouq.runio import machine_label, read_jsonl
 
 
 @pytest.fixture
@@ -113,10 +113,14 @@ def test_rerun_with_more_methods_adds_them_to_the_rows(tmp_path, dataset, tiny_l
     rows = read_jsonl(first.run())
     assert all("naive_entropy" not in r["scores"] for r in rows)
     greedy = read_jsonl(first.paths["gens"])
+    here = machine_label("cpu")
+    assert all(r["timed_on"] == {"gradient": here, "generation": here} for r in rows)
     more, _ = make_runner(tmp_path, dataset, tiny_lm, tok, methods=("gradient", "naive_entropy"))
+    more.machine = "another machine"  # e.g. the method added in a later session
     again = read_jsonl(more.run())
     assert [r["key"] for r in again] == [r["key"] for r in rows]  # one row per key, in order
     for a, b in zip(again, rows, strict=True):
+        assert a["timed_on"] == {**b["timed_on"], "naive_entropy": "another machine"}
         assert a["revision"] == 1 and isinstance(a["scores"]["naive_entropy"], float)
         assert a["scores"]["epistemic"] == b["scores"]["epistemic"]  # kept, not recomputed
         assert a["judge"] == b["judge"] and a["answer"] == b["answer"]

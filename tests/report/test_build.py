@@ -191,3 +191,21 @@ def test_group_in_progress_gets_a_table_on_its_common_rows(tmp_path):
         "m1": False, "m2": True}
     assert "rows every method has scored" in out.read_text(encoding="utf-8")
     assert "rows every method has scored" in (out.parent / "tables.md").read_text("utf-8")
+
+
+def test_speedups_that_may_mix_machines_get_a_note(tmp_path):
+    from .conftest import synth_rows, write_jsonl
+
+    rows = synth_rows(n=12, models=("m1",), datasets=("D",))
+    for r in rows:
+        r["timed_on"] = {"gradient": "box A", "naive_entropy": "box A", "p_true": "box A",
+                         "semantic_entropy": "box B"}  # semantic entropy added elsewhere
+    write_jsonl(tmp_path / "rows.jsonl", rows)
+    out = build_report([tmp_path / "rows.jsonl"], tmp_path / "out", **FAST)
+    cost = json.loads((out.parent / "report.json").read_text(encoding="utf-8"))[
+        "sections"][0]["tables"]["cost"]
+    assert {r["method"]: r["compared"] for r in cost} == {
+        "Gradient norm (ours)": "reference", "P(True)": "same machine (12 rows)",
+        "Naive Ent.": "same machine (12 rows)", "Sem. Ent.": "different machines"}
+    html = out.read_text(encoding="utf-8")
+    assert "Speed-ups that may mix machines (different machines: m1 on D)" in html

@@ -20,7 +20,15 @@ from pathlib import Path
 
 from ..distributed import DistEnv, barrier, merge_shards, shard, shard_path, write_ordered
 from ..errors import InputError
-from ..runio import JsonlWriter, dumps, exclusive, latest_by_key, read_jsonl, versions
+from ..runio import (
+    JsonlWriter,
+    dumps,
+    exclusive,
+    latest_by_key,
+    machine_label,
+    read_jsonl,
+    versions,
+)
 from .generation import Generation, Sampled
 from .prompts import effective_judge_style
 
@@ -145,6 +153,8 @@ class QARunner:
             self.paths["shard"] = shard_path(self.paths["rows"], self.env.rank, self.env.world)
         self._loader = loader
         self._models: dict[str, tuple] = {}
+        self.machine: str | None = None
+        """Where this run's timings are taken (``runio.machine_label``; rows' ``timed_on``)."""
 
     # ---------------------------------------------------------------- models
     def load(self, name: str, *, classifier_ok: bool = False):
@@ -331,6 +341,8 @@ class QARunner:
         say = say or (lambda step: None)
         cfg, n = self.cfg, len(chunk)
         old = old or [None] * n
+        if self.machine is None:
+            self.machine = machine_label(cfg.device)
         want = {m for o in old for m in missing_methods(o, cfg.methods)}
         say("greedy answers")
         gens = self._greedy(model, tok, chunk, prompts)
@@ -391,7 +403,8 @@ class QARunner:
         for i, (it, g) in enumerate(zip(chunk, gens, strict=False)):
             if old[i] is not None:
                 rows.append(self._updated(old[i], scores[i], secs[i], passes[i],
-                                          verdicts[i] if verdicts and rejudge[i] else None))
+                                          verdicts[i] if verdicts and rejudge[i] else None,
+                                          machine=self.machine))
                 continue
             lex = lexical_labels(it, g.text)
             v = verdicts[i] if verdicts else None
@@ -405,15 +418,21 @@ class QARunner:
                 "n_answer_tokens": len(g.token_ids), "stop_reason": g.stop_reason,
                 "scores": scores[i], "seconds": secs[i] | {"generation": g.seconds},
                 "passes": passes[i],
+                "timed_on": {m: self.machine for m in [*secs[i], "generation"]},
             })
         return rows
 
     @staticmethod
-    def _updated(row: dict, scores: dict, secs: dict, passes: dict, verdict) -> dict:
-        """``row`` with the new methods' fields added (a higher revision replaces it)."""
+    def _updated(row: dict, scores: dict, secs: dict, passes: dict, verdict, *,
+                 machine: str | None = None) -> dict:
+        """``row`` with the new methods' fields added (a higher revision replaces it);
+        ``machine`` (``runio.machine_label``) is recorded for the new timings."""
         new = {**row, "scores": {**scores, **row["scores"]},  # what was there stays as it was
                "seconds": {**secs, **row["seconds"]}, "passes": {**passes, **row["passes"]},
                "revision": int(row.get("revision", 0)) + 1}
+        timed = {m: machine for m in secs if m not in row["seconds"]} if machine else {}
+        if timed or "timed_on" in row:
+            new["timed_on"] = {**(row.get("timed_on") or {}), **timed}
         if verdict is not None:  # a new judge model or prompt: its label replaces the old one
             new |= {"correct": verdict.correct, "label_source": "judge",
                     "judge": verdict.to_dict()}

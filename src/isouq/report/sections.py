@@ -79,6 +79,10 @@ def experiment_section(exp: Experiment, out_dir: Path, taken: set[str]) -> Secti
 WEAK_KAPPA = 0.4
 
 
+UNEVEN_TIMINGS = ("different machines", "machine not recorded")
+"""``cost_table`` ``compared`` values whose speed-up may mix machines (a note says so)."""
+
+
 def qa_section(
     rows: Sequence[Mapping],
     study: Mapping[str, list[dict]],
@@ -122,6 +126,16 @@ def qa_section(
                           f"n {r['n']})" for r in weak)
         notes.append(f"The judge's labels agree poorly with hand labels for {where}: read the "
                      "AUROCs of those groups with the label-quality tables at the end.")
+    uneven: dict[str, list[str]] = {}
+    for r in study.get("cost", []):
+        if r.get("compared") in UNEVEN_TIMINGS:
+            uneven.setdefault(str(r["compared"]), []).append(f"{r['model']} on {r['dataset']}")
+    if uneven:
+        where = "; ".join(f"{kind}: {', '.join(dict.fromkeys(groups))}"
+                          for kind, groups in uneven.items())
+        notes.append(f"Speed-ups that may mix machines ({where}): a method added to the rows "
+                     "in a later session can have been timed on another machine; rows record "
+                     "it since 'timed_on' was added.")
     if not study.get("lomo"):
         notes.append("Leave-one-model-out transfer needs 3 or more models on a dataset.")
     return Section(

@@ -246,7 +246,9 @@ def _passes_view(rows: list[dict], digits: int) -> Table:
                       formatters={"speed-up of ours": format_speedup},
                       caption="Extra passes per sample (generations + forward + backward) and "
                       "mean time of the method / mean time of the gradient norm, averaged "
-                      "over models. Paper: tab:complexity.")
+                      "over models; where rows record the machine (timed_on), only rows timed "
+                      "on one machine are compared (the raw cost table's 'compared' says which). "
+                      "Paper: tab:complexity.")
 
 
 def _without_empty_columns(rows: list[dict]) -> list[str]:
