@@ -6,7 +6,7 @@ import json
 import pytest
 
 from isouq.errors import DataError
-from isouq.runio import JsonlWriter, read_jsonl, write_results
+from isouq.runio import JsonlWriter, machine_label, read_jsonl, write_results
 
 
 def test_torn_tail_skipped_complete_tail_kept(tmp_path):
@@ -94,3 +94,16 @@ def test_latest_by_key_keeps_the_newest_revision_in_first_seen_order():
                                    {"key": "a", "v": 3, "revision": 2}, {"note": "no key"}]
     same_key_two_models = [{"key": "q", "model": "m1"}, {"key": "q", "model": "m2"}]
     assert latest_by_key(same_key_two_models, ("model", "key")) == same_key_two_models
+
+
+def test_machine_label_names_what_changes_timings():
+    import torch
+
+    before = torch.get_num_threads()
+    label = machine_label()
+    assert label == machine_label() and f"{before} threads, cpu" in label
+    try:
+        torch.set_num_threads(before + 1)
+        assert machine_label() != label  # other threads: timings no longer compare
+    finally:
+        torch.set_num_threads(before)

@@ -189,25 +189,35 @@ def check_resume(rows: list[dict], expected: Callable[[dict], dict | None], file
 
 
 def machine_label(device: str = "cpu") -> str:
-    """Where timings were taken, in words: 'AMD EPYC, 2 cores, 2 threads, cpu, host h1'.
+    """Where timings are taken, in words: 'AMD EPYC (family 23 model 1), 2 cores, 2 threads,
+    cpu, boot 25f1fce6'.
 
-    Seconds measured on different machines do not compare; rows record this beside their
-    timings so a cost table can tell (the host name tells apart machines with one CPU name).
+    Seconds measured on different machines do not compare; QA rows record this beside their
+    timings so a cost table can tell. The kernel's boot id tells apart machines that share a
+    CPU name and host name (cloud VMs): the same label means the same machine since one boot.
     """
     import torch
 
-    cpu = platform.processor() or platform.machine()
+    info: dict[str, str] = {}
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
-            cpu = next((ln.split(":", 1)[1].strip() for ln in f
-                        if ln.startswith("model name")), cpu)
+            for ln in f:
+                key, _, val = ln.partition(":")
+                info.setdefault(key.strip(), val.strip())
     except OSError:
         pass
+    cpu = info.get("model name") or platform.processor() or platform.machine()
+    if "cpu family" in info and "model" in info:
+        cpu += f" (family {info['cpu family']} model {info['model']})"
     dev = str(device)
     if dev.startswith("cuda") and torch.cuda.is_available():
         dev = torch.cuda.get_device_name(torch.device(dev))
-    return (f"{cpu}, {os.cpu_count()} cores, {torch.get_num_threads()} threads, {dev}, "
-            f"host {platform.node()}")
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="utf-8") as f:
+            boot = f"boot {f.read().strip()[:8]}"
+    except OSError:
+        boot = f"host {platform.node()}"
+    return f"{cpu}, {os.cpu_count()} cores, {torch.get_num_threads()} threads, {dev}, {boot}"
 
 
 def versions() -> dict[str, str]:
