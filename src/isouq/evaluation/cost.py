@@ -73,7 +73,8 @@ def _speedup_where_comparable(
 
     Over the rows where both were timed on one recorded machine when there are any ("same
     machine"); else over all timed rows, as "machine not recorded" when some row lacks the
-    record, or NaN with "different machines" when every row records two machines."""
+    record ("different rows" when no row has both), or NaN with "different machines" when
+    every row records two machines. ``reference`` itself: 1, "reference"."""
     if method == reference:
         own = np.array([t[method][0] for t in timings if method in t])
         return speedup(own, own), "reference"

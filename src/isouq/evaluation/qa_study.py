@@ -73,8 +73,8 @@ def common_rows_tables(
     """{"auroc_common_rows": one row per (dataset, model) whose run is in progress: every
     method's AUROC (mean over ``n_bootstrap`` out-of-bag runs, as in ``study_tables``) on the
     judged rows that carry every score (``rows_scored_by_all``), with ``n`` those rows and
-    ``of`` the group's judged rows}. Empty when every group is complete; groups whose common rows lack
-    ``min_per_class`` correct or incorrect judged answers are left out."""
+    ``of`` the group's judged rows}. Empty when every group is complete; groups whose common
+    rows lack ``min_per_class`` correct or incorrect judged answers are left out."""
     judged = [r for r in rows if not isinstance(r, Mapping) or r.get("correct") is not None]
     common, totals = rows_scored_by_all(judged)
     if not common:
