@@ -75,12 +75,11 @@ def common_rows_tables(
     judged rows that carry every score (``rows_scored_by_all``), with ``n`` those rows and
     ``of`` the group's judged rows}. Empty when every group is complete; groups whose common
     rows lack ``min_per_class`` correct or incorrect judged answers are left out."""
-    judged = [r for r in rows if not isinstance(r, Mapping) or r.get("correct") is not None]
-    common, totals = rows_scored_by_all(judged)
+    common, totals = rows_scored_by_all(r for r in rows if r.get("correct") is not None)
     if not common:
         return {"auroc_common_rows": []}
     groups = {k: g for k, g in group_rows(common).items()
-              if min(int(g.correct.sum()), int((g.correct == 0).sum())) >= min_per_class}
+              if g.n_per_class >= min_per_class}
     runs = method_runs(groups, n_bootstrap=n_bootstrap, seed=seed, log_epistemic=log_epistemic)
     table = []
     for row in model_by_method(runs, groups, "auroc"):

@@ -54,6 +54,11 @@ class QAGroup:
     def n(self) -> int:
         return int(self.correct.size)
 
+    @property
+    def n_per_class(self) -> int:
+        """Judged answers of the rarer class (correct or incorrect)."""
+        return min(int(self.correct.sum()), int((self.correct == 0).sum()))
+
     def score(self, name: str) -> np.ndarray:
         """(n,) values of score ``name``; all NaN when no row has it."""
         return self.scores.get(name, np.full(self.n, np.nan))
@@ -242,7 +247,7 @@ def usable_rows(
     rows, why = drop_partial_scores(rows)
     groups = group_rows(rows)
     short = {k: (int(g.correct.sum()), int((g.correct == 0).sum())) for k, g in groups.items()
-             if min(int(g.correct.sum()), int((g.correct == 0).sum())) < min_per_class}
+             if g.n_per_class < min_per_class}
     kept = [r for r in rows if (str(r["dataset"]), str(r["model"])) not in short]
     why += [f"model {m!r} on {ds!r} left out: {n1} correct and {n0} incorrect judged answers "
             f"(need {min_per_class} of each)" for (ds, m), (n1, n0) in short.items()]
