@@ -8,14 +8,19 @@ question's K answers with the same judge model:
 - ``one_first_whole``: answer ⊨ rep asked only when rep ⊨ answer leaves equivalence possible
   (``semantic_clusters``), prompts encoded whole;
 - ``one_first_shared``: as above, with a batch's common prompt beginning encoded once
-  (``option_probs``'s shared prefix; isouq's default).
+  (left-padded batches; ``option_probs(pack=False)``);
+- ``one_first_packed``: as above, with each call's prompts packed without padding after their
+  common beginning, which is kept between a question's rounds (``packed_logits``; isouq's
+  default).
 
-Reports judge calls and wall-clock per question for each, the ratio to ``both_whole``, and
-whether the clusters are identical (they must be for ``one_first_whole``; ``one_first_shared``
-differs from it only by float rounding of the logits). Writes JSON to --out.
+Reports judge calls and wall-clock per question for each, the ratio to the first way run, and
+whether the clusters and every entailment label are identical to the first way's (they must be
+for ``one_first_whole``; the shared and packed ways differ from it only by float rounding of
+the logits). Writes JSON to --out.
 
     python benchmarks/semantic_entropy_cost.py --n 4
-    python benchmarks/semantic_entropy_cost.py --rows results/qa/qa_truthfulqa__gemma3-270m.jsonl
+    python benchmarks/semantic_entropy_cost.py --rows results/qa/qa_truthfulqa__smollm2.jsonl \
+        --n 3 --ways one_first_shared one_first_packed --out benchmarks/results/packing.json
 """
 
 from __future__ import annotations
@@ -52,6 +57,14 @@ def both_directions(questions, answers, judge, strict=True):
     return [[cid[q][uniq[q].index(s)] for s in a] for q, a in enumerate(answers)]
 
 
+WAYS = {  # name: (both directions, shared prefix, packed)
+    "both_whole": (True, False, False),
+    "one_first_whole": (False, False, False),
+    "one_first_shared": (False, True, False),
+    "one_first_packed": (False, True, True),
+}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", default="results/qa/qa_triviaqa__smollm2.jsonl",
@@ -60,6 +73,8 @@ def main() -> None:
     ap.add_argument("--judge-model", default="qwen2.5-coder-1.5b")
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--ways", nargs="+", default=list(WAYS), choices=list(WAYS),
+                    help="ways to run, in order; ratios are to the first")
     ap.add_argument("--out", default="benchmarks/results/semantic_entropy_cost.json")
     a = ap.parse_args()
     import torch
@@ -79,23 +94,26 @@ def main() -> None:
     answers = [_sampled_from(cache[r["key"]]).texts for r in rows]
     model, tok, _ = load_model(a.judge_model)
 
-    ways = {"both_whole": (both_directions, False),
-            "one_first_whole": (lambda q, s, j: semantic_clusters(q, s, j)[0], False),
-            "one_first_shared": (lambda q, s, j: semantic_clusters(q, s, j)[0], True)}
-    res, clusters = {}, {}
-    for name, (cluster, share) in ways.items():
+    res, clusters, labels = {}, {}, {}
+    for name in a.ways:
+        both, share, pack = WAYS[name]
         judge = LLMEntailment(model, tok, name=a.judge_model, batch_size=a.batch_size,
-                              share_prefix=share)
+                              share_prefix=share, pack=pack)
         t0 = time.perf_counter()
-        clusters[name] = cluster(questions, answers, judge)
+        clusters[name] = (both_directions(questions, answers, judge) if both else
+                          semantic_clusters(questions, answers, judge)[0])
         secs = time.perf_counter() - t0
+        labels[name] = dict(judge.cache)
         res[name] = {"calls_per_question": judge.calls / len(rows),
                      "seconds_per_question": secs / len(rows)}
         print(name, res[name], flush=True)
-    base = res["both_whole"]["seconds_per_question"]
+    first = a.ways[0]
     for name, r in res.items():
-        r["speedup_vs_both_whole"] = base / r["seconds_per_question"]
-        r["same_clusters_as_both_whole"] = clusters[name] == clusters["both_whole"]
+        r[f"speedup_vs_{first}"] = res[first]["seconds_per_question"] / r["seconds_per_question"]
+        r[f"same_clusters_as_{first}"] = clusters[name] == clusters[first]
+        common = labels[name].keys() & labels[first].keys()
+        r[f"labels_as_{first}"] = (f"{sum(labels[name][k] == labels[first][k] for k in common)}"
+                                   f" of {len(common)} pairs")
     out = {"rows": str(rows_path), "n_questions": len(rows), "judge_model": a.judge_model,
            "batch_size": a.batch_size, "threads": torch.get_num_threads(),
            "distinct_answers_per_question": [len(set(s)) for s in answers],

@@ -151,17 +151,17 @@ def test_shared_prefix_gives_the_logits_of_each_prompt_alone(family):
                ["paris", "the moon", "the capital of france is rock", "cheese"]]
     prompts += [entailment_prompt(q, "cheese", "paris")]  # shorter shared prefix
     rows = [encode_prompt(tk, p) for p in prompts]
-    assert generation._shared_prefix_len(rows) >= generation.MIN_SHARED_PREFIX
-    assert generation._shared_prefix_len(rows[:4]) > generation._shared_prefix_len(rows)
+    assert generation.shared_prefix_len(rows) >= generation.MIN_SHARED_PREFIX
+    assert generation.shared_prefix_len(rows[:4]) > generation.shared_prefix_len(rows)
     opts = {"a": ["yes"], "b": ["no"], "c": ["cat"]}
-    shared = option_probs(lm, tk, prompts, opts, batch_size=8)
+    shared = option_probs(lm, tk, prompts, opts, batch_size=8, pack=False)
     alone = torch.cat([option_probs(lm, tk, [p], opts) for p in prompts])
     assert torch.allclose(shared, alone, rtol=1e-4, atol=1e-7)
     # the prefix is really reused: one forward of the prefix, one of the suffixes
     calls = []
     hook = lm.register_forward_hook(lambda m, a, kw, out: calls.append(kw["input_ids"].shape),
                                     with_kwargs=True)
-    option_probs(lm, tk, prompts[:4], opts, batch_size=8)
+    option_probs(lm, tk, prompts[:4], opts, batch_size=8, pack=False)
     hook.remove()
     assert len(calls) == 2 and calls[0][0] == 1 and calls[1][0] == 4
     assert calls[1][1] < len(rows[0]) - generation.MIN_SHARED_PREFIX

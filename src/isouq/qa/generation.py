@@ -25,7 +25,6 @@ share the batch (up to floating-point differences of padded batches).
 from __future__ import annotations
 
 import hashlib
-import inspect
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -33,6 +32,13 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from ..errors import InputError, ModelError
+from .packed_logits import (
+    PrefixKV,
+    can_pack,
+    last_only_kwargs,
+    packed_last_logits,
+    shared_prefix_len,
+)
 from .prompts import DEFAULT_STOP, encode_prompt
 
 
@@ -166,15 +172,6 @@ def _left_pad(rows: Sequence[Sequence[int]], pad_id: int, device) -> tuple[torch
     return ids.to(device), mask.to(device), pos.to(device)
 
 
-def _forward_kwargs(model) -> dict:
-    """``logits_to_keep=1`` when the model supports it (no (N, L, V) logits for the prompt)."""
-    try:
-        params = inspect.signature(model.forward).parameters
-    except (TypeError, ValueError):  # pragma: no cover
-        return {}
-    return {"logits_to_keep": 1} if "logits_to_keep" in params else {}
-
-
 def _row_seed(seed: int, key: str, j: int) -> int:
     h = hashlib.sha256(f"{seed}|{key}|{j}".encode()).digest()
     return int.from_bytes(h[:8], "little") & (2**63 - 1)
@@ -249,7 +246,7 @@ def _decode(
     pad = _pad_id(tokenizer)
     ids, mask, pos = _left_pad(prompt_ids, pad, device)
     out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True,
-                **_forward_kwargs(model))
+                **last_only_kwargs(model))
     gen: list[list[int]] = [[] for _ in range(n)]
     lps: list[list[float]] = [[] for _ in range(n)]
     mlps: list[list[float]] = [[] for _ in range(n)]
@@ -439,16 +436,6 @@ def option_token_ids(tokenizer, prompt: str, variants: Sequence[str]) -> list[in
     return ids if ids or first is None else [first]
 
 
-def _shared_prefix_len(rows: Sequence[Sequence[int]]) -> int:
-    """Tokens all rows start with, leaving every row at least one token of its own."""
-    n = min(len(r) for r in rows) - 1
-    first = rows[0]
-    for i in range(max(n, 0)):
-        if any(r[i] != first[i] for r in rows):
-            return i
-    return max(n, 0)
-
-
 MIN_SHARED_PREFIX = 16
 """Shortest common prompt prefix (tokens) worth one extra forward pass to encode once."""
 
@@ -466,11 +453,11 @@ def _last_logits(model, rows: Sequence[Sequence[int]], pad_id: int, device, *,
     """
     from transformers import Cache, PreTrainedModel
 
-    p = _shared_prefix_len(rows) if share_prefix and len(rows) > 1 else 0
+    p = shared_prefix_len(rows) if share_prefix and len(rows) > 1 else 0
     if p >= MIN_SHARED_PREFIX and isinstance(model, PreTrainedModel):
         head = torch.as_tensor([list(rows[0][:p])], dtype=torch.long, device=device)
         cache = model(input_ids=head, attention_mask=torch.ones_like(head), use_cache=True,
-                      **_forward_kwargs(model)).past_key_values  # keys/values, not logits
+                      **last_only_kwargs(model)).past_key_values  # keys/values, not logits
         if isinstance(cache, Cache) and hasattr(cache, "batch_repeat_interleave"):
             cache.batch_repeat_interleave(len(rows))
             ids, mask, pos = _left_pad([r[p:] for r in rows], pad_id, device)
@@ -478,10 +465,29 @@ def _last_logits(model, rows: Sequence[Sequence[int]], pad_id: int, device, *,
                                               device=device), mask], dim=1)
             return model(input_ids=ids, attention_mask=full_mask, position_ids=pos + p,
                          past_key_values=cache, use_cache=True,
-                         **_forward_kwargs(model)).logits[:, -1, :].float()
+                         **last_only_kwargs(model)).logits[:, -1, :].float()
     ids, mask, pos = _left_pad(rows, pad_id, device)
     return model(input_ids=ids, attention_mask=mask, position_ids=pos,
-                 **_forward_kwargs(model)).logits[:, -1, :].float()
+                 **last_only_kwargs(model)).logits[:, -1, :].float()
+
+
+def _logit_passes(model, encoded, order, pad_id: int, device, *, batch_size: int,
+                  share_prefix: bool, pack: bool, prefix: PrefixKV | None):
+    """(prompt indices, (m, V) next-token logits) per forward pass, prompts taken in ``order``."""
+    rows = [encoded[i] for i in order]
+    if share_prefix and pack and can_pack(model, rows, device):
+        at = 0
+        for logits in packed_last_logits(model, rows, device, batch_size=batch_size,
+                                         prefix=prefix):
+            yield order[at : at + len(logits)], logits
+            at += len(logits)
+        return
+    n_batches = -(-len(order) // batch_size)
+    size = max(-(-len(order) // max(n_batches, 1)), 1)  # balanced: 9 at batch_size 8 -> 5 + 4
+    for s in range(0, len(order), size):
+        chunk = order[s : s + size]
+        yield chunk, _last_logits(model, [encoded[i] for i in chunk], pad_id, device,
+                                  share_prefix=share_prefix)
 
 
 @torch.inference_mode()
@@ -493,43 +499,44 @@ def option_probs(
     *,
     batch_size: int = 8,
     share_prefix: bool = True,
+    pack: bool = True,
+    prefix: PrefixKV | None = None,
 ) -> torch.Tensor:
-    """Next-token probability mass of each option after each prompt, one forward pass per batch.
+    """Next-token probability mass of each option after each prompt, ≤ batch_size per pass.
 
     options: name -> surface variants, e.g. {"yes": [" yes", "yes", " Yes", "Yes"], ...}; an
     option's mass is the sum of p(token) over the distinct single tokens spelling its variants
     (see ``option_token_ids``).
-    Prompts are batched in sorted token order, so prompts that share a beginning (one
-    question's judge or entailment prompts) share a batch and that beginning is encoded once
-    (``_last_logits``; ``share_prefix=False`` encodes every prompt whole).
+    Prompts go in sorted token order, so prompts that share a beginning (one question's judge
+    or entailment prompts) share a pass and that beginning is encoded once: with ``pack``
+    (models where ``packed_logits.can_pack``) the prompts' own tokens are packed without
+    padding after the call's common beginning, which ``prefix`` keeps between calls
+    (``packed_logits``); otherwise batches are left-padded, each encoding its common beginning
+    once (``_last_logits``). ``share_prefix=False`` encodes every prompt whole, padded.
     Returns (N, n_options) float64 on CPU, in ``options`` order (not renormalized). Raises
     ModelError when two options start with the same token (their masses would be confounded).
     """
     _check_common(prompts, 1, batch_size)
     names = list(options)
-    device = model_device(model)
+    tok_ids = []
+    for prompt in prompts:
+        per = [option_token_ids(tokenizer, prompt, options[nm]) for nm in names]
+        flat = [t for ids in per for t in ids]
+        if len(flat) != len(set(flat)) or any(not ids for ids in per):
+            raise ModelError(
+                f"options {names} do not start with distinct tokens for this tokenizer "
+                f"(ids {per}); give variants whose first tokens differ"
+            )
+        tok_ids.append(per)
     encoded = [encode_prompt(tokenizer, p) for p in prompts]
     order = sorted(range(len(prompts)), key=lambda i: encoded[i])
     out = torch.zeros((len(prompts), len(names)), dtype=torch.float64)
-    n_batches = -(-len(order) // batch_size)
-    size = max(-(-len(order) // max(n_batches, 1)), 1)  # balanced: 9 at batch_size 8 -> 5 + 4
-    for s in range(0, len(order), size):
-        chunk = order[s : s + size]
-        tok_ids = []
-        for i in chunk:
-            per = [option_token_ids(tokenizer, prompts[i], options[nm]) for nm in names]
-            flat = [t for ids in per for t in ids]
-            if len(flat) != len(set(flat)) or any(not ids for ids in per):
-                raise ModelError(
-                    f"options {names} do not start with distinct tokens for this tokenizer "
-                    f"(ids {per}); give variants whose first tokens differ"
-                )
-            tok_ids.append(per)
-        logits = _last_logits(model, [encoded[i] for i in chunk], _pad_id(tokenizer), device,
-                              share_prefix=share_prefix)
+    for chunk, logits in _logit_passes(model, encoded, order, _pad_id(tokenizer),
+                                       model_device(model), batch_size=batch_size,
+                                       share_prefix=share_prefix, pack=pack, prefix=prefix):
         _check_finite(logits)
         probs = torch.softmax(logits, dim=-1).double().cpu()
-        for r, (i, per) in enumerate(zip(chunk, tok_ids, strict=True)):
-            for c, ids_c in enumerate(per):
+        for r, i in enumerate(chunk):
+            for c, ids_c in enumerate(tok_ids[i]):
                 out[i, c] = probs[r, ids_c].sum()
     return out

@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 import time
 from abc import ABC, abstractmethod
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
@@ -36,6 +37,7 @@ import torch
 
 from ...errors import InputError, ModelError
 from ..generation import Sampled, model_device, option_probs
+from ..packed_logits import PrefixKV
 from ..prompts import chat_or_plain, entailment_prompt
 
 CONTRADICTION, NEUTRAL, ENTAILMENT = 0, 1, 2
@@ -156,11 +158,14 @@ class NLIEntailment(EntailmentJudge):
 class LLMEntailment(EntailmentJudge):
     """Entailment asked of a causal LM with Farquhar's prompt (``prompts.entailment_prompt``).
 
-    One forward pass per pair, batched per question so that a batch's common beginning (the
-    question and, comparing with one representative, its answer) is encoded once
-    (``option_probs``); the label is the option among entailment / contradiction /
-    neutral with the most next-token probability (Farquhar sample a reply at T = 0.02 and look
-    for the words; reading probabilities needs no parsing and never falls back to "neutral").
+    One forward pass per ``batch_size`` pairs of one question: their common beginning (the
+    question and, comparing with one representative, its answer) is encoded once, and with
+    ``pack`` (models where ``packed_logits.can_pack``) their own tokens are packed without
+    padding and the question's beginning is kept between clustering rounds (``PrefixKV``
+    per question, the last ``MAX_HELD`` questions); see ``option_probs``. The label is the
+    option among entailment / contradiction / neutral with the most next-token probability
+    (Farquhar sample a reply at T = 0.02 and look for the words; reading probabilities needs
+    no parsing and never falls back to "neutral").
     """
 
     OPTIONS = {
@@ -168,16 +173,28 @@ class LLMEntailment(EntailmentJudge):
         CONTRADICTION: [" contradiction", "contradiction", " Contradiction", "Contradiction"],
         NEUTRAL: [" neutral", "neutral", " Neutral", "Neutral"],
     }
+    MAX_HELD = 32
+    """Questions whose prompt beginnings' keys/values are kept (one clustering batch needs 8)."""
 
     def __init__(self, model, tokenizer, *, name: str | None = None, batch_size: int = 8,
-                 chat: bool | None = None, share_prefix: bool = True):
+                 chat: bool | None = None, share_prefix: bool = True, pack: bool = True):
         super().__init__()
         self.model, self.tokenizer = model, tokenizer
         self.name = name or getattr(model.config, "name_or_path", None) or "llm"
         self.batch_size, self.chat, self.share_prefix = batch_size, chat, share_prefix
+        self.pack = pack
+        self.held: OrderedDict[str, PrefixKV] = OrderedDict()
 
     def prompt(self, question: str, a: str, b: str) -> str:
         return chat_or_plain(self.tokenizer, entailment_prompt(question, a, b), chat=self.chat)
+
+    def _prefix_of(self, question: str) -> PrefixKV:
+        """This question's kept prompt beginning (least recently used ones are dropped)."""
+        held = self.held.pop(question, None) or PrefixKV()
+        self.held[question] = held
+        while len(self.held) > self.MAX_HELD:
+            self.held.popitem(last=False)
+        return held
 
     def predict_labels(self, items: Sequence[Pair]) -> list[int]:
         labels = list(self.OPTIONS)
@@ -186,17 +203,23 @@ class LLMEntailment(EntailmentJudge):
         for i, (q, _, _) in enumerate(items):
             by_question.setdefault(q, []).append(i)
         out = [NEUTRAL] * len(items)
-        for idx in by_question.values():  # batches never mix questions: longer shared prefixes
+        for q, idx in by_question.items():  # batches never mix questions: longer shared prefixes
             probs = option_probs(self.model, self.tokenizer,
                                  [self.prompt(*items[i]) for i in idx], opts,
-                                 batch_size=self.batch_size, share_prefix=self.share_prefix)
+                                 batch_size=self.batch_size, share_prefix=self.share_prefix,
+                                 pack=self.pack, prefix=self._prefix_of(q) if self.pack else None)
             for i, k in zip(idx, probs.argmax(-1).tolist(), strict=True):
                 out[i] = labels[k]
             self._labelled(len(idx))
         return out
 
+    def clear_cache(self) -> None:
+        super().clear_cache()
+        self.held.clear()
+
     def config(self) -> dict:
-        return {**super().config(), "chat": self.chat, "share_prefix": self.share_prefix}
+        return {**super().config(), "chat": self.chat, "share_prefix": self.share_prefix,
+                "pack": self.pack}
 
 
 def entailment_judge(model, tokenizer, *, name: str | None = None,
