@@ -138,3 +138,12 @@ def test_option_probs_same_packed_or_padded(family):
     padded = option_probs(lm, tk, prompts, opts, batch_size=3, pack=False)
     assert torch.allclose(packed, padded, rtol=1e-4, atol=1e-7)
     assert (held.encoded_tokens > 0) == (family != "gemma3")
+
+
+def test_empty_prompt_is_a_clear_error():
+    from tiny import causal_lm
+
+    from isouq.errors import InputError
+
+    with pytest.raises(InputError, match="zero tokens"):
+        next(pl.packed_last_logits(causal_lm("llama"), [[5, 6], []], "cpu"))

@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..errors import InputError
+
 PACKABLE_ATTENTION = ("sdpa", "eager")
 """Attention implementations that read a custom 4-D additive mask."""
 
@@ -164,12 +166,12 @@ def packed_last_logits(model, rows: Sequence[Sequence[int]], device, *, batch_si
     Only for models where ``supports_packing`` holds.
     """
     if not rows or any(len(r) == 0 for r in rows):
-        raise ValueError("packed_last_logits needs non-empty rows")
+        raise InputError("a prompt tokenized to zero tokens; give every question non-empty text")
     held = prefix if prefix is not None else PrefixKV()
     p = shared_prefix_len(rows) if len(rows) > 1 else len(rows[0]) - 1
     if p > 0:
         held.extend_to(model, rows[0][:p], device)
-    dtype = next(model.parameters()).dtype
+    dtype = model.dtype
     keep_param = "logits_to_keep" in inspect.signature(model.forward).parameters
     n_passes = -(-len(rows) // batch_size)
     size = max(-(-len(rows) // n_passes), 1)  # balanced: 9 rows at batch_size 8 -> 5 + 4
@@ -211,7 +213,7 @@ def can_pack(model, rows: Sequence[Sequence[int]], device) -> bool:
     (packed,) = packed_last_logits(model, pair, device, batch_size=2)
     alone = torch.cat([model(input_ids=torch.as_tensor([r], device=device),
                              **last_only_kwargs(model)).logits[:, -1].float() for r in pair])
-    ok = _close(packed, alone, next(model.parameters()).dtype)
+    ok = _close(packed, alone, model.dtype)
     if not ok:
         warnings.warn(f"{type(model).__name__}: packed prompts do not give the logits of each "
                       "prompt alone; encoding prompts in padded batches instead", stacklevel=2)
