@@ -101,6 +101,7 @@ def test_prefix_is_kept_between_calls():
 
 def test_a_model_that_packs_wrongly_is_found_and_padded_instead():
     import transformers as tf
+
     from tiny import VOCAB, causal_lm
 
     class IgnoresPositions(tf.LlamaForCausalLM):
@@ -141,9 +142,8 @@ def test_option_probs_same_packed_or_padded(family):
 
 
 def test_empty_prompt_is_a_clear_error():
-    from tiny import causal_lm
-
     from isouq.errors import InputError
+    from tiny import causal_lm
 
     with pytest.raises(InputError, match="zero tokens"):
         next(pl.packed_last_logits(causal_lm("llama"), [[5, 6], []], "cpu"))

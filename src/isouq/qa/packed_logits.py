@@ -79,7 +79,7 @@ def shared_prefix_len(rows: Sequence[Sequence[int]]) -> int:
 
 def _common_len(a: Sequence[int], b: Sequence[int]) -> int:
     n = 0
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=False):
         if x != y:
             break
         n += 1
