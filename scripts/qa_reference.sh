@@ -10,6 +10,8 @@
 # 1-5 minutes per question on a 2-core CPU (README, "QA reference study"), so run this in the
 # background, e.g. `nohup bash scripts/qa_reference.sh > qa.log 2>&1 &`; set ISOUQ_THREADS=1
 # when other jobs share the machine.
+# Order: cheapest semantic entropy first, so whole (dataset, model) groups finish early (SmolLM2's
+# TruthfulQA answers are long sentences: about 4x the judge's tokens of its TriviaQA answers).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ISOUQ="${ISOUQ:-$( [ -x .venv/bin/isouq ] && echo .venv/bin/isouq || echo isouq )}"
@@ -17,7 +19,7 @@ methods=(--methods gradient naive_entropy p_true semantic_entropy)
 for a in "$@"; do [ "$a" = "--methods" ] && methods=(); done
 for spec in "triviaqa qwen2.5-coder-0.5b 100" "truthfulqa qwen2.5-coder-0.5b 100" \
             "truthfulqa gemma3-270m 100" "triviaqa gemma3-270m 100" \
-            "truthfulqa smollm2 200" "triviaqa smollm2 200"; do
+            "triviaqa smollm2 200" "truthfulqa smollm2 200"; do
   set -- $spec "$@"
   dataset=$1 model=$2 limit=$3
   shift 3
