@@ -147,3 +147,20 @@ def test_empty_prompt_is_a_clear_error():
 
     with pytest.raises(InputError, match="zero tokens"):
         next(pl.packed_last_logits(causal_lm("llama"), [[5, 6], []], "cpu"))
+
+
+def test_cache_argument_name_follows_the_forward_signature():
+    from types import SimpleNamespace
+
+    class NewName(torch.nn.Module):  # transformers >= 5.24 names the cache ``cache``
+        def forward(self, input_ids, attention_mask=None, position_ids=None, cache=None):
+            return SimpleNamespace(cache=("kv",))
+
+    class OldName(torch.nn.Module):
+        def forward(self, input_ids, attention_mask=None, position_ids=None, past_key_values=None):
+            return SimpleNamespace(past_key_values=("kv",))
+
+    assert pl.cache_kwarg(NewName()) == "cache"
+    assert pl.cache_kwarg(OldName()) == "past_key_values"
+    assert pl.returned_cache(NewName()(None)) == ("kv",)
+    assert pl.returned_cache(OldName()(None)) == ("kv",)

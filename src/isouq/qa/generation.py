@@ -34,9 +34,11 @@ import torch
 from ..errors import InputError, ModelError
 from .packed_logits import (
     PrefixKV,
+    cache_kwarg,
     can_pack,
     last_only_kwargs,
     packed_last_logits,
+    returned_cache,
     shared_prefix_len,
 )
 from .prompts import DEFAULT_STOP, encode_prompt
@@ -247,6 +249,7 @@ def _decode(
     ids, mask, pos = _left_pad(prompt_ids, pad, device)
     out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True,
                 **last_only_kwargs(model))
+    cache_name = cache_kwarg(model)
     gen: list[list[int]] = [[] for _ in range(n)]
     lps: list[list[float]] = [[] for _ in range(n)]
     mlps: list[list[float]] = [[] for _ in range(n)]
@@ -276,8 +279,8 @@ def _decode(
         feed[torch.as_tensor(active, device=device), 0] = nxt
         mask = torch.cat([mask, torch.ones((n, 1), dtype=mask.dtype, device=device)], dim=1)
         pos = pos[:, -1:] + 1
-        out = model(input_ids=feed, attention_mask=mask, position_ids=pos,
-                    past_key_values=out.past_key_values, use_cache=True)
+        out = model(input_ids=feed, attention_mask=mask, position_ids=pos, use_cache=True,
+                    **{cache_name: returned_cache(out)})
     return [(g, a, b, r or "length") for g, a, b, r in zip(gen, lps, mlps, reason, strict=True)]
 
 
@@ -456,15 +459,15 @@ def _last_logits(model, rows: Sequence[Sequence[int]], pad_id: int, device, *,
     p = shared_prefix_len(rows) if share_prefix and len(rows) > 1 else 0
     if p >= MIN_SHARED_PREFIX and isinstance(model, PreTrainedModel):
         head = torch.as_tensor([list(rows[0][:p])], dtype=torch.long, device=device)
-        cache = model(input_ids=head, attention_mask=torch.ones_like(head), use_cache=True,
-                      **last_only_kwargs(model)).past_key_values  # keys/values, not logits
+        cache = returned_cache(model(input_ids=head, attention_mask=torch.ones_like(head),
+                                     use_cache=True, **last_only_kwargs(model)))  # keys/values
         if isinstance(cache, Cache) and hasattr(cache, "batch_repeat_interleave"):
             cache.batch_repeat_interleave(len(rows))
             ids, mask, pos = _left_pad([r[p:] for r in rows], pad_id, device)
             full_mask = torch.cat([torch.ones((len(rows), p), dtype=mask.dtype,
                                               device=device), mask], dim=1)
             return model(input_ids=ids, attention_mask=full_mask, position_ids=pos + p,
-                         past_key_values=cache, use_cache=True,
+                         use_cache=True, **{cache_kwarg(model): cache},
                          **last_only_kwargs(model)).logits[:, -1, :].float()
     ids, mask, pos = _left_pad(rows, pad_id, device)
     return model(input_ids=ids, attention_mask=mask, position_ids=pos,

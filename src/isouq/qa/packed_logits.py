@@ -45,7 +45,7 @@ def _text_config(model):
 def supports_packing(model) -> bool:
     """Whether ``packed_last_logits`` gives a model's true logits (structure only: a
     ``PreTrainedModel`` decoder, eager/SDPA attention, no sliding-window layer, and a forward
-    taking ``position_ids``, ``past_key_values`` and a mask)."""
+    taking ``position_ids``, a key/value cache and a mask)."""
     from transformers import PreTrainedModel
 
     if not isinstance(model, PreTrainedModel):
@@ -64,7 +64,25 @@ def supports_packing(model) -> bool:
         params = inspect.signature(model.forward).parameters
     except (TypeError, ValueError):  # pragma: no cover
         return False
-    return all(k in params for k in ("position_ids", "past_key_values", "attention_mask"))
+    return ("position_ids" in params and "attention_mask" in params
+            and ("cache" in params or "past_key_values" in params))
+
+
+def cache_kwarg(model) -> str:
+    """The forward's name for a key/value cache argument: ``cache`` (transformers >= 5.24)
+    or ``past_key_values`` (earlier versions, and most custom models)."""
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):  # pragma: no cover
+        return "past_key_values"
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def returned_cache(out):
+    """The key/value cache a forward returned: ``out.cache`` (transformers >= 5.24), else
+    ``out.past_key_values``."""
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else out.past_key_values
 
 
 def shared_prefix_len(rows: Sequence[Sequence[int]]) -> int:
@@ -123,9 +141,9 @@ class PrefixKV:
             pos = torch.arange(c, len(prefix), device=device).unsqueeze(0)
             mask = torch.ones((1, len(prefix)), dtype=torch.long, device=device)
             out = model(input_ids=new, position_ids=pos, attention_mask=mask, use_cache=True,
-                        past_key_values=_cache_of(kept) if kept else None,
+                        **{cache_kwarg(model): _cache_of(kept) if kept else None},
                         **last_only_kwargs(model))
-            kept = _as_pairs(out.past_key_values)
+            kept = _as_pairs(returned_cache(out))
             self.encoded_tokens += len(prefix) - c
         self.ids, self.pairs = prefix, kept
 
@@ -173,6 +191,7 @@ def packed_last_logits(model, rows: Sequence[Sequence[int]], device, *, batch_si
         held.extend_to(model, rows[0][:p], device)
     dtype = model.dtype
     keep_param = "logits_to_keep" in inspect.signature(model.forward).parameters
+    cache_name = cache_kwarg(model)
     n_passes = -(-len(rows) // batch_size)
     size = max(-(-len(rows) // n_passes), 1)  # balanced: 9 rows at batch_size 8 -> 5 + 4
     for s in range(0, len(rows), size):
@@ -185,7 +204,7 @@ def packed_last_logits(model, rows: Sequence[Sequence[int]], device, *, batch_si
         kw = {"logits_to_keep": last} if keep_param else {}
         logits = model(input_ids=ids, position_ids=pos,
                        attention_mask=_packed_mask(lengths, p, dtype, device),
-                       past_key_values=_cache_of(held.pairs) if p > 0 else None,
+                       **{cache_name: _cache_of(held.pairs) if p > 0 else None},
                        use_cache=p > 0, **kw).logits[0]
         yield (logits if keep_param else logits[last]).float()
 
