@@ -151,6 +151,8 @@ def test_quick_run_one_row_per_size_and_resumes(tmp_path, monkeypatch):
     # other settings on the same folder: refused before any work
     with pytest.raises(InputError, match="other settings"):
         sc.run(tmp_path, quick=True, **{**SMALL, "num_samples": 61})
+    with pytest.raises(InputError, match="vi_prior"):
+        sc.run(tmp_path, quick=True, study="vi", vi_prior="fan_in", **SMALL)
     # HMC settings do not concern a VI-only run (its sizes are all done)
     vi_only = json.loads(sc.run(tmp_path, quick=True, study="vi",
                                 **{**SMALL, "num_samples": 61}).read_text())

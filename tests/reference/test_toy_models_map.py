@@ -131,3 +131,30 @@ def test_train_map_errors():
         tm.train_map(model, p.X, p.y[:5], "regression", 1.0, noise_std=0.1)
     with pytest.raises(InputError):
         tm.train_map(model, p.X, p.y, "regression", 0.0, noise_std=0.1)
+
+
+def test_fan_in_prior_potential_is_nll_plus_per_layer_gaussian():
+    """NumPyro's potential with prior="fan_in" = torch NLL + Σ_layers (fan_in λ/2)‖W‖² + (λ/2)‖b‖²
+    + the Gaussian normaliser, computed layer by layer from the torch module."""
+    spec = tm.mlp2(2, 5, 4)
+    p = make_problem("multiclass_spirals", n_train=30)
+    lam = 3.0
+    model = bnn_model(spec, p.task, lam, prior="fan_in")
+    net = tm.build(spec, seed=1).double()
+    with torch.no_grad():
+        nll = float(tm.neg_log_likelihood(net(p.X.double()), p.y, p.task, None))
+        prior, log_norm = 0.0, 0.0
+        for layer in (m for m in net if isinstance(m, torch.nn.Linear)):
+            prec_w = lam * layer.in_features
+            prior += 0.5 * prec_w * float((layer.weight**2).sum()) + 0.5 * lam * float(
+                (layer.bias**2).sum())
+            log_norm += 0.5 * layer.weight.numel() * np.log(2 * np.pi / prec_w)
+            log_norm += 0.5 * layer.bias.numel() * np.log(2 * np.pi / lam)
+    pot = float(potential_energy(model, (p.X.double().numpy(), p.y.numpy()), {},
+                                 {"theta": R.flat_params(net)}))
+    assert pot == pytest.approx(nll + prior + log_norm, rel=1e-10)
+    sd = tm.prior_std(spec, lam, "fan_in")
+    assert sd.shape == (spec.n_params,) and sd[0] == pytest.approx((lam * 2) ** -0.5)
+    np.testing.assert_allclose(tm.prior_std(spec, lam), np.full(spec.n_params, lam**-0.5))
+    with pytest.raises(InputError, match="prior must be one of"):
+        tm.prior_std(spec, lam, "laplace")

@@ -246,7 +246,8 @@ def run_vi_size(job: Job, settings: dict, out: Path, device: str = "cpu") -> dic
                        num_steps=settings["vi_steps"], batch_size=settings["vi_batch_size"],
                        lr=settings["vi_lr"], num_predictive_draws=settings["vi_draws"],
                        seed=settings["seed"], dtype=dtype,
-                       draw_budget_bytes=max(512 * 2**20, 16 * spec.n_params))
+                       draw_budget_bytes=max(512 * 2**20, 16 * spec.n_params),
+                       prior=settings.get("vi_prior", "isotropic"))
     t_ref = time.perf_counter() - t0
     model = load_into(tm.build(spec, seed=settings["seed"]), ref.param_mean)
     sc = gn_scores(model, problem.grid, device)
@@ -472,6 +473,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--vi-batch-size", type=int, default=128)
     p.add_argument("--vi-lr", type=float, default=1e-2)
     p.add_argument("--vi-n-train", type=int, default=VI_N_TRAIN)
+    p.add_argument("--vi-prior", choices=tm.PRIORS, default="isotropic",
+                   help="VI reference prior: isotropic N(0, I/λ) (default) or fan_in (weights' "
+                        "variance 1/(λ·fan_in), biases 1/λ)")
     p.add_argument("--grid-n", type=int, default=None,
                    help="grid points per axis (default 50; --quick 20)")
     p.add_argument("--prior-precision", type=float, default=1.0)
@@ -480,7 +484,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def study_settings(study: str, *, quick: bool, seed: int, grid_n: int | None,
                    prior_precision: float, num_warmup: int | None, num_samples: int | None,
                    num_chains: int, hmc_init: str, vi_steps: int | None, vi_draws: int | None,
-                   vi_batch_size: int, vi_lr: float, vi_n_train: int) -> dict:
+                   vi_batch_size: int, vi_lr: float, vi_n_train: int,
+                   vi_prior: str = "isotropic") -> dict:
     """The settings that determine a study's rows (stored in each row, checked on resume)."""
     common = {"problem": PROBLEM[study], "seed": seed, "grid_n": grid_n or (20 if quick else 50),
               "prior_precision": prior_precision}
@@ -488,9 +493,12 @@ def study_settings(study: str, *, quick: bool, seed: int, grid_n: int | None,
         return {**common, "kernel": "hmc", "num_warmup": num_warmup or (150 if quick else 1000),
                 "num_samples": num_samples or (150 if quick else 1000),
                 "num_chains": num_chains, "init": hmc_init}
-    return {**common, "n_train": vi_n_train, "vi_steps": vi_steps or (400 if quick else 5000),
-            "vi_draws": vi_draws or (100 if quick else 400), "vi_batch_size": vi_batch_size,
-            "vi_lr": vi_lr}
+    vi = {**common, "n_train": vi_n_train, "vi_steps": vi_steps or (400 if quick else 5000),
+          "vi_draws": vi_draws or (100 if quick else 400), "vi_batch_size": vi_batch_size,
+          "vi_lr": vi_lr}
+    if vi_prior != "isotropic":  # absent = isotropic, so rows made before the option resume
+        vi["vi_prior"] = vi_prior
+    return vi
 
 
 def rebuild(out: Path, started: float, settings: dict, seed: int) -> Path:
@@ -526,6 +534,7 @@ def run(
     vi_batch_size: int = 128,
     vi_lr: float = 1e-2,
     vi_n_train: int = VI_N_TRAIN,
+    vi_prior: str = "isotropic",
     grid_n: int | None = None,
     prior_precision: float = 1.0,
 ) -> Path:
@@ -548,7 +557,8 @@ def run(
     kw = dict(quick=quick, seed=seed, grid_n=grid_n, prior_precision=prior_precision,
               num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
               hmc_init=hmc_init, vi_steps=vi_steps, vi_draws=vi_draws,
-              vi_batch_size=vi_batch_size, vi_lr=vi_lr, vi_n_train=vi_n_train)
+              vi_batch_size=vi_batch_size, vi_lr=vi_lr, vi_n_train=vi_n_train,
+              vi_prior=vi_prior)
     fingerprints = {s: study_settings(s, **kw) for s in studies}
     writer = JsonlWriter(out / "sizes.jsonl")
     check_resume(read_jsonl(writer.path), lambda r: fingerprints.get(r["study"]), "sizes.jsonl")

@@ -10,7 +10,8 @@ Likelihoods (the same ones the references use):
 - binary: ONE output logit z, p(y=1|x) = σ(z), Bernoulli;
 - multiclass: C logits, softmax, categorical;
 - regression: one output f(x), y ~ N(f(x), noise_std²) with a stated noise std.
-Prior: isotropic Gaussian θ ~ N(0, I / prior_precision).
+Prior: isotropic Gaussian θ ~ N(0, I / prior_precision) (MAP training and HMC); the VI
+reference can also use the fan-in scaled prior of :func:`prior_std`.
 
 Sizes: ``mlp2(2, 32, 1)`` has 2·32+32 + 32·32+32 + 32+1 = 1,185 parameters;
 ``regression_mlp()`` 1→32→1 has 97; ``logistic_regression()`` 3; ``linear_regression()`` 2.
@@ -23,12 +24,15 @@ import math
 import time
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import nn
 
 from ..errors import InputError, ModelError
 
 TASKS = ("binary", "multiclass", "regression")
+#: Parameter priors of the reference posteriors (see :func:`prior_std`).
+PRIORS: tuple[str, ...] = ("isotropic", "fan_in")
 
 
 @dataclass(frozen=True)
@@ -124,6 +128,27 @@ def check_task(task: str) -> None:
 
 
 # --------------------------------------------------------------------------- models
+
+
+def prior_std(spec: MLPSpec, prior_precision: float, prior: str = "isotropic") -> np.ndarray:
+    """Prior standard deviation σ (D,) of every parameter, in θ's flat order; θ ~ N(0, diag(σ²)).
+
+    prior: ``"isotropic"`` (σ = prior_precision^-1/2 everywhere) or ``"fan_in"`` (a weight of a
+    layer with fan_in inputs: σ = (prior_precision · fan_in)^-1/2, the scale of the usual
+    initialisations, so wide layers do not saturate under the prior; a bias:
+    prior_precision^-1/2).
+    """
+    if prior_precision <= 0:
+        raise InputError(f"prior_precision must be positive, got {prior_precision}")
+    if prior not in PRIORS:
+        raise InputError(f"prior must be one of {PRIORS}, got {prior!r}")
+    base = 1.0 / math.sqrt(prior_precision)
+    if prior == "isotropic":
+        return np.full(spec.n_params, base)
+    parts = []
+    for fan_in, fan_out in spec.layer_dims:
+        parts += [np.full(fan_in * fan_out, base / math.sqrt(fan_in)), np.full(fan_out, base)]
+    return np.concatenate(parts)
 
 
 def build(spec: MLPSpec, seed: int = 0, dtype: torch.dtype = torch.float32) -> nn.Sequential:

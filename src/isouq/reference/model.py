@@ -1,13 +1,15 @@
 """The NumPyro Bayesian-network model the HMC and VI references share, and input checking.
 
-Prior θ ~ N(0, I / prior_precision) on the flat parameter vector (one sample site ``"theta"``,
-shape (D,)); likelihood Bernoulli(logits = z) for binary, Categorical(logits) for multiclass,
-N(f(x), noise_std²) for regression: exactly :func:`isouq.experiments.toy_models.neg_log_posterior`.
+Prior θ ~ N(0, diag(σ²)) on the flat parameter vector (one sample site ``"theta"``, shape (D,)):
+``"isotropic"`` σ² = 1 / prior_precision for every parameter (the default), or ``"fan_in"``
+(weights' variance divided by their layer's fan-in; :func:`~isouq.experiments.toy_models.prior_std`).
+Likelihood Bernoulli(logits = z) for binary, Categorical(logits) for multiclass, N(f(x),
+noise_std²) for regression. With the isotropic prior the posterior is exactly
+:func:`isouq.experiments.toy_models.neg_log_posterior`.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -18,7 +20,7 @@ import numpyro.distributions as dist
 import torch
 
 from ..errors import InputError
-from ..experiments.toy_models import MLPSpec, check_task, output_dim
+from ..experiments.toy_models import MLPSpec, check_task, output_dim, prior_std
 from .jax_models import forward
 
 
@@ -111,22 +113,20 @@ def bnn_model(
     noise_std: float | None = None,
     batch_size: int | None = None,
     dtype=jnp.float64,
+    prior: str = "isotropic",
 ) -> Callable:
     """NumPyro model ``m(X, y)`` of the Bayesian toy network.
 
     batch_size: None = full-batch likelihood (HMC); an int subsamples that many points per call
     through ``numpyro.plate(..., subsample_size=batch_size)``, which rescales the minibatch
-    log-likelihood by N / batch_size (stochastic VI).
+    log-likelihood by N / batch_size (stochastic VI). prior: see :func:`prior_std`.
     """
-    if prior_precision <= 0:
-        raise InputError(f"prior_precision must be positive, got {prior_precision}")
-    prior_std = 1.0 / math.sqrt(prior_precision)
+    sigma = jnp.asarray(prior_std(spec, prior_precision, prior), dtype=dtype)
     D = spec.n_params
 
     def model(X, y):
         theta = numpyro.sample(
-            "theta",
-            dist.Normal(jnp.zeros(D, dtype), jnp.full(D, prior_std, dtype)).to_event(1),
+            "theta", dist.Normal(jnp.zeros(D, dtype), sigma).to_event(1),
         )
         with numpyro.plate("data", X.shape[0], subsample_size=batch_size) as idx:
             xb = X if batch_size is None else X[idx]

@@ -87,6 +87,7 @@ def vi_reference(
     dtype: str = "float64",
     keep_samples: bool = False,
     draw_budget_bytes: int = DEFAULT_DRAW_BUDGET,
+    prior: str = "isotropic",
 ) -> Reference:
     """Fit a mean-field Gaussian q(θ) by stochastic VI and summarise its predictive on ``grid``.
 
@@ -97,6 +98,8 @@ def vi_reference(
         MAP; ``init_scale``: starting s (in units of θ).
     num_predictive_draws: draws of q for the predictive moments.
     dtype: ``"float64"`` or ``"float32"`` (use float32 for models with millions of parameters).
+    prior: ``"isotropic"`` N(0, I / prior_precision) or ``"fan_in"`` (weights' variance divided
+        by their layer's fan-in; see :func:`~.model.prior_std`).
 
     Returns a :class:`Reference` (method ``"vi"``) with epistemic/aleatoric/mean (G, C) or (G,),
     param_mean = μ and param_std = s (D,), ``elbo`` (num_steps,) = −loss per step (nats, a
@@ -114,7 +117,8 @@ def vi_reference(
     jdt = jnp.float64 if dtype == "float64" else jnp.float32
     N = len(inp.X)
     bs = None if batch_size is None or batch_size >= N else int(batch_size)
-    model = bnn_model(spec, inp.task, prior_precision, inp.noise_std, batch_size=bs, dtype=jdt)
+    model = bnn_model(spec, inp.task, prior_precision, inp.noise_std, batch_size=bs, dtype=jdt,
+                      prior=prior)
     loc0 = jnp.asarray(_init_loc(init, spec, seed), dtype=jdt)
     guide = AutoNormal(model, init_loc_fn=init_to_value(values={"theta": loc0}),
                        init_scale=init_scale)
@@ -158,7 +162,8 @@ def vi_reference(
         "num_steps": num_steps, "batch_size": bs or N, "lr": lr, "final_lr_ratio": final_lr_ratio,
         "init": "given" if init is not None and not isinstance(init, str) else "torch",
         "init_scale": init_scale, "seed": seed, "dtype": dtype,
-        "prior_precision": prior_precision, "noise_std": inp.noise_std, "spec": spec.to_dict(),
+        "prior_precision": prior_precision, "prior": prior, "noise_std": inp.noise_std,
+        "spec": spec.to_dict(),
         "n_train": N, "n_eval": int(len(inp.grid)), "guide": "AutoNormal (mean-field)",
     }
     return Reference(
