@@ -153,6 +153,8 @@ def test_quick_run_one_row_per_size_and_resumes(tmp_path, monkeypatch):
         sc.run(tmp_path, quick=True, **{**SMALL, "num_samples": 61})
     with pytest.raises(InputError, match="vi_prior"):
         sc.run(tmp_path, quick=True, study="vi", vi_prior="fan_in", **SMALL)
+    with pytest.raises(InputError, match="vi_elbo"):
+        sc.run(tmp_path, quick=True, study="vi", vi_elbo="analytic_kl", **SMALL)
     # HMC settings do not concern a VI-only run (its sizes are all done)
     vi_only = json.loads(sc.run(tmp_path, quick=True, study="vi",
                                 **{**SMALL, "num_samples": 61}).read_text())

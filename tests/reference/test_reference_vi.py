@@ -12,17 +12,19 @@ from isouq.errors import InputError
 from isouq.experiments import toy_models as tm
 
 
-@pytest.fixture(scope="module")
-def blr():
+@pytest.fixture(scope="module", params=["trace", "analytic_kl"])
+def blr(request):
     p = make_problem("regression_linear", n_train=200, grid_n=11)
     spec = tm.linear_regression(1)
     ref = R.vi_reference(p, spec, prior_precision=1.0, num_steps=3000, batch_size=50, lr=0.05,
-                         final_lr_ratio=0.01, seed=0, num_predictive_draws=4000)
+                         final_lr_ratio=0.01, seed=0, num_predictive_draws=4000,
+                         elbo=request.param)
     return p, spec, ref
 
 
 def test_vi_recovers_mean_field_optimum(blr):
-    """For a Gaussian posterior the mean-field optimum has the exact mean, variances 1/Λᵢᵢ."""
+    """For a Gaussian posterior the mean-field optimum has the exact mean, variances 1/Λᵢᵢ
+    (either ELBO estimator)."""
     p, _, ref = blr
     mean, cov = R.blr_posterior(R.linear_features(p.X), p.y, 1.0, p.noise_std)
     mf_mean, mf_var = R.mean_field_optimum(mean, cov)
@@ -78,5 +80,9 @@ def test_errors():
         R.vi_reference(p, spec, init="prior", num_steps=5)
     with pytest.raises(InputError, match="dtype"):
         R.vi_reference(p, spec, dtype="float16", num_steps=5)
+    with pytest.raises(InputError, match="elbo must be one of"):
+        R.vi_reference(p, spec, elbo="renyi", num_steps=5)
+    with pytest.raises(InputError, match="prior must be one of"):
+        R.vi_reference(p, spec, prior="wide", num_steps=5)
     with pytest.raises(InputError, match="ONE logit"):
         R.vi_reference(p, tm.softmax_regression(2, 2), num_steps=5)

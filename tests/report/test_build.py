@@ -9,6 +9,7 @@ from PIL import Image
 from isouq.errors import DataError
 from isouq.evaluation import label_tables, study_tables
 from isouq.report import build_report
+from isouq.report.sections import section_title
 
 from .conftest import FAST, gold_rows
 
@@ -209,3 +210,9 @@ def test_speedups_that_may_mix_machines_get_a_note(tmp_path):
         "Naive Ent.": "same machine (12 rows)", "Sem. Ent.": "different machines"}
     html = out.read_text(encoding="utf-8")
     assert "Speed-ups that may mix machines (different machines: m1 on D)" in html
+
+
+def test_two_runs_of_one_experiment_get_titles_that_tell_them_apart():
+    assert section_title("scaling", "scaling") == "scaling"
+    assert section_title("proxy-bias-2d", "proxy_bias_2d") == "proxy-bias-2d"
+    assert section_title("scaling", "scaling_vi_fan_in") == "scaling — scaling_vi_fan_in"

@@ -11,6 +11,9 @@ B. ``vi``: 4-class Gaussian clusters (``multiclass_clusters``, N = 4,000), MLP(w
    w = 8 … 8192 (132 … 6.7·10⁷ parameters); a mean-field Gaussian reference
    (``reference.vi_reference``, stochastic VI); GN at the variational mean μ (loaded into the
    torch model). The ELBO trace of every size is saved (``elbo/vi_w{w}.csv`` and one PNG).
+   ``vi_prior="fan_in"`` (weights' prior variance 1/(λ·fan_in)) and ``vi_elbo="analytic_kl"``
+   (closed-form KL) give the reference that converges at large D: with the isotropic N(0, 1)
+   prior the posterior std of nearly every weight of a wide layer stays at the prior's 1.0.
 
 Compared: GN vs the reference epistemic Var[p_c] and PE p_c(1 − p_c) vs the reference aleatoric
 E[p_c(1 − p_c)], Pearson r and Spearman ρ per class and pooled over classes ("overall", the
@@ -55,6 +58,8 @@ N_CLASSES = 4
 VI_N_TRAIN = 4000
 #: Above this many parameters VI runs in float32 (see ``vi_reference``).
 VI_FLOAT32_ABOVE = 1_000_000
+#: VI reference options and their defaults (a row's settings name only the ones changed).
+VI_OPTION_DEFAULTS = {"vi_prior": "isotropic", "vi_elbo": "trace"}
 #: Exponent α of the time model t ∝ D^α used to predict a size's time from a smaller one.
 COST_EXPONENT = {"hmc": 1.5, "vi": 1.0}
 HMC_MEMORY_BUDGET = 2 * 2**30
@@ -247,7 +252,8 @@ def run_vi_size(job: Job, settings: dict, out: Path, device: str = "cpu") -> dic
                        lr=settings["vi_lr"], num_predictive_draws=settings["vi_draws"],
                        seed=settings["seed"], dtype=dtype,
                        draw_budget_bytes=max(512 * 2**20, 16 * spec.n_params),
-                       prior=settings.get("vi_prior", "isotropic"))
+                       prior=settings.get("vi_prior", VI_OPTION_DEFAULTS["vi_prior"]),
+                       elbo=settings.get("vi_elbo", VI_OPTION_DEFAULTS["vi_elbo"]))
     t_ref = time.perf_counter() - t0
     model = load_into(tm.build(spec, seed=settings["seed"]), ref.param_mean)
     sc = gn_scores(model, problem.grid, device)
@@ -476,6 +482,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--vi-prior", choices=tm.PRIORS, default="isotropic",
                    help="VI reference prior: isotropic N(0, I/λ) (default) or fan_in (weights' "
                         "variance 1/(λ·fan_in), biases 1/λ)")
+    p.add_argument("--vi-elbo", choices=["trace", "analytic_kl"], default="trace",
+                   help="SVI gradient estimator: trace (KL sampled too; default) or analytic_kl "
+                        "(closed-form Gaussian KL, less noise at large D)")
     p.add_argument("--grid-n", type=int, default=None,
                    help="grid points per axis (default 50; --quick 20)")
     p.add_argument("--prior-precision", type=float, default=1.0)
@@ -485,7 +494,7 @@ def study_settings(study: str, *, quick: bool, seed: int, grid_n: int | None,
                    prior_precision: float, num_warmup: int | None, num_samples: int | None,
                    num_chains: int, hmc_init: str, vi_steps: int | None, vi_draws: int | None,
                    vi_batch_size: int, vi_lr: float, vi_n_train: int,
-                   vi_prior: str = "isotropic") -> dict:
+                   vi_prior: str = "isotropic", vi_elbo: str = "trace") -> dict:
     """The settings that determine a study's rows (stored in each row, checked on resume)."""
     common = {"problem": PROBLEM[study], "seed": seed, "grid_n": grid_n or (20 if quick else 50),
               "prior_precision": prior_precision}
@@ -496,8 +505,9 @@ def study_settings(study: str, *, quick: bool, seed: int, grid_n: int | None,
     vi = {**common, "n_train": vi_n_train, "vi_steps": vi_steps or (400 if quick else 5000),
           "vi_draws": vi_draws or (100 if quick else 400), "vi_batch_size": vi_batch_size,
           "vi_lr": vi_lr}
-    if vi_prior != "isotropic":  # absent = isotropic, so rows made before the option resume
-        vi["vi_prior"] = vi_prior
+    chosen = {"vi_prior": vi_prior, "vi_elbo": vi_elbo}
+    # an option at its default is left out, so rows made before the option existed resume
+    vi.update({k: v for k, v in chosen.items() if v != VI_OPTION_DEFAULTS[k]})
     return vi
 
 
@@ -535,6 +545,7 @@ def run(
     vi_lr: float = 1e-2,
     vi_n_train: int = VI_N_TRAIN,
     vi_prior: str = "isotropic",
+    vi_elbo: str = "trace",
     grid_n: int | None = None,
     prior_precision: float = 1.0,
 ) -> Path:
@@ -558,7 +569,7 @@ def run(
               num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
               hmc_init=hmc_init, vi_steps=vi_steps, vi_draws=vi_draws,
               vi_batch_size=vi_batch_size, vi_lr=vi_lr, vi_n_train=vi_n_train,
-              vi_prior=vi_prior)
+              vi_prior=vi_prior, vi_elbo=vi_elbo)
     fingerprints = {s: study_settings(s, **kw) for s in studies}
     writer = JsonlWriter(out / "sizes.jsonl")
     check_resume(read_jsonl(writer.path), lambda r: fingerprints.get(r["study"]), "sizes.jsonl")

@@ -59,10 +59,18 @@ def copy_figures(exp: Experiment, dest: Path, rel: Path) -> tuple[list[Figure], 
     return figures, notes
 
 
+def section_title(experiment: str, folder: str) -> str:
+    """The experiment's name, plus its folder's when that says more (two runs of one
+    experiment, e.g. ``scaling`` and ``scaling — scaling_vi_fan_in``)."""
+    if folder.replace("_", "-") == experiment.replace("_", "-"):
+        return experiment
+    return f"{experiment} — {folder}"
+
+
 def experiment_section(exp: Experiment, out_dir: Path, taken: set[str]) -> Section:
     """A section for one experiment; its figures are copied to ``out_dir/<section id>/``."""
     doc = exp.doc
-    title = str(doc.get("experiment") or exp.dir.name)
+    title = section_title(str(doc.get("experiment") or exp.dir.name), exp.dir.name)
     sid = unique_slug(title, taken)
     figures, notes = copy_figures(exp, out_dir / sid, Path(sid))
     meta = {k: _scalar(v) for k, v in doc.items() if k not in SKIP_META}
