@@ -40,6 +40,7 @@ def test_speedup_compares_timings_taken_on_one_machine():
     assert se["speedup"] == pytest.approx(50.0 / 5.0)  # rows a and c: 10x; b is left out
     assert se["compared"] == "same machine (2 rows)" and se["machines"] == 2
     assert se["mean_s"] == pytest.approx(30.0)  # the cost itself is over every timed row
+    assert se["median_s"] == pytest.approx(40.0)
     se = {r["method"]: r for r in cost_table(rows[1:2])}["Sem. Ent."]
     assert se["compared"] == "different machines" and se["speedup"] is None
     old = [_timed("a", 1.0, 10.0, None, None), _timed("b", 1.0, 30.0, None, "slow")]

@@ -213,6 +213,7 @@ def test_speedups_that_may_mix_machines_get_a_note(tmp_path):
 
 
 def test_two_runs_of_one_experiment_get_titles_that_tell_them_apart():
-    assert section_title("scaling", "scaling") == "scaling"
-    assert section_title("proxy-bias-2d", "proxy_bias_2d") == "proxy-bias-2d"
-    assert section_title("scaling", "scaling_vi_fan_in") == "scaling — scaling_vi_fan_in"
+    assert section_title("scaling", "run1") == "scaling"  # the only run of it
+    assert section_title("scaling", "scaling", runs=2) == "scaling"
+    assert section_title("proxy-bias-2d", "proxy_bias_2d", runs=2) == "proxy-bias-2d"
+    assert section_title("scaling", "scaling_vi_fan_in", 2) == "scaling — scaling_vi_fan_in"

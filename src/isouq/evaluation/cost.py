@@ -94,7 +94,8 @@ def _speedup_where_comparable(
 
 def cost_table(rows: Iterable[Mapping], reference: str = REFERENCE) -> list[dict]:
     """Row-level: one row per (dataset, model, method) with the per-sample passes (the common
-    value, or the mean when rows differ), n timed samples, mean and std seconds (ddof=0), the
+    value, or the mean when rows differ), n timed samples, mean, std (ddof=0) and median
+    seconds (the median resists a few samples timed while the machine was busy), the
     number of machines its timings were recorded on, and the speed-up of ``reference`` over
     this method (mean seconds ratio; 1 for itself) with ``compared`` saying on which rows: the
     ones where both were timed on one machine when rows record it (``timed_on``).
@@ -139,6 +140,7 @@ def cost_table(rows: Iterable[Mapping], reference: str = REFERENCE) -> list[dict
                 "passes": p, "n": int(secs.size),
                 "mean_s": to_float(secs.mean()) if secs.size else None,
                 "std_s": to_float(secs.std()) if secs.size else None,
+                "median_s": to_float(np.median(secs)) if secs.size else None,
                 "machines": len(machines),
                 "speedup": to_float(ratio), "compared": compared,
             })

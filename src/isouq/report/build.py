@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -101,7 +102,8 @@ def build_report(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     taken: set[str] = set()
-    sections = [experiment_section(e, out, taken) for e in found.experiments]
+    names = Counter(str(e.doc.get("experiment") or e.dir.name) for e in found.experiments)
+    sections = [experiment_section(e, out, taken, names) for e in found.experiments]
     if study is not None:
         sections.append(qa_section(qa_rows, study, found.qa_files, out, taken,
                                    options=options, skipped=found.skipped, left_out=left_out,

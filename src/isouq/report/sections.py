@@ -59,18 +59,21 @@ def copy_figures(exp: Experiment, dest: Path, rel: Path) -> tuple[list[Figure], 
     return figures, notes
 
 
-def section_title(experiment: str, folder: str) -> str:
-    """The experiment's name, plus its folder's when that says more (two runs of one
-    experiment, e.g. ``scaling`` and ``scaling — scaling_vi_fan_in``)."""
-    if folder.replace("_", "-") == experiment.replace("_", "-"):
+def section_title(experiment: str, folder: str, runs: int = 1) -> str:
+    """The experiment's name; with ``runs`` > 1 runs of it in one report, its folder's too
+    when that differs (``scaling`` and ``scaling — scaling_vi_fan_in``)."""
+    if runs <= 1 or folder.replace("_", "-") == experiment.replace("_", "-"):
         return experiment
     return f"{experiment} — {folder}"
 
 
-def experiment_section(exp: Experiment, out_dir: Path, taken: set[str]) -> Section:
-    """A section for one experiment; its figures are copied to ``out_dir/<section id>/``."""
+def experiment_section(exp: Experiment, out_dir: Path, taken: set[str],
+                       runs: Mapping[str, int] | None = None) -> Section:
+    """A section for one experiment; its figures are copied to ``out_dir/<section id>/``.
+    runs: experiment name -> how many of the report's inputs are runs of it."""
     doc = exp.doc
-    title = section_title(str(doc.get("experiment") or exp.dir.name), exp.dir.name)
+    name = str(doc.get("experiment") or exp.dir.name)
+    title = section_title(name, exp.dir.name, (runs or {}).get(name, 1))
     sid = unique_slug(title, taken)
     figures, notes = copy_figures(exp, out_dir / sid, Path(sid))
     meta = {k: _scalar(v) for k, v in doc.items() if k not in SKIP_META}

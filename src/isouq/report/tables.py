@@ -222,13 +222,16 @@ def _cost_view(rows: list[dict], digits: int) -> Table:
         row = pivot.setdefault(key, {"dataset": key[0], "model": key[1]})
         row[str(r.get("method"))] = r.get("mean_s")
         row[f"{r.get('method')}{STD}"] = r.get("std_s")
+        if r.get("median_s") is not None:
+            row[f"{r.get('method')} median"] = r.get("median_s")
     ds_order = list(dict.fromkeys(k[0] for k in pivot))
     model_order = list(dict.fromkeys(k[1] for k in pivot))
     keys = sorted(pivot, key=lambda k: (ds_order.index(k[0]), model_order.index(k[1])))
     return make_table("cost", [pivot[k] for k in keys], title="Seconds per sample",
                       digits=digits,
                       caption="Wall-clock seconds per sample beyond the shared generation "
-                      "(mean ± std). Paper: tab:timing-full (one H100).")
+                      "(mean ± std, and the median, which a few samples timed on a busy "
+                      "machine do not move). Paper: tab:timing-full (one H100).")
 
 
 def _passes_view(rows: list[dict], digits: int) -> Table:
