@@ -27,5 +27,5 @@ for spec in "triviaqa qwen2.5-coder-0.5b 100" "truthfulqa qwen2.5-coder-0.5b 100
   "$ISOUQ" qa run --dataset "$dataset" --model "$model" --limit "$limit" --batch-size 8 \
       "${methods[@]}" "$@" --out results/qa
 done
-"$ISOUQ" report results/validation results/scaling results/proxy_bias_2d \
+"$ISOUQ" report results/validation results/scaling results/scaling_vi_fan_in results/proxy_bias_2d \
     results/proxy_bias_text results/qa --out results/report
