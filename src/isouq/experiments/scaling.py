@@ -396,7 +396,10 @@ def plot_scaling(rows: list[dict], out: Path) -> Path:
         else:
             ax.axhline(0.96, color="k", ls=":", label="paper: ρ ≥ 0.96 throughout")
             n = mine[0]["n_train"] if mine else VI_N_TRAIN
-            ax.set_title(f"B: mean-field VI reference, 4-class clusters (N = {n})")
+            prior = (mine[0]["settings"].get("vi_prior", VI_OPTION_DEFAULTS["vi_prior"])
+                     if mine and "settings" in mine[0] else VI_OPTION_DEFAULTS["vi_prior"])
+            ax.set_title(f"B: mean-field VI reference ({prior.replace('_', '-')} prior)\n"
+                         f"4-class clusters (N = {n})")
         ax.axvline(n, color="gray", lw=0.8, ls="-.", label="D = N")
         ax.set_xscale("log")
         ax.set_xlim(*XLIM[study])
