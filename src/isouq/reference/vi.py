@@ -102,7 +102,7 @@ def vi_reference(
     num_predictive_draws: draws of q for the predictive moments.
     dtype: ``"float64"`` or ``"float32"`` (use float32 for models with millions of parameters).
     prior: ``"isotropic"`` N(0, I / prior_precision) or ``"fan_in"`` (weights' variance divided
-        by their layer's fan-in; see :func:`~.model.prior_std`).
+        by their layer's fan-in; see :func:`isouq.experiments.toy_models.prior_std`).
     elbo: the gradient estimator: ``"trace"`` (``Trace_ELBO``: one draw estimates the
         likelihood and KL(q‖p) alike) or ``"analytic_kl"`` (``TraceMeanField_ELBO``: the
         Gaussian KL in closed form, only the likelihood sampled; far less noise when D is large).
@@ -116,6 +116,8 @@ def vi_reference(
     inp = resolve_inputs(data, spec, task, grid, noise_std)
     if dtype not in ("float64", "float32"):
         raise InputError(f"dtype must be 'float64' or 'float32', got {dtype!r}")
+    if elbo not in ELBO_ESTIMATORS:
+        raise InputError(f"elbo must be one of {tuple(ELBO_ESTIMATORS)}, got {elbo!r}")
     if num_steps < 1 or num_predictive_draws < 2 or lr <= 0:
         raise InputError("need num_steps ≥ 1, num_predictive_draws ≥ 2 and lr > 0")
     D = spec.n_params
@@ -131,8 +133,6 @@ def vi_reference(
                        init_scale=init_scale)
     decay = final_lr_ratio ** (1.0 / num_steps)
     optim = Adam(lambda i: lr * decay**i)
-    if elbo not in ELBO_ESTIMATORS:
-        raise InputError(f"elbo must be one of {tuple(ELBO_ESTIMATORS)}, got {elbo!r}")
     svi = SVI(model, guide, optim, loss=ELBO_ESTIMATORS[elbo]())
     X = jnp.asarray(inp.X, dtype=jdt)
     y = jnp.asarray(inp.y, dtype=jdt) if inp.task == "regression" else jnp.asarray(inp.y)
