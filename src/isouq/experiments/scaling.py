@@ -60,6 +60,12 @@ VI_N_TRAIN = 4000
 VI_FLOAT32_ABOVE = 1_000_000
 #: VI reference options and their defaults (a row's settings name only the ones changed).
 VI_OPTION_DEFAULTS = {"vi_prior": "isotropic", "vi_elbo": "trace"}
+
+
+def vi_option(settings: dict | None, name: str) -> str:
+    """A VI option of a study's settings (absent: its default, see ``VI_OPTION_DEFAULTS``)."""
+    return (settings or {}).get(name, VI_OPTION_DEFAULTS[name])
+
 #: Exponent α of the time model t ∝ D^α used to predict a size's time from a smaller one.
 COST_EXPONENT = {"hmc": 1.5, "vi": 1.0}
 HMC_MEMORY_BUDGET = 2 * 2**30
@@ -252,8 +258,7 @@ def run_vi_size(job: Job, settings: dict, out: Path, device: str = "cpu") -> dic
                        lr=settings["vi_lr"], num_predictive_draws=settings["vi_draws"],
                        seed=settings["seed"], dtype=dtype,
                        draw_budget_bytes=max(512 * 2**20, 16 * spec.n_params),
-                       prior=settings.get("vi_prior", VI_OPTION_DEFAULTS["vi_prior"]),
-                       elbo=settings.get("vi_elbo", VI_OPTION_DEFAULTS["vi_elbo"]))
+                       prior=vi_option(settings, "vi_prior"), elbo=vi_option(settings, "vi_elbo"))
     t_ref = time.perf_counter() - t0
     model = load_into(tm.build(spec, seed=settings["seed"]), ref.param_mean)
     sc = gn_scores(model, problem.grid, device)
@@ -396,8 +401,7 @@ def plot_scaling(rows: list[dict], out: Path) -> Path:
         else:
             ax.axhline(0.96, color="k", ls=":", label="paper: ρ ≥ 0.96 throughout")
             n = mine[0]["n_train"] if mine else VI_N_TRAIN
-            prior = (mine[0]["settings"].get("vi_prior", VI_OPTION_DEFAULTS["vi_prior"])
-                     if mine and "settings" in mine[0] else VI_OPTION_DEFAULTS["vi_prior"])
+            prior = vi_option(mine[0].get("settings") if mine else None, "vi_prior")
             ax.set_title(f"B: mean-field VI reference ({prior.replace('_', '-')} prior)\n"
                          f"4-class clusters (N = {n})")
         ax.axvline(n, color="gray", lw=0.8, ls="-.", label="D = N")
@@ -482,10 +486,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--vi-batch-size", type=int, default=128)
     p.add_argument("--vi-lr", type=float, default=1e-2)
     p.add_argument("--vi-n-train", type=int, default=VI_N_TRAIN)
-    p.add_argument("--vi-prior", choices=tm.PRIORS, default="isotropic",
+    p.add_argument("--vi-prior", choices=tm.PRIORS, default=VI_OPTION_DEFAULTS["vi_prior"],
                    help="VI reference prior: isotropic N(0, I/λ) (default) or fan_in (weights' "
                         "variance 1/(λ·fan_in), biases 1/λ)")
-    p.add_argument("--vi-elbo", choices=["trace", "analytic_kl"], default="trace",
+    p.add_argument("--vi-elbo", choices=["trace", "analytic_kl"],
+                   default=VI_OPTION_DEFAULTS["vi_elbo"],
                    help="SVI gradient estimator: trace (KL sampled too; default) or analytic_kl "
                         "(closed-form Gaussian KL, less noise at large D)")
     p.add_argument("--grid-n", type=int, default=None,

@@ -102,7 +102,7 @@ def build_report(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     taken: set[str] = set()
-    names = Counter(str(e.doc.get("experiment") or e.dir.name) for e in found.experiments)
+    names = Counter(e.name for e in found.experiments)
     sections = [experiment_section(e, out, taken, names) for e in found.experiments]
     if study is not None:
         sections.append(qa_section(qa_rows, study, found.qa_files, out, taken,

@@ -30,6 +30,11 @@ class Experiment:
     def dir(self) -> Path:
         return self.path.parent
 
+    @property
+    def name(self) -> str:
+        """The experiment's name (its ``experiment`` field, else its directory's name)."""
+        return str(self.doc.get("experiment") or self.dir.name)
+
 
 @dataclass(frozen=True)
 class Inputs:

@@ -72,8 +72,7 @@ def experiment_section(exp: Experiment, out_dir: Path, taken: set[str],
     """A section for one experiment; its figures are copied to ``out_dir/<section id>/``.
     runs: experiment name -> how many of the report's inputs are runs of it."""
     doc = exp.doc
-    name = str(doc.get("experiment") or exp.dir.name)
-    title = section_title(name, exp.dir.name, (runs or {}).get(name, 1))
+    title = section_title(exp.name, exp.dir.name, (runs or {}).get(exp.name, 1))
     sid = unique_slug(title, taken)
     figures, notes = copy_figures(exp, out_dir / sid, Path(sid))
     meta = {k: _scalar(v) for k, v in doc.items() if k not in SKIP_META}
