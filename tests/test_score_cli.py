@@ -107,6 +107,22 @@ def test_bad_input_is_one_clear_line(tmp_path, capsys):
     assert "row 0 has no 'answer'" in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("argv, problem", [
+    (["experiment", "validation", "--out", "{file}"], "is a file; give a folder"),
+    (["report", "results", "--out", "{file}"], "is a file; give a folder"),
+    (["qa", "run", "--out", "{file}"], "is a file; give a folder"),
+    (["score", "{file}", "--out", "{dir}"], "is a folder; give a file name"),
+])
+def test_an_output_of_the_wrong_kind_is_refused_before_any_work(tmp_path, capsys, argv, problem):
+    file = tmp_path / "taken.txt"
+    file.write_text("x")
+    argv = [a.format(file=file, dir=tmp_path) for a in argv]
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and problem in err and "Traceback" not in err
+
+
 def torchrun(args, **kw):
     exe = shutil.which("torchrun") or str(Path(sys.executable).parent / "torchrun")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "ISOUQ_THREADS": "1"}

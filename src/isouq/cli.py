@@ -25,6 +25,23 @@ EXPERIMENTS = {
 }
 
 
+def out_dir(text: str) -> Path:
+    """argparse type of an output folder: refused when a file already has its name."""
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a file; give a folder (it is created)")
+    return path
+
+
+def out_file(text: str) -> Path:
+    """argparse type of an output file: refused when a folder already has its name."""
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a folder; give a file name, e.g. "
+                                         f"{path / 'scores.jsonl'}")
+    return path
+
+
 def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="smollm2",
                    help="registry name (see `isouq models`), local folder/.gguf, or HF hub id "
@@ -182,13 +199,15 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     p.add_argument("--max-new-tokens", type=int, default=24)
     p.add_argument("--toy", action="store_true",
                    help="instead: train a small classifier on 2D XOR and plot its maps")
-    p.add_argument("--out", default="runs/demo", help="where --toy saves its figure")
+    p.add_argument("--out", type=out_dir, default="runs/demo",
+                   help="where --toy saves its figure")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("score", help="score (prompt, answer) rows of a JSONL/CSV file")
     p.add_argument("input", help="JSONL/CSV with 'answer' and 'prompt' or 'question' columns")
-    p.add_argument("--out", required=True, help="output JSONL (resumable: done keys skipped)")
+    p.add_argument("--out", type=out_file, required=True,
+                   help="output JSONL (resumable: done keys skipped)")
     _model_args(p)
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--method", choices=["ghost", "loop", "per_token"], default="ghost")
@@ -216,7 +235,8 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     esub = p.add_subparsers(dest="name", required=True, metavar="NAME")
     for name, modname in EXPERIMENTS.items():
         e = esub.add_parser(name, help=f"the {name} experiment")
-        e.add_argument("--out", required=True, help="output directory (results.json, PNGs)")
+        e.add_argument("--out", type=out_dir, required=True,
+                       help="output directory (results.json, PNGs)")
         e.add_argument("--quick", action="store_true", help="a small run (minutes)")
         e.add_argument("--seed", type=int, default=0)
         e.add_argument("--device", default="cpu")
@@ -233,7 +253,7 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     q.add_argument("--device", default="cpu")
     q.add_argument("--limit", type=int, default=200, help="questions (seeded subset)")
     q.add_argument("--seed", type=int, default=0)
-    q.add_argument("--out", required=True, help="output directory (resumable)")
+    q.add_argument("--out", type=out_dir, required=True, help="output directory (resumable)")
     q.add_argument("--methods", nargs="+", default=["gradient", "naive_entropy",
                                                     "semantic_entropy", "p_true"])
     q.add_argument("--k", type=int, default=10, help="samples for the entropies (Farquhar: 10)")
@@ -255,7 +275,7 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     q.set_defaults(func=cmd_qa_run)
     q = qsub.add_parser("label", help="hand-label answers of a QA run (gold labels)")
     q.add_argument("rows", help="a QA rows file, e.g. results/qa/qa_truthfulqa__smollm2.jsonl")
-    q.add_argument("--out", required=True,
+    q.add_argument("--out", type=out_file, required=True,
                    help="gold JSONL (resumable), e.g. results/qa/gold/truthfulqa__smollm2.gold.jsonl")
     q.add_argument("--sample", type=int, default=None, help="label a random sample of N rows")
     q.add_argument("--seed", type=int, default=7)
@@ -265,7 +285,7 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
 
     p = sub.add_parser("report", help="one HTML report from results dirs and QA runs")
     p.add_argument("inputs", nargs="+", help="results.json dirs/files and QA JSONL dirs/files")
-    p.add_argument("--out", required=True)
+    p.add_argument("--out", type=out_dir, required=True, help="output folder (report.html, …)")
     p.add_argument("--n-bootstrap", type=int, default=None)
     p.set_defaults(func=cmd_report)
     return ap

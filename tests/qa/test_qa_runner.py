@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from isouq.errors import InputError
+from isouq.errors import DataError, InputError
 from isouq.evaluation import study_tables
 from isouq.qa.runner import QAConfig, QARunner, agreement
 from isouq.runio import machine_label, read_jsonl
@@ -212,12 +212,26 @@ def test_rows_feed_the_study(tmp_path, dataset, tiny_lm, tok):
 
 
 def test_bad_config():
-    from isouq.errors import InputError
-
     with pytest.raises(InputError, match="unknown method"):
         QAConfig(methods=("gradient", "magic")).check()
     with pytest.raises(InputError, match="exceeds"):
         QAConfig(k=3, k_p_true=5).check()
+    with pytest.raises(InputError, match="limit=0: ask for at least 1"):
+        QAConfig(limit=0).check()
+    with pytest.raises(InputError, match="batch_size=0"):
+        QAConfig(batch_size=0).check()
+    with pytest.raises(InputError, match="max_new_tokens=-1"):
+        QAConfig(max_new_tokens=-1).check()
+    with pytest.raises(InputError, match="temperature=0"):
+        QAConfig(temperature=0.0).check()
+
+
+def test_unknown_dataset_fails_before_writing_or_loading(tmp_path, tiny_lm, tok):
+    runner, loads = make_runner(tmp_path, tmp_path / "nope", tiny_lm, tok)
+    runner.cfg.dataset = "no-such-dataset"
+    with pytest.raises(DataError, match="unknown dataset .no-such-dataset."):
+        runner.run()
+    assert loads == [] and not (tmp_path / "out").exists()
 
 
 def test_two_ranks_equal_one(tmp_path, dataset, tiny_lm, tok):

@@ -92,6 +92,13 @@ class QAConfig:
             raise InputError(f"k={self.k}: entropies need ≥ 2 samples")
         if self.k_p_true > self.k and "p_true" in self.methods:
             raise InputError(f"k_p_true={self.k_p_true} exceeds k={self.k} shared samples")
+        if self.limit is not None and self.limit < 1:
+            raise InputError(f"limit={self.limit}: ask for at least 1 question (or all: None)")
+        for name in ("batch_size", "max_new_tokens"):
+            if getattr(self, name) < 1:
+                raise InputError(f"{name}={getattr(self, name)}: must be ≥ 1")
+        if not self.temperature > 0:
+            raise InputError(f"temperature={self.temperature}: sampling needs a temperature > 0")
 
 
 def slug(s: str) -> str:
@@ -200,14 +207,14 @@ class QARunner:
     def run(self) -> Path:
         """Run (or resume) the study; returns the rows file. One process per output file:
         a second one started on the same file meanwhile gets a clear error."""
+        items = self.items()  # a bad dataset name or path fails before anything is written
         with exclusive(self.paths.get("shard", self.paths["rows"])):
-            return self._run()
+            return self._run(items)
 
-    def _run(self) -> Path:
+    def _run(self, items) -> Path:
         from .prompts import qa_prompts
 
         cfg, env = self.cfg, self.env
-        items = self.items()
         mine = shard(items, env)
         rows = JsonlWriter(self.paths.get("shard", self.paths["rows"]))
         have = {r["key"]: r for r in latest_by_key(read_jsonl(rows.path))}
