@@ -112,8 +112,11 @@ def test_bad_input_is_one_clear_line(tmp_path, capsys):
     (["report", "results", "--out", "{file}"], "is a file; give a folder"),
     (["qa", "run", "--out", "{file}"], "is a file; give a folder"),
     (["score", "{file}", "--out", "{dir}"], "is a folder; give a file name"),
+    (["score", "{file}", "--out", "o.jsonl", "--batch-size", "0"], "0 must be ≥ 1"),
+    (["qa", "run", "--out", "{dir}", "--limit", "-3"], "-3 must be ≥ 1"),
+    (["report", "{dir}", "--out", "{dir}", "--n-bootstrap", "many"], "'many' is not a whole number"),
 ])
-def test_an_output_of_the_wrong_kind_is_refused_before_any_work(tmp_path, capsys, argv, problem):
+def test_a_wrong_output_or_count_is_refused_before_any_work(tmp_path, capsys, argv, problem):
     file = tmp_path / "taken.txt"
     file.write_text("x")
     argv = [a.format(file=file, dir=tmp_path) for a in argv]

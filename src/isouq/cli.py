@@ -25,6 +25,17 @@ EXPERIMENTS = {
 }
 
 
+def positive_int(text: str) -> int:
+    """argparse type of a count that must be ≥ 1."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{n} must be ≥ 1")
+    return n
+
+
 def out_dir(text: str) -> Path:
     """argparse type of an output folder: refused when a file already has its name."""
     path = Path(text)
@@ -195,8 +206,8 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="the flagship in a minute: SmolLM2 answers, scored")
     _model_args(p)
-    p.add_argument("-n", type=int, default=8, help="number of demo questions (≤ 8)")
-    p.add_argument("--max-new-tokens", type=int, default=24)
+    p.add_argument("-n", type=positive_int, default=8, help="number of demo questions (≤ 8)")
+    p.add_argument("--max-new-tokens", type=positive_int, default=24)
     p.add_argument("--toy", action="store_true",
                    help="instead: train a small classifier on 2D XOR and plot its maps")
     p.add_argument("--out", type=out_dir, default="runs/demo",
@@ -209,12 +220,12 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     p.add_argument("--out", type=out_file, required=True,
                    help="output JSONL (resumable: done keys skipped)")
     _model_args(p)
-    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--batch-size", type=positive_int, default=16)
     p.add_argument("--method", choices=["ghost", "loop", "per_token"], default="ghost")
     p.add_argument("--params", nargs="+", default=None,
                    help="parameter name patterns that take part, or last_layer (default: all)")
-    p.add_argument("--limit", type=int, default=None, help="score only the first N rows")
-    p.add_argument("--max-tokens-per-batch", type=int, default=None,
+    p.add_argument("--limit", type=positive_int, default=None, help="score only the first N rows")
+    p.add_argument("--max-tokens-per-batch", type=positive_int, default=None,
                    help="cap on padded tokens per batch (rows × longest), to fit memory")
     p.add_argument("--no-bucketing", action="store_true",
                    help="score in input order instead of sorted by length")
@@ -223,7 +234,7 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     p = sub.add_parser("merge", help="merge the per-rank shards of a torchrun `score` run")
     p.add_argument("input", help="the input file of the run (gives the row order)")
     p.add_argument("--out", required=True, help="the run's --out")
-    p.add_argument("--world-size", type=int, required=True)
+    p.add_argument("--world-size", type=positive_int, required=True)
     p.add_argument("--remove-shards", action="store_true")
     p.set_defaults(func=cmd_merge)
 
@@ -251,16 +262,16 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     q.add_argument("--data", default=None, help="local file for the dataset (default: shipped)")
     q.add_argument("--model", default="smollm2", help="model to answer and score")
     q.add_argument("--device", default="cpu")
-    q.add_argument("--limit", type=int, default=200, help="questions (seeded subset)")
+    q.add_argument("--limit", type=positive_int, default=200, help="questions (seeded subset)")
     q.add_argument("--seed", type=int, default=0)
     q.add_argument("--out", type=out_dir, required=True, help="output directory (resumable)")
     q.add_argument("--methods", nargs="+", default=["gradient", "naive_entropy",
                                                     "semantic_entropy", "p_true"])
-    q.add_argument("--k", type=int, default=10, help="samples for the entropies (Farquhar: 10)")
+    q.add_argument("--k", type=positive_int, default=10, help="samples for the entropies (Farquhar: 10)")
     q.add_argument("--k-p-true", type=int, default=5, help="brainstormed answers (Farquhar: 5)")
     q.add_argument("--temperature", type=float, default=1.0)
-    q.add_argument("--max-new-tokens", type=int, default=50)
-    q.add_argument("--batch-size", type=int, default=8)
+    q.add_argument("--max-new-tokens", type=positive_int, default=50)
+    q.add_argument("--batch-size", type=positive_int, default=8)
     q.add_argument("--judge-model", default="qwen2.5-coder-1.5b",
                    help="LLM judge of correctness ('none': lexical labels only)")
     q.add_argument("--judge-prompt", default=DEFAULT_JUDGE_PROMPT, choices=JUDGE_STYLES,
@@ -277,7 +288,7 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     q.add_argument("rows", help="a QA rows file, e.g. results/qa/qa_truthfulqa__smollm2.jsonl")
     q.add_argument("--out", type=out_file, required=True,
                    help="gold JSONL (resumable), e.g. results/qa/gold/truthfulqa__smollm2.gold.jsonl")
-    q.add_argument("--sample", type=int, default=None, help="label a random sample of N rows")
+    q.add_argument("--sample", type=positive_int, default=None, help="label a random sample of N rows")
     q.add_argument("--seed", type=int, default=7)
     q.add_argument("--labeler", default=None, help="who labels (default: the user name)")
     q.add_argument("--data", default=None, help="the dataset file, to show incorrect answers")
@@ -286,7 +297,7 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="one HTML report from results dirs and QA runs")
     p.add_argument("inputs", nargs="+", help="results.json dirs/files and QA JSONL dirs/files")
     p.add_argument("--out", type=out_dir, required=True, help="output folder (report.html, …)")
-    p.add_argument("--n-bootstrap", type=int, default=None)
+    p.add_argument("--n-bootstrap", type=positive_int, default=None)
     p.set_defaults(func=cmd_report)
     return ap
 

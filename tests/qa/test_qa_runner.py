@@ -216,6 +216,8 @@ def test_bad_config():
         QAConfig(methods=("gradient", "magic")).check()
     with pytest.raises(InputError, match="exceeds"):
         QAConfig(k=3, k_p_true=5).check()
+    with pytest.raises(InputError, match="k_p_true=-1"):
+        QAConfig(k_p_true=-1).check()
     with pytest.raises(InputError, match="limit=0: ask for at least 1"):
         QAConfig(limit=0).check()
     with pytest.raises(InputError, match="batch_size=0"):

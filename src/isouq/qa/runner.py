@@ -90,6 +90,8 @@ class QAConfig:
             raise InputError(f"unknown method(s) {sorted(bad)}; choose from {', '.join(METHODS)}")
         if self.k < 2 and ({"naive_entropy", "semantic_entropy"} & set(self.methods)):
             raise InputError(f"k={self.k}: entropies need ≥ 2 samples")
+        if self.k_p_true < 0:
+            raise InputError(f"k_p_true={self.k_p_true}: the number of brainstormed answers is ≥ 0")
         if self.k_p_true > self.k and "p_true" in self.methods:
             raise InputError(f"k_p_true={self.k_p_true} exceeds k={self.k} shared samples")
         if self.limit is not None and self.limit < 1:
