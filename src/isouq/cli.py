@@ -65,11 +65,15 @@ def _model_args(p: argparse.ArgumentParser) -> None:
                    help="accept pickled .bin weights (read with torch.load(weights_only=True))")
 
 
+def _load_kw(args) -> dict:
+    return {"device": args.device, "dtype": args.dtype,
+            "trust_remote_code": args.trust_remote_code, "allow_pickle": args.allow_pickle}
+
+
 def _load(args):
     from .models import load_model
 
-    return load_model(args.model, device=args.device, dtype=args.dtype,
-                      trust_remote_code=args.trust_remote_code, allow_pickle=args.allow_pickle)
+    return load_model(args.model, **_load_kw(args))
 
 
 # ---------------------------------------------------------------- commands
@@ -80,7 +84,36 @@ def cmd_demo(args) -> int:
     if args.toy:
         demo.run_toy(Path(args.out), seed=args.seed)
     else:
-        demo.run_llm(args.model, n=args.n, max_new_tokens=args.max_new_tokens)
+        demo.run_llm(args.model, n=args.n, max_new_tokens=args.max_new_tokens, **_load_kw(args))
+    return 0
+
+
+def cmd_ask(args) -> int:
+    import json
+
+    from .ask import COLUMNS, answer_and_score, check_questions, print_table
+
+    configure()
+    questions = list(args.questions)
+    if args.file is not None:
+        if args.file == "-":
+            text = sys.stdin.read()
+        elif not Path(args.file).is_file():
+            raise InputError(f"--file {args.file} does not exist; give a text file with one "
+                             "question per line, or - for standard input")
+        else:
+            text = Path(args.file).read_text("utf-8")
+        questions += [line for line in text.splitlines() if line.strip()]
+    questions = check_questions(questions)  # before a model loads
+    model, tok, _ = _load(args)
+    rows = answer_and_score(model, tok, questions, max_new_tokens=args.max_new_tokens,
+                            batch_size=args.batch_size)
+    if args.json:
+        for r in rows:
+            print(json.dumps(r, ensure_ascii=False))
+    else:
+        print_table(rows)
+        print(f"\n{COLUMNS}")
     return 0
 
 
@@ -214,6 +247,17 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
                    help="where --toy saves its figure")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("ask", help="answer your questions and say how far to trust each answer")
+    _model_args(p)
+    p.add_argument("questions", nargs="*", help="questions, each in quotes")
+    p.add_argument("--file", default=None,
+                   help="a text file with one question per line (- reads standard input)")
+    p.add_argument("--max-new-tokens", type=positive_int, default=48)
+    p.add_argument("--batch-size", type=positive_int, default=16)
+    p.add_argument("--json", action="store_true",
+                   help="one JSON object per answer (all scores and timings) instead of a table")
+    p.set_defaults(func=cmd_ask)
 
     p = sub.add_parser("score", help="score (prompt, answer) rows of a JSONL/CSV file")
     p.add_argument("input", help="JSONL/CSV with 'answer' and 'prompt' or 'question' columns")

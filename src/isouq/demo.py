@@ -10,18 +10,10 @@
 from __future__ import annotations
 
 import json
-import shutil
-import textwrap
 import time
+from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
-
-COLUMNS = (
-    "p̄ = mean probability of the answer's tokens (the model's confidence)\n"
-    "aleatoric = mean of p(1-p) over the tokens: ambiguity the model sees in the data\n"
-    "epistemic = ‖∇θ p̄‖²: how much p̄ would move if the weights moved (lack of knowledge);\n"
-    "            relative to the other rows, higher = trust the answer less"
-)
 
 
 def demo_questions() -> list[dict]:
@@ -29,48 +21,25 @@ def demo_questions() -> list[dict]:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
-def run_llm(model_name: str = "smollm2", n: int = 8, max_new_tokens: int = 24) -> list[dict]:
-    """Generate greedy answers to ``n`` demo questions, score them, print a table."""
+def run_llm(model_name: str = "smollm2", n: int = 8, max_new_tokens: int = 24,
+            questions: Sequence[str] | None = None, **load_kw) -> list[dict]:
+    """Answer ``questions`` (default: the first ``n`` demo questions) greedily, score the
+    answers, print a table; ``load_kw`` go to ``models.load_model`` (device, dtype, …)."""
+    from .ask import COLUMNS, answer_and_score, print_table
     from .models import load_model
-    from .qa.generation import generate_greedy
-    from .qa.prompts import qa_prompts
-    from .sequences import score_sequences
 
     t0 = time.perf_counter()
-    model, tok, info = load_model(model_name)
+    model, tok, info = load_model(model_name, **load_kw)
     print(f"loaded {info.name}: {info.n_params:,} parameters ({time.perf_counter() - t0:.1f} s)")
-    qs = demo_questions()[:n]
-    prompts = qa_prompts(tok, [q["question"] for q in qs])
-    t1 = time.perf_counter()
-    gens = generate_greedy(model, tok, prompts, max_new_tokens=max_new_tokens)
-    t2 = time.perf_counter()
-    scores = score_sequences(model, tok, prompts, [g.token_ids for g in gens], batch_size=n)
-    t3 = time.perf_counter()
-    rows = []
-    for i, (q, g) in enumerate(zip(qs, gens, strict=False)):
-        rows.append({
-            "question": q["question"], "answer": g.text,
-            "mean_prob": float(scores.mean_prob[i]), "aleatoric": float(scores.aleatoric[i]),
-            "epistemic": float(scores.epistemic[i]),
-        })
+    if questions is None:
+        questions = [q["question"] for q in demo_questions()[:n]]
+    rows = answer_and_score(model, tok, questions, max_new_tokens=max_new_tokens)
     print_table(rows)
     print(f"\n{COLUMNS}\n")
-    print(f"generation {t2 - t1:.1f} s; scoring all {n} answers (one backward pass): "
-          f"{t3 - t2:.1f} s; {scores.params.n_params:,} parameters took part")
+    gen, score = (sum(r["seconds"][k] for r in rows) for k in ("generation", "scoring"))
+    print(f"generation {gen:.1f} s; scoring all {len(rows)} answers (one backward pass): "
+          f"{score:.1f} s; {info.n_params:,} parameters took part")
     return rows
-
-
-def print_table(rows: list[dict]) -> None:
-    width = shutil.get_terminal_size((120, 20)).columns
-    qw = max(20, min(44, (width - 40) // 2))
-    aw = max(16, width - qw - 36)
-    print(f"\n{'question':<{qw}} {'answer':<{aw}} {'p̄':>6} {'alea.':>6} {'epist.':>9}")
-    print("-" * (qw + aw + 30))
-    for r in rows:
-        q = textwrap.shorten(r["question"], qw, placeholder="…")
-        a = textwrap.shorten(r["answer"] or "(empty)", aw, placeholder="…")
-        print(f"{q:<{qw}} {a:<{aw}} {r['mean_prob']:6.3f} {r['aleatoric']:6.3f} "
-              f"{r['epistemic']:9.3g}")
 
 
 def run_toy(out: Path, seed: int = 0) -> Path:

@@ -1,0 +1,89 @@
+"""`isouq ask`: the user's own questions answered and scored, exactly as score_sequences would."""
+
+import io
+import json
+import math
+
+import pytest
+
+import isouq
+import tiny
+from isouq.ask import answer_and_score
+from isouq.cli import main
+from isouq.errors import InputError
+from isouq.qa.generation import generate_greedy
+from isouq.qa.prompts import qa_prompts
+
+QUESTIONS = ["what is the capital of france", "who wrote hamlet", "why is the sky blue"]
+
+
+@pytest.fixture(scope="module")
+def lm():
+    return tiny.causal_lm("llama-tied"), tiny.tokenizer()
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory, lm):
+    d = tmp_path_factory.mktemp("tinyllama")
+    lm[0].save_pretrained(d)
+    lm[1].save_pretrained(d)
+    return d
+
+
+def test_scores_are_those_of_one_backward_per_answer(lm):
+    model, tok = lm
+    rows = answer_and_score(model, tok, QUESTIONS, max_new_tokens=6, batch_size=2)
+    prompts = qa_prompts(tok, QUESTIONS)
+    gens = generate_greedy(model, tok, prompts, max_new_tokens=6)
+    assert [r["answer"] for r in rows] == [g.text for g in gens]
+    for r, p, g in zip(rows, prompts, gens, strict=True):
+        if not g.token_ids:
+            assert math.isnan(r["epistemic"]) and r["n_tokens"] == 0
+            continue
+        ref = isouq.score_sequences(model, tok, [p], [g.token_ids], method="loop")
+        assert r["epistemic"] == pytest.approx(float(ref.epistemic[0]), rel=1e-4)
+        assert r["aleatoric"] == pytest.approx(float(ref.aleatoric[0]), rel=1e-5)
+        assert r["mean_prob"] == pytest.approx(float(ref.mean_prob[0]), rel=1e-5)
+        assert r["n_tokens"] == len(g.token_ids)
+    assert any(r["n_tokens"] > 0 for r in rows)
+
+
+def test_cli_json_from_arguments_file_and_stdin(model_dir, tmp_path, capsys, monkeypatch):
+    qfile = tmp_path / "q.txt"
+    qfile.write_text(f"{QUESTIONS[1]}\n\n{QUESTIONS[2]}\n")
+    monkeypatch.setattr("sys.stdin", io.StringIO(QUESTIONS[0] + "\n"))
+    base = ["ask", "--model", str(model_dir), "--max-new-tokens", "6", "--json"]
+    assert main([*base, QUESTIONS[0], "--file", str(qfile)]) == 0
+    got = [json.loads(line) for line in capsys.readouterr().out.splitlines()
+           if line.startswith("{")]
+    assert [r["question"] for r in got] == QUESTIONS
+    assert main([*base, "--file", "-"]) == 0
+    again = [json.loads(line) for line in capsys.readouterr().out.splitlines()
+             if line.startswith("{")]
+    assert again[0]["answer"] == got[0]["answer"] and again[0]["epistemic"] == pytest.approx(
+        got[0]["epistemic"], rel=1e-5, nan_ok=True)
+
+
+def test_cli_table(model_dir, capsys):
+    assert main(["ask", "--model", str(model_dir), "--max-new-tokens", "4", *QUESTIONS[:2]]) == 0
+    out = capsys.readouterr().out
+    assert "epist." in out and "who wrote hamlet" in out and "trust the answer less" in out
+
+
+@pytest.mark.parametrize("argv, problem", [
+    (["ask"], "no questions given"),
+    (["ask", "who wrote hamlet", "  "], "question 1 is empty"),
+    (["ask", "--file", "/no/such/file.txt"], "--file /no/such/file.txt does not exist"),
+])
+def test_bad_questions_are_one_clear_line_before_a_model_loads(argv, problem, capsys):
+    assert main([*argv, "--model", "/no/such/model"]) == 2
+    err = capsys.readouterr().err
+    assert problem in err and "Traceback" not in err
+
+
+def test_check_questions_strips():
+    from isouq.ask import check_questions
+
+    assert check_questions([" a? ", "b"]) == ["a?", "b"]
+    with pytest.raises(InputError):
+        check_questions([])
