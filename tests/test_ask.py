@@ -87,3 +87,52 @@ def test_check_questions_strips():
     assert check_questions([" a? ", "b"]) == ["a?", "b"]
     with pytest.raises(InputError):
         check_questions([])
+
+
+def qa_rows_file(path, model, epistemic, aleatoric):
+    with open(path, "w") as f:
+        for i, (e, a) in enumerate(zip(epistemic, aleatoric, strict=True)):
+            f.write(json.dumps({"key": f"k{i}", "model": model, "dataset": "triviaqa",
+                                "correct": i % 2 == 0,
+                                "scores": {"epistemic": e, "aleatoric": a}}) + "\n")
+    return path
+
+
+def test_percentiles_count_the_reference_answers_at_or_below():
+    from isouq.ask import add_percentiles
+
+    ref = [{"scores": {"epistemic": e, "aleatoric": a}}
+           for e, a in [(1.0, 0.1), (2.0, 0.2), (2.0, 0.3), (5.0, 0.4)]]
+    rows = [{"epistemic": 2.0, "aleatoric": 0.05}, {"epistemic": 9.0, "aleatoric": 0.35},
+            {"epistemic": float("nan"), "aleatoric": float("nan")}]
+    add_percentiles(rows, ref)
+    for r in rows[:2]:
+        for name in ("epistemic", "aleatoric"):
+            brute = 100 * sum(x["scores"][name] <= r[name] for x in ref) / len(ref)
+            assert r[f"{name}_percentile"] == brute
+    assert [r["epistemic_percentile"] for r in rows[:2]] == [75.0, 100.0]
+    assert math.isnan(rows[2]["epistemic_percentile"])
+
+
+def test_cli_reference_adds_percentiles(model_dir, tmp_path, capsys):
+    ref = qa_rows_file(tmp_path / "qa_triviaqa__tiny.jsonl", str(model_dir),
+                       [0.0, 1e-12, 1e9], [0.0, 0.1, 0.3])
+    base = ["ask", "--model", str(model_dir), "--max-new-tokens", "4", "--reference", str(ref)]
+    assert main([*base, "--json", *QUESTIONS]) == 0
+    got = [json.loads(line) for line in capsys.readouterr().out.splitlines()
+           if line.startswith("{")]
+    for r in got:
+        if r["n_tokens"]:  # a real ‖g‖² > 0 lies between the 2nd and 3rd reference value
+            assert r["epistemic_percentile"] == pytest.approx(200 / 3)
+    assert any(r["n_tokens"] for r in got)
+    assert main([*base, QUESTIONS[0]]) == 0
+    out = capsys.readouterr().out
+    assert "epi. pct" in out and f"percentile among 3 answers of {model_dir}" in out
+
+
+def test_reference_without_the_model_is_one_clear_line(tmp_path, capsys):
+    ref = qa_rows_file(tmp_path / "qa_triviaqa__other.jsonl", "other-model", [1.0], [0.1])
+    assert main(["ask", "who wrote hamlet", "--model", "/no/such/model",
+                 "--reference", str(ref)]) == 2
+    err = capsys.readouterr().err
+    assert "no QA rows of model '/no/such/model' (models there: other-model)" in err

@@ -4,6 +4,11 @@ Each question is wrapped in the documented QA prompt (``qa.prompts.qa_prompt``: 
 template when the model has one), answered greedily, and the answer's tokens are scored with
 ``score_sequences``: p̄ (mean token probability), aleatoric (1/T) Σₜ pₜ(1 − pₜ) and epistemic
 ‖∇θ p̄‖², every answer of the batch from one backward pass.
+
+A raw ‖∇θ p̄‖² means little alone: it is comparable between answers of one model. With a
+reference (the rows of an ``isouq qa run`` of the same model, e.g. the kept ``results/qa``),
+each answer also gets the percentile of its epistemic and aleatoric scores among that model's
+answers to the study's questions.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import shutil
 import textwrap
 from collections.abc import Sequence
 
-from .errors import InputError
+from .errors import DataError, InputError
 
 COLUMNS = (
     "p̄ = mean probability of the answer's tokens (the model's confidence)\n"
@@ -33,7 +38,7 @@ def check_questions(questions: Sequence[str]) -> list[str]:
     return out
 
 
-def answer_and_score(model, tokenizer, questions: Sequence[str], *, max_new_tokens: int = 48,
+def answer_and_score(model, tokenizer, questions: Sequence[str], *, max_new_tokens: int = 50,
                      batch_size: int = 16) -> list[dict]:
     """Greedy answer and its uncertainty for each question.
 
@@ -70,13 +75,42 @@ def answer_and_score(model, tokenizer, questions: Sequence[str], *, max_new_toke
     return rows
 
 
+def reference_rows(path, model: str) -> list[dict]:
+    """The QA study rows of ``model`` (its name as ``isouq qa run --model`` had it) in ``path``,
+    a rows file or a folder of them, that carry the gradient scores."""
+    from .report.inputs import collect
+
+    rows = collect([path]).qa_rows
+    mine = [r for r in rows if r["model"] == model and "epistemic" in r["scores"]]
+    if not mine:
+        have = ", ".join(sorted({str(r["model"]) for r in rows})) or "none"
+        raise DataError(f"{path} has no QA rows of model {model!r} (models there: {have}); "
+                        "pass the rows of an `isouq qa run` with the same --model")
+    return mine
+
+
+def add_percentiles(rows: Sequence[dict], reference: Sequence[dict]) -> None:
+    """Add ``epistemic_percentile`` and ``aleatoric_percentile`` to each row: the share (in %)
+    of the reference answers whose score is ≤ the row's (NaN for an unscored answer)."""
+    import numpy as np
+
+    for name in ("epistemic", "aleatoric"):
+        ref = np.sort(np.array([r["scores"][name] for r in reference], dtype=float))
+        for row in rows:
+            v = row[name]
+            row[f"{name}_percentile"] = (float("nan") if v != v else
+                                         100.0 * np.searchsorted(ref, v, side="right") / len(ref))
+
+
 def print_table(rows: Sequence[dict]) -> None:
     """Question, answer, p̄, aleatoric and epistemic per row, wrapped to the terminal's width."""
     width = shutil.get_terminal_size((120, 20)).columns
     qw = max(20, min(44, (width - 40) // 2))
     aw = max(16, width - qw - 36)
-    print(f"\n{'question':<{qw}} {'answer':<{aw}} {'p̄':>7} {'alea.':>6} {'epist.':>9}")
-    print("-" * (qw + aw + 30))
+    pct = bool(rows) and "epistemic_percentile" in rows[0]
+    head = f"{'question':<{qw}} {'answer':<{aw}} {'p̄':>7} {'alea.':>6} {'epist.':>9}"
+    print("\n" + head + (f" {'epi. pct':>8} {'alea. pct':>9}" if pct else ""))
+    print("-" * (qw + aw + 30 + (19 if pct else 0)))
     for r in rows:
         q = textwrap.wrap(r["question"], qw) or [""]
         a = textwrap.wrap(r["answer"], aw) or ["(empty)"]
@@ -84,4 +118,7 @@ def print_table(rows: Sequence[dict]) -> None:
             line = f"{q[i] if i < len(q) else '':<{qw}} {a[i] if i < len(a) else '':<{aw}}"
             if i == 0:
                 line += f" {r['mean_prob']:6.3f} {r['aleatoric']:6.3f} {r['epistemic']:9.3g}"
+                if pct:
+                    line += (f" {r['epistemic_percentile']:8.0f}"
+                             f" {r['aleatoric_percentile']:9.0f}")
             print(line.rstrip())

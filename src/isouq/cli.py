@@ -91,7 +91,14 @@ def cmd_demo(args) -> int:
 def cmd_ask(args) -> int:
     import json
 
-    from .ask import COLUMNS, answer_and_score, check_questions, print_table
+    from .ask import (
+        COLUMNS,
+        add_percentiles,
+        answer_and_score,
+        check_questions,
+        print_table,
+        reference_rows,
+    )
 
     configure()
     questions = list(args.questions)
@@ -105,15 +112,21 @@ def cmd_ask(args) -> int:
             text = Path(args.file).read_text("utf-8")
         questions += [line for line in text.splitlines() if line.strip()]
     questions = check_questions(questions)  # before a model loads
+    reference = None if args.reference is None else reference_rows(args.reference, args.model)
     model, tok, _ = _load(args)
     rows = answer_and_score(model, tok, questions, max_new_tokens=args.max_new_tokens,
                             batch_size=args.batch_size)
+    if reference is not None:
+        add_percentiles(rows, reference)
     if args.json:
         for r in rows:
             print(json.dumps(r, ensure_ascii=False))
     else:
         print_table(rows)
         print(f"\n{COLUMNS}")
+        if reference is not None:
+            print(f"pct = percentile among {len(reference)} answers of {args.model} in "
+                  f"{args.reference} ({', '.join(sorted({r['dataset'] for r in reference}))})")
     return 0
 
 
@@ -253,8 +266,11 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     p.add_argument("questions", nargs="*", help="questions, each in quotes")
     p.add_argument("--file", default=None,
                    help="a text file with one question per line (- reads standard input)")
-    p.add_argument("--max-new-tokens", type=positive_int, default=48)
+    p.add_argument("--max-new-tokens", type=positive_int, default=50)
     p.add_argument("--batch-size", type=positive_int, default=16)
+    p.add_argument("--reference", default=None,
+                   help="QA rows of the same model (e.g. results/qa): adds each score's "
+                        "percentile among that model's answers")
     p.add_argument("--json", action="store_true",
                    help="one JSON object per answer (all scores and timings) instead of a table")
     p.set_defaults(func=cmd_ask)
