@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 
@@ -22,17 +21,16 @@ def demo_questions() -> list[dict]:
 
 
 def run_llm(model_name: str = "smollm2", n: int = 8, max_new_tokens: int = 24,
-            questions: Sequence[str] | None = None, **load_kw) -> list[dict]:
-    """Answer ``questions`` (default: the first ``n`` demo questions) greedily, score the
-    answers, print a table; ``load_kw`` go to ``models.load_model`` (device, dtype, …)."""
+            **load_kw) -> list[dict]:
+    """Answer the first ``n`` demo questions greedily, score the answers, print a table;
+    ``load_kw`` go to ``models.load_model`` (device, dtype, …)."""
     from .ask import COLUMNS, answer_and_score, print_table
     from .models import load_model
 
     t0 = time.perf_counter()
     model, tok, info = load_model(model_name, **load_kw)
     print(f"loaded {info.name}: {info.n_params:,} parameters ({time.perf_counter() - t0:.1f} s)")
-    if questions is None:
-        questions = [q["question"] for q in demo_questions()[:n]]
+    questions = [q["question"] for q in demo_questions()[:n]]
     rows = answer_and_score(model, tok, questions, max_new_tokens=max_new_tokens)
     print_table(rows)
     print(f"\n{COLUMNS}\n")
