@@ -17,6 +17,8 @@ cd "$(dirname "$0")/.."
 ISOUQ="${ISOUQ:-$( [ -x .venv/bin/isouq ] && echo .venv/bin/isouq || echo isouq )}"
 methods=(--methods gradient naive_entropy p_true semantic_entropy)
 for a in "$@"; do [ "$a" = "--methods" ] && methods=(); done
+# the judge of correctness and entailment is an optional model too: fetched once, before the runs
+"$ISOUQ" models --fetch qwen2.5-coder-1.5b >/dev/null
 for spec in "triviaqa qwen2.5-coder-0.5b 100" "truthfulqa qwen2.5-coder-0.5b 100" \
             "truthfulqa gemma3-270m 100" "triviaqa gemma3-270m 100" \
             "triviaqa smollm2 200" "truthfulqa smollm2 200"; do

@@ -136,3 +136,40 @@ def test_reference_without_the_model_is_one_clear_line(tmp_path, capsys):
                  "--reference", str(ref)]) == 2
     err = capsys.readouterr().err
     assert "no QA rows of model '/no/such/model' (models there: other-model)" in err
+
+
+@pytest.mark.parametrize("extra, problem", [
+    (["--baselines", "p_true", "--k", "3", "--k-p-true", "4"], "k_p_true=4"),
+    (["--baselines", "naive_entropy", "--k", "1"], "at least 2 sampled answers"),
+    (["--baselines", "perplexity"], "invalid choice: 'perplexity'"),
+    (["--baselines", "p_true", "--temperature", "0"], "0.0 must be > 0"),
+])
+def test_bad_baseline_settings_are_one_clear_line_before_a_model_loads(extra, problem, capsys):
+    try:
+        code = main(["ask", "who wrote hamlet", "--model", "/no/such/model", *extra])
+    except SystemExit as stop:  # argparse's own checks
+        code = stop.code
+    assert code == 2
+    err = capsys.readouterr().err
+    assert problem in err and "Traceback" not in err
+
+
+def test_percentiles_of_baselines_count_only_reference_rows_that_have_them():
+    from isouq.ask import add_percentiles
+
+    ref = [{"scores": {"epistemic": 1.0, "aleatoric": 0.1, "p_true": 0.2}},
+           {"scores": {"epistemic": 2.0, "aleatoric": 0.2, "p_true": 0.9}},
+           {"scores": {"epistemic": 3.0, "aleatoric": 0.3}}]
+    rows = [{"epistemic": 2.5, "aleatoric": 0.2, "p_true": 0.5, "naive_entropy": 1.0}]
+    add_percentiles(rows, ref)
+    assert rows[0]["p_true_percentile"] == 50.0  # 1 of the 2 rows with P(True)
+    assert rows[0]["epistemic_percentile"] == pytest.approx(200 / 3)
+    assert "naive_entropy_percentile" not in rows[0]  # no reference row has it
+
+
+def test_semantic_entropy_without_a_judge_is_refused():
+    from isouq.ask import add_baselines
+
+    with pytest.raises(InputError, match="entailment judge"):
+        add_baselines(None, None, [{"question": "q", "answer": "a", "seconds": {}}],
+                      ["semantic_entropy"])

@@ -9,6 +9,12 @@ A raw ‖∇θ p̄‖² means little alone: it is comparable between answers of 
 reference (the rows of an ``isouq qa run`` of the same model, e.g. the kept ``results/qa``),
 each answer also gets the percentile of its epistemic and aleatoric scores among that model's
 answers to the study's questions.
+
+With ``baselines``, the QA study's sampling-based scores are added for comparison (same
+defaults as ``isouq qa run``): naive entropy over K = 10 answers sampled at T = 1, semantic
+entropy over the same samples clustered by an entailment judge, and P(True) with K = 5
+brainstormed answers. They cost K generations (plus the judge's calls) per question, where the
+gradient scores cost one backward pass.
 """
 
 from __future__ import annotations
@@ -24,6 +30,22 @@ COLUMNS = (
     "aleatoric = mean of p(1-p) over the tokens: ambiguity the model sees in the data\n"
     "epistemic = ‖∇θ p̄‖²: how much p̄ would move if the weights moved (lack of knowledge);\n"
     "            relative to the other rows, higher = trust the answer less"
+)
+BASELINES = ("naive_entropy", "semantic_entropy", "p_true")
+"""The QA study's sampling-based baselines, in the order ``add_baselines`` computes them."""
+BASELINE_COLUMNS = {
+    "naive_entropy": "naive H = entropy of K sampled answers (nats/token; higher = less certain)",
+    "semantic_entropy": "SE = entropy over the meanings of the K samples (nats; higher = less "
+                        "certain)",
+    "p_true": "P(True) = the model's own probability that its answer is true (higher = more "
+              "certain)",
+}
+NUMERIC = (  # table columns: (header, row field, width, format)
+    ("p̄", "mean_prob", 6, ".3f"), ("alea.", "aleatoric", 6, ".3f"),
+    ("epist.", "epistemic", 9, ".3g"), ("naive H", "naive_entropy", 7, ".3f"),
+    ("SE", "semantic_entropy", 6, ".3f"), ("P(True)", "p_true", 7, ".3f"),
+    ("epi. pct", "epistemic_percentile", 8, ".0f"),
+    ("alea. pct", "aleatoric_percentile", 9, ".0f"),
 )
 
 
@@ -75,6 +97,66 @@ def answer_and_score(model, tokenizer, questions: Sequence[str], *, max_new_toke
     return rows
 
 
+def check_baselines(methods: Sequence[str], *, k: int, k_p_true: int) -> list[str]:
+    """The baselines asked for, in ``BASELINES`` order; an InputError for an unknown one or
+    settings they cannot run with."""
+    unknown = sorted(set(methods) - set(BASELINES))
+    if unknown:
+        raise InputError(f"unknown baseline {unknown[0]!r}; choose from {', '.join(BASELINES)}")
+    methods = [m for m in BASELINES if m in methods]
+    if k < 2 and {"naive_entropy", "semantic_entropy"} & set(methods):
+        raise InputError(f"k={k}: the entropies need at least 2 sampled answers (Farquhar: 10)")
+    if "p_true" in methods and not 1 <= k_p_true <= k:
+        raise InputError(f"k_p_true={k_p_true}: P(True) shows 1..k={k} of the sampled answers")
+    return methods
+
+
+def add_baselines(model, tokenizer, rows: Sequence[dict], methods: Sequence[str], *,
+                  judge=None, k: int = 10, k_p_true: int = 5, temperature: float = 1.0,
+                  seed: int = 0, max_new_tokens: int = 50, batch_size: int = 16) -> None:
+    """Add the sampling baselines to each row of ``answer_and_score`` (in place).
+
+    K answers per question are sampled once (seeded by ``seed`` and the question text) and
+    shared: ``naive_entropy`` (nats/token), ``semantic_entropy`` (nats; with ``judge``, an
+    ``EntailmentJudge``) and its ``semantic_clusters`` (one id per sample), ``p_true`` (in
+    [0, 1]) from the first ``k_p_true`` samples. Rows also get ``samples`` (the K texts) and
+    each method's seconds, sampling included.
+    """
+    from .qa.generation import sample_completions
+    from .qa.prompts import qa_prompts
+
+    methods = check_baselines(methods, k=k, k_p_true=k_p_true)
+    if "semantic_entropy" in methods and judge is None:
+        raise InputError("semantic entropy needs an entailment judge (--entailment-model)")
+    if not methods or not rows:
+        return
+    questions = [r["question"] for r in rows]
+    sampled = sample_completions(model, tokenizer, qa_prompts(tokenizer, questions), k=k,
+                                 temperature=temperature, seed=seed, keys=questions,
+                                 max_new_tokens=max_new_tokens,
+                                 batch_size=min(batch_size * k, 128))
+    for r, s in zip(rows, sampled, strict=True):
+        r["samples"] = s.texts
+    if "naive_entropy" in methods:
+        from .qa.baselines.naive_entropy import naive_entropy
+
+        for r, v in zip(rows, naive_entropy(sampled), strict=True):
+            r["naive_entropy"], r["seconds"]["naive_entropy"] = v.value, v.seconds
+    if "semantic_entropy" in methods:
+        from .qa.baselines.semantic_entropy import semantic_entropy
+
+        for r, v in zip(rows, semantic_entropy(questions, sampled, judge), strict=True):
+            r["semantic_entropy"], r["semantic_clusters"] = v.value, v.cluster_ids
+            r["seconds"]["semantic_entropy"] = v.seconds
+    if "p_true" in methods:
+        from .qa.baselines.p_true import p_true
+
+        got = p_true(model, tokenizer, questions, [r["answer"] for r in rows],
+                     brainstormed=sampled, k=k_p_true, batch_size=batch_size)
+        for r, v in zip(rows, got, strict=True):
+            r["p_true"], r["seconds"]["p_true"] = v.value, v.seconds
+
+
 def reference_rows(path, model: str) -> list[dict]:
     """The QA study rows of ``model`` (its name as ``isouq qa run --model`` had it) in ``path``,
     a rows file or a folder of them, that carry the gradient scores."""
@@ -90,35 +172,44 @@ def reference_rows(path, model: str) -> list[dict]:
 
 
 def add_percentiles(rows: Sequence[dict], reference: Sequence[dict]) -> None:
-    """Add ``epistemic_percentile`` and ``aleatoric_percentile`` to each row: the share (in %)
-    of the reference answers whose score is ≤ the row's (NaN for an unscored answer)."""
+    """Add ``{score}_percentile`` to each row for epistemic, aleatoric and each baseline the
+    rows carry: the share (in %) of the reference answers, among those that have the score,
+    whose score is ≤ the row's (NaN for an unscored answer)."""
     import numpy as np
 
-    for name in ("epistemic", "aleatoric"):
-        ref = np.sort(np.array([r["scores"][name] for r in reference], dtype=float))
+    for name in ("epistemic", "aleatoric", *BASELINES):
+        have = [r["scores"][name] for r in reference if name in r["scores"]]
+        if not rows or name not in rows[0] or not have:
+            continue
+        ref = np.sort(np.array(have, dtype=float))
         for row in rows:
             v = row[name]
             row[f"{name}_percentile"] = (float("nan") if v != v else
                                          100.0 * np.searchsorted(ref, v, side="right") / len(ref))
 
 
+def legend(rows: Sequence[dict]) -> str:
+    """What the table's columns mean: ``COLUMNS`` plus a line per baseline shown."""
+    extra = [BASELINE_COLUMNS[m] for m in BASELINES if rows and m in rows[0]]
+    return "\n".join([COLUMNS, *extra])
+
+
 def print_table(rows: Sequence[dict]) -> None:
-    """Question, answer, p̄, aleatoric and epistemic per row, wrapped to the terminal's width."""
+    """Question, answer and every score the rows carry (``NUMERIC``), wrapped to the
+    terminal's width."""
     width = shutil.get_terminal_size((120, 20)).columns
-    qw = max(20, min(44, (width - 40) // 2))
-    aw = max(16, width - qw - 36)
-    pct = bool(rows) and "epistemic_percentile" in rows[0]
-    head = f"{'question':<{qw}} {'answer':<{aw}} {'p̄':>7} {'alea.':>6} {'epist.':>9}"
-    print("\n" + head + (f" {'epi. pct':>8} {'alea. pct':>9}" if pct else ""))
-    print("-" * (qw + aw + 30 + (19 if pct else 0)))
+    cols = [c for c in NUMERIC if rows and c[1] in rows[0]]
+    rest = width - sum(w + 1 for _, _, w, _ in cols) - 1
+    qw = max(20, min(44, rest // 2))
+    aw = max(16, rest - qw)
+    print("\n" + f"{'question':<{qw}} {'answer':<{aw}}"
+          + "".join(f" {h:>{w}}" for h, _, w, _ in cols))
+    print("-" * (qw + aw + 1 + sum(w + 1 for _, _, w, _ in cols)))
     for r in rows:
         q = textwrap.wrap(r["question"], qw) or [""]
         a = textwrap.wrap(r["answer"], aw) or ["(empty)"]
         for i in range(max(len(q), len(a))):
             line = f"{q[i] if i < len(q) else '':<{qw}} {a[i] if i < len(a) else '':<{aw}}"
             if i == 0:
-                line += f" {r['mean_prob']:6.3f} {r['aleatoric']:6.3f} {r['epistemic']:9.3g}"
-                if pct:
-                    line += (f" {r['epistemic_percentile']:8.0f}"
-                             f" {r['aleatoric_percentile']:9.0f}")
+                line += "".join(f" {r[f]:{w}{fmt}}" for _, f, w, fmt in cols)
             print(line.rstrip())

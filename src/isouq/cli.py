@@ -36,6 +36,17 @@ def positive_int(text: str) -> int:
     return n
 
 
+def positive_float(text: str) -> float:
+    """argparse type of a quantity that must be > 0 (a temperature)."""
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not x > 0:
+        raise argparse.ArgumentTypeError(f"{x} must be > 0")
+    return x
+
+
 def out_dir(text: str) -> Path:
     """argparse type of an output folder: refused when a file already has its name."""
     path = Path(text)
@@ -92,10 +103,12 @@ def cmd_ask(args) -> int:
     import json
 
     from .ask import (
-        COLUMNS,
+        add_baselines,
         add_percentiles,
         answer_and_score,
+        check_baselines,
         check_questions,
+        legend,
         print_table,
         reference_rows,
     )
@@ -112,10 +125,18 @@ def cmd_ask(args) -> int:
             text = Path(args.file).read_text("utf-8")
         questions += [line for line in text.splitlines() if line.strip()]
     questions = check_questions(questions)  # before a model loads
+    baselines = check_baselines(args.baselines, k=args.k, k_p_true=args.k_p_true)
     reference = None if args.reference is None else reference_rows(args.reference, args.model)
     model, tok, _ = _load(args)
     rows = answer_and_score(model, tok, questions, max_new_tokens=args.max_new_tokens,
                             batch_size=args.batch_size)
+    if baselines:
+        judge = None
+        if "semantic_entropy" in baselines:
+            judge = _entailment_judge(args.entailment_model, args)
+        add_baselines(model, tok, rows, baselines, judge=judge, k=args.k, k_p_true=args.k_p_true,
+                      temperature=args.temperature, seed=args.seed,
+                      max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
     if reference is not None:
         add_percentiles(rows, reference)
     if args.json:
@@ -123,11 +144,25 @@ def cmd_ask(args) -> int:
             print(json.dumps(r, ensure_ascii=False))
     else:
         print_table(rows)
-        print(f"\n{COLUMNS}")
+        print(f"\n{legend(rows)}")
         if reference is not None:
             print(f"pct = percentile among {len(reference)} answers of {args.model} in "
                   f"{args.reference} ({', '.join(sorted({r['dataset'] for r in reference}))})")
     return 0
+
+
+def _entailment_judge(name: str, args):
+    """Semantic entropy's judge: an MNLI-style classifier or a causal LM, loaded like --model."""
+    from .models import is_sequence_classifier, load_model
+    from .qa.baselines.semantic_entropy import entailment_judge
+
+    kw = _load_kw(args)
+    if is_sequence_classifier(name):
+        from transformers import AutoModelForSequenceClassification
+
+        kw["model_class"] = AutoModelForSequenceClassification
+    model, tok, _ = load_model(name, **kw)
+    return entailment_judge(model, tok, name=name, batch_size=args.batch_size)
 
 
 def cmd_score(args) -> int:
@@ -273,6 +308,19 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
                         "percentile among that model's answers")
     p.add_argument("--json", action="store_true",
                    help="one JSON object per answer (all scores and timings) instead of a table")
+    p.add_argument("--baselines", nargs="+", default=[], metavar="METHOD",
+                   choices=["naive_entropy", "semantic_entropy", "p_true"],
+                   help="also the QA study's sampling baselines: naive_entropy, p_true, "
+                        "semantic_entropy (K sampled answers per question; semantic entropy "
+                        "also loads --entailment-model)")
+    p.add_argument("--k", type=positive_int, default=10, help="samples for the baselines")
+    p.add_argument("--k-p-true", type=positive_int, default=5,
+                   help="brainstormed answers shown to P(True)")
+    p.add_argument("--temperature", type=positive_float, default=1.0,
+                   help="sampling temperature of the baselines")
+    p.add_argument("--seed", type=int, default=0, help="seed of the baselines' samples")
+    p.add_argument("--entailment-model", default="qwen2.5-coder-1.5b",
+                   help="semantic entropy's entailment judge (as for `isouq qa run`)")
     p.set_defaults(func=cmd_ask)
 
     p = sub.add_parser("score", help="score (prompt, answer) rows of a JSONL/CSV file")
