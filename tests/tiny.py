@@ -74,3 +74,16 @@ def causal_lm(family: str, seed: int = 0):
 
 
 FAMILIES = ["llama", "llama-tied", "gpt2", "gpt_neox", "qwen2", "gemma3"]
+
+
+def absent_registry_model(monkeypatch, name: str = "absent") -> str:
+    """Register (for one test) a registry model whose wheel is not installed; returns its name."""
+    from dataclasses import replace
+
+    from isouq.models import REGISTRY
+    from isouq.models.registry import PartFile
+
+    entry = replace(REGISTRY["smollm2"], name=name, gguf_sha256="4" * 64,
+                    parts=(PartFile(f"isouq-{name}-dist", f"{name}/m.gguf", "4" * 64, 1),))
+    monkeypatch.setitem(REGISTRY, name, entry)
+    return name

@@ -112,6 +112,7 @@ def cmd_ask(args) -> int:
         print_table,
         reference_rows,
     )
+    from .models import check_loadable
 
     configure()
     questions = list(args.questions)
@@ -127,6 +128,9 @@ def cmd_ask(args) -> int:
     questions = check_questions(questions)  # before a model loads
     baselines = check_baselines(args.baselines, k=args.k, k_p_true=args.k_p_true)
     reference = None if args.reference is None else reference_rows(args.reference, args.model)
+    check_loadable(args.model)
+    if "semantic_entropy" in baselines:
+        check_loadable(args.entailment_model)
     model, tok, _ = _load(args)
     rows = answer_and_score(model, tok, questions, max_new_tokens=args.max_new_tokens,
                             batch_size=args.batch_size)

@@ -12,6 +12,7 @@ from isouq.errors import InputError, ModelError
 from isouq.models import (
     REGISTRY,
     architectures,
+    check_loadable,
     is_sequence_classifier,
     load_model,
     model_cache_dir,
@@ -222,6 +223,7 @@ def _registry_entry_for(path, tiny, fake_wheels, n_parts: int):
 def test_registry_model_from_split_wheels(tiny_gguf, tiny, fake_wheels, monkeypatch):
     entry = _registry_entry_for(tiny_gguf, tiny, fake_wheels, n_parts=3)
     monkeypatch.setitem(REGISTRY, "tiny", entry)
+    check_loadable("tiny")
     _, _, info = load_model("tiny")
     assert info.kind == "registry" and info.cache == "built" and info.sha256_verified
     assert info.licence == "test licence" and info.caveats == ["test caveat"]
@@ -241,15 +243,21 @@ def test_registry_sha_mismatch_stops_the_load(tiny_gguf, tiny, fake_wheels, monk
 
 
 def test_missing_registry_model_says_how_to_fetch(monkeypatch):
-    entry = replace(
-        REGISTRY["smollm2"],
-        name="absent",
-        parts=(PartFile("isouq-absent-dist", "absent/m.gguf", "4" * 64, 1),),
-        gguf_sha256="4" * 64,
-    )
-    monkeypatch.setitem(REGISTRY, "absent", entry)
+    import tiny as tiny_models
+
+    name = tiny_models.absent_registry_model(monkeypatch)
     with pytest.raises(ModelError, match="not installed.*isouq models --fetch absent"):
-        load_model("absent")
+        load_model(name)
+    with pytest.raises(ModelError, match="not installed.*isouq models --fetch absent"):
+        check_loadable(name)  # the same answer without starting a load
+
+
+def test_check_loadable_accepts_what_loads_and_names_what_does_not(save_tiny, tmp_path):
+    check_loadable(save_tiny("llama"))
+    check_loadable("smollm2")  # installed by set-up
+    check_loadable("some-org/some-model")  # a hub id: not checked offline
+    with pytest.raises(ModelError, match="not a registry name"):
+        check_loadable(str(tmp_path / "nothing-here"))
 
 
 def test_architectures_tell_classifiers_from_causal_lms(save_tiny, tmp_path, tiny):

@@ -81,3 +81,18 @@ def test_cli_baselines_json_and_table(model_dir, capsys):
     out = capsys.readouterr().out
     assert "naive H" in out and "P(True)" in out and "entropy of K sampled answers" in out
 
+
+
+def test_entailment_model_not_installed_is_said_before_any_model_loads(model_dir, capsys,
+                                                                        monkeypatch):
+    import isouq.models
+    import tiny
+
+    loaded = []
+    monkeypatch.setattr(isouq.models, "load_model", lambda *a, **k: loaded.append(a))
+    name = tiny.absent_registry_model(monkeypatch)
+    assert main(["ask", QUESTIONS[0], "--model", str(model_dir), "--baselines",
+                 "semantic_entropy", "--entailment-model", name]) == 2
+    err = capsys.readouterr().err
+    assert f"'{name}' is not installed" in err and "Traceback" not in err
+    assert loaded == []

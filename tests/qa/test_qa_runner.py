@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from isouq.errors import DataError, InputError
+from isouq.errors import DataError, InputError, ModelError
 from isouq.evaluation import study_tables
 from isouq.qa.runner import QAConfig, QARunner, agreement
 from isouq.runio import machine_label, read_jsonl
@@ -333,3 +333,22 @@ def test_a_smaller_limit_keeps_the_rows_of_a_larger_run(tmp_path, dataset, tiny_
     doc = json.loads(small.paths["run"].read_text(encoding="utf-8"))
     assert doc["n_questions"] == 3 and doc["n_rows"] == len(rows)
     assert doc["rows_from_earlier_runs"]["n"] == len(rows) - 3 > 0
+
+
+def test_a_judge_that_is_not_installed_fails_before_any_model_loads(tmp_path, dataset,
+                                                                    tiny_lm, tok, monkeypatch):
+    """No injected loader (the CLI's path): the judge is checked before the answering model
+    loads, so a fresh machine without the 1.5B judge says so at once, not after the answers."""
+    import isouq.models
+    import tiny
+
+    lm_dir = tmp_path / "lm"
+    tiny_lm.save_pretrained(lm_dir)
+    tok.save_pretrained(lm_dir)
+    loaded = []
+    monkeypatch.setattr(isouq.models, "load_model", lambda *a, **k: loaded.append(a))
+    cfg = QAConfig(dataset=str(dataset), model=str(lm_dir), limit=None, max_new_tokens=4,
+                   judge_model=tiny.absent_registry_model(monkeypatch))
+    with pytest.raises(ModelError, match="'absent' is not installed.*--fetch absent"):
+        QARunner(cfg, tmp_path / "out", progress=False).run()
+    assert loaded == []

@@ -17,7 +17,13 @@ from .cache import model_cache_dir
 from .fetching import fetch, requirements_text
 from .files import FileCheck, cache_root, installed, sha256_file
 from .info import ModelInfo
-from .loading import architectures, is_sequence_classifier, load_model, resolve_source
+from .loading import (
+    architectures,
+    check_loadable,
+    is_sequence_classifier,
+    load_model,
+    resolve_source,
+)
 from .registry import DEFAULT_MODEL, REGISTRY, ModelEntry, get_entry, list_models
 
 __all__ = [
@@ -28,6 +34,7 @@ __all__ = [
     "ModelInfo",
     "architectures",
     "cache_root",
+    "check_loadable",
     "fetch",
     "get_entry",
     "installed",

@@ -22,7 +22,7 @@ import torch
 
 from ..errors import InputError, ModelError
 from .cache import forget_gguf_quantizer, read_cache, write_cache
-from .files import FileCheck, registry_gguf, sha256_file
+from .files import FileCheck, fetch_hint, installed, registry_gguf, sha256_file
 from .info import (
     ModelInfo,
     count_params,
@@ -84,6 +84,15 @@ def resolve_source(name_or_path) -> tuple[str, object]:
         f"{text!r} is not a registry name ({', '.join(list_models())}), not an existing file "
         "or folder, and not a hub id ('org/name'). Check the spelling or the path."
     )
+
+
+def check_loadable(name_or_path) -> None:
+    """A ModelError now, before any work, when ``name_or_path`` cannot load: neither a registry
+    name, a model file or folder, nor a hub id; or a registry model that is not installed (the
+    error says how to fetch it). Hub ids are not checked: that needs the network."""
+    kind, what = resolve_source(name_or_path)
+    if kind == "registry" and not installed(what):
+        raise ModelError(f"model {what.name!r} is not installed. " + fetch_hint(what))
 
 
 def architectures(name_or_path, *, revision: str | None = None,

@@ -227,6 +227,12 @@ class QARunner:
                                  it.incorrect_answers)]
         if not todo and env.world == 1 and self._completed_before():
             return self.paths["rows"]  # nothing to do: no model is loaded
+        if self._loader is None:  # a model that cannot load fails before the first one loads
+            from ..models import check_loadable
+
+            for name in dict.fromkeys([cfg.model, cfg.judge_model, self.entailment_name()]):
+                if name:
+                    check_loadable(name)
         model, tok, info = self.load(cfg.model)
         judge, ent = self._judges()
         if env.is_main:
