@@ -63,6 +63,8 @@ def causal_lm(family: str, seed: int = 0):
                                   num_attention_heads=4, num_key_value_heads=2, head_dim=4,
                                   tie_word_embeddings=True, sliding_window=8, **common)
         m = tf.Gemma3ForCausalLM(cfg)
+    elif family in MORE_FAMILIES:
+        m = _more_family(tf, family, common)
     else:
         raise ValueError(family)
     # random (non-zero) norm weights so that their gradients are non-trivial
@@ -74,6 +76,38 @@ def causal_lm(family: str, seed: int = 0):
 
 
 FAMILIES = ["llama", "llama-tied", "gpt2", "gpt_neox", "qwen2", "gemma3"]
+
+MORE_FAMILIES = {
+    # family: (config class, model class, config arguments beyond vocab/special tokens)
+    "mistral": ("MistralConfig", "MistralForCausalLM", "decoder"),
+    "phi3": ("Phi3Config", "Phi3ForCausalLM", "decoder"),  # Phi-3 / Phi-4
+    "phi": ("PhiConfig", "PhiForCausalLM", "decoder"),
+    "olmo": ("OlmoConfig", "OlmoForCausalLM", "decoder"),  # LayerNorm without weights
+    "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", "decoder"),  # q/k norms
+    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM", "decoder_head_dim"),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", "decoder_head_dim"),
+    "cohere": ("CohereConfig", "CohereForCausalLM", "decoder"),
+    "stablelm": ("StableLmConfig", "StableLmForCausalLM", "decoder"),
+    "granite": ("GraniteConfig", "GraniteForCausalLM", "decoder"),
+    "falcon": ("FalconConfig", "FalconForCausalLM",
+               {"hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 4}),
+    "bloom": ("BloomConfig", "BloomForCausalLM", {"hidden_size": 16, "n_layer": 2, "n_head": 4}),
+    "gptj": ("GPTJConfig", "GPTJForCausalLM",
+             {"n_embd": 16, "n_layer": 2, "n_head": 4, "rotary_dim": 2}),
+    "opt": ("OPTConfig", "OPTForCausalLM",  # flattens (N, T, d) to (N·T, d) in its FFN
+            {"hidden_size": 16, "ffn_dim": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+             "word_embed_proj_dim": 16}),
+}
+"""More Hugging Face causal-LM families (the paper's Phi-4 and OLMo among them), tiny."""
+
+
+def _more_family(tf, family: str, common: dict):
+    config_cls, model_cls, kw = MORE_FAMILIES[family]
+    if isinstance(kw, str):
+        kw = {"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "num_key_value_heads": 2,
+              **({"head_dim": 4} if kw == "decoder_head_dim" else {})}
+    return getattr(tf, model_cls)(getattr(tf, config_cls)(**kw, **common))
 
 
 def absent_registry_model(monkeypatch, name: str = "absent") -> str:

@@ -261,7 +261,8 @@ def score_sequences(
                 with _only_selected_require_grad(model, sel):
                     e, pp = _loop_batch(model, sel, batch, covariance)
             else:
-                with GhostNorms(model, sel, warn=s == 0) as ghost, torch.enable_grad():
+                with (GhostNorms(model, sel, warn=s == 0, seq_len=batch.input_ids.shape[1])
+                      as ghost, torch.enable_grad()):
                     p, mask = token_probs(model, batch)
                     if method == "ghost":
                         res = ghost.backward_detailed(summarize(p, mask)[0])

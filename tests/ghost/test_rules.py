@@ -164,3 +164,33 @@ def test_broadcast_input_gives_clear_error():
     with GhostNorms(m, dict(m.named_parameters())) as ghost:
         with pytest.raises(ValueError, match="broadcast"):
             ghost.backward(m(torch.randn(3, 5, 4))[..., 0].sum(1))
+
+
+class FlatFFN(nn.Module):
+    """A block that flattens (N, T, d) to (N·T, d) for its feed-forward part, as OPT does."""
+
+    def __init__(self, d=4):
+        super().__init__()
+        self.inp = nn.Linear(d, d)
+        self.norm = nn.LayerNorm(d)
+        self.fc = nn.Linear(d, 3)
+
+    def forward(self, x):
+        h = torch.tanh(self.inp(x)).cumsum(1)  # mixing across positions, per example
+        shape = h.shape
+        flat = self.fc(self.norm(h.reshape(-1, shape[-1])))
+        return flat.reshape(shape[0], shape[1], -1)
+
+
+def test_layers_fed_the_flattened_batch_are_read_per_example_with_seq_len():
+    m = FlatFFN()
+    x = torch.randn(3, 5, 4)
+    params = dict(m.named_parameters())
+    s_of = lambda out: out[..., 0].pow(2).mean(1)  # noqa: E731
+    with GhostNorms(m, params, seq_len=5) as ghost:
+        res = ghost.backward_detailed(s_of(m(x)))
+    ref = brute(m, params, lambda i: s_of(m(x[i : i + 1]))[0], 3)
+    torch.testing.assert_close(res.per_param, ref, rtol=1e-4, atol=1e-9)
+    with GhostNorms(m, params) as ghost:  # without it: refused, never summed across examples
+        with pytest.raises(ValueError, match="needs seq_len=T"):
+            ghost.backward(s_of(m(x)))

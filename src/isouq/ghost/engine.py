@@ -12,7 +12,9 @@ activation gradients only — the cost floor of any per-example method; hooks on
 the layers that own selected parameters capture bᵢ = ∂(Σ s)/∂outputᵢ = ∂sᵢ/∂outputᵢ and the
 layer rules turn (input, b) into exact per-example norms (``factors.py``). Requirements: examples
 are independent in the forward (no batch norm in train mode, masks keep padded rows apart),
-and dim 0 of every hooked layer's input/output is the example.
+and dim 0 of every hooked layer's input/output is the example, or, given ``seq_len`` = T, a
+layer may see the batch flattened batch-major to (N·T, …) as ``x.reshape(-1, d)`` of an
+(N, T, d) tensor makes it (OPT's feed-forward blocks): its calls are read as (N, T, …).
 """
 
 from __future__ import annotations
@@ -52,8 +54,10 @@ class GhostResult:
 class GhostNorms:
     """Context manager computing exact per-example squared gradient norms with hooks."""
 
-    def __init__(self, model: nn.Module, params: dict[str, nn.Parameter], *, warn: bool = True):
+    def __init__(self, model: nn.Module, params: dict[str, nn.Parameter], *, warn: bool = True,
+                 seq_len: int | None = None):
         self.model = model
+        self.seq_len = seq_len
         self.params = params
         self.names = tuple(params)
         by_id = {id(p): n for n, p in params.items()}
@@ -129,6 +133,23 @@ class GhostNorms:
         if not self._retain:  # another backward over the same graph needs the inputs again
             call.args, call.kwargs, call.output = (), {}, None
 
+    def _unflatten(self, call: Call) -> None:
+        """A call that saw the batch flattened to (N·T, …) (``seq_len`` = T): its input,
+        output and gradient viewed as (N, T, …), the layout ``reshape(-1, d)`` flattened."""
+        N, T = self._N, self.seq_len
+        rows = call.grad.shape[0]
+        if not T or T == 1 or rows != N * T:
+            return
+
+        def view(t):
+            if isinstance(t, torch.Tensor) and t.ndim >= 1 and t.shape[0] == rows:
+                return t.reshape(N, T, *t.shape[1:])
+            return t
+
+        call.grad = view(call.grad)
+        call.args = tuple(view(a) for a in call.args)
+        call.output = view(call.output)
+
     def _on_forward(self, module, args, kwargs, output):
         if not self._capturing or not torch.is_grad_enabled():
             return None
@@ -144,6 +165,7 @@ class GhostNorms:
 
         def keep(g, _call=call):
             _call.grad = g.detach()
+            self._unflatten(_call)
             self._maybe_now(_call)
 
         first.register_hook(keep)
@@ -189,7 +211,8 @@ class GhostNorms:
                     raise ValueError(
                         f"a {type(call.module).__name__} layer ran on a batch of "
                         f"{call.grad.shape[0]} while s has {N} examples: an input was broadcast "
-                        "across the batch (e.g. position_ids of shape (1, T)); pass it per example"
+                        "across the batch (e.g. position_ids of shape (1, T)); pass it per "
+                        "example (a layer that flattens (N, T, d) to (N·T, d) needs seq_len=T)"
                     )
                 owned = self.owners[call.module]
                 rule = self.rules[call.module]
