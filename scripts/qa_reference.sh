@@ -11,7 +11,8 @@
 # background, e.g. `nohup bash scripts/qa_reference.sh > qa.log 2>&1 &`; set ISOUQ_THREADS=1
 # when other jobs share the machine.
 # SmolLM2 answers both datasets in sentences of ~26 tokens, so its semantic entropy costs about the
-# same on each (~170 s/question on the 2-core CPU with the packed 1.5B judge).
+# same on each (~170 s/question on a 2-core AMD EPYC, ~45 s on a 2-core Intel Xeon of family 6
+# model 207, with the packed 1.5B judge).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ISOUQ="${ISOUQ:-$( [ -x .venv/bin/isouq ] && echo .venv/bin/isouq || echo isouq )}"
