@@ -157,15 +157,10 @@ def cmd_ask(args) -> int:
 
 def _entailment_judge(name: str, args):
     """Semantic entropy's judge: an MNLI-style classifier or a causal LM, loaded like --model."""
-    from .models import is_sequence_classifier, load_model
+    from .models import load_classifier_or_lm
     from .qa.baselines.semantic_entropy import entailment_judge
 
-    kw = _load_kw(args)
-    if is_sequence_classifier(name):
-        from transformers import AutoModelForSequenceClassification
-
-        kw["model_class"] = AutoModelForSequenceClassification
-    model, tok, _ = load_model(name, **kw)
+    model, tok, _ = load_classifier_or_lm(name, **_load_kw(args))
     return entailment_judge(model, tok, name=name, batch_size=args.batch_size)
 
 

@@ -24,7 +24,7 @@ def run_llm(model_name: str = "smollm2", n: int = 8, max_new_tokens: int = 24,
             **load_kw) -> list[dict]:
     """Answer the first ``n`` demo questions greedily, score the answers, print a table;
     ``load_kw`` go to ``models.load_model`` (device, dtype, …)."""
-    from .ask import COLUMNS, answer_and_score, print_table
+    from .ask import answer_and_score, legend, print_table
     from .models import load_model
 
     t0 = time.perf_counter()
@@ -33,7 +33,7 @@ def run_llm(model_name: str = "smollm2", n: int = 8, max_new_tokens: int = 24,
     questions = [q["question"] for q in demo_questions()[:n]]
     rows = answer_and_score(model, tok, questions, max_new_tokens=max_new_tokens)
     print_table(rows)
-    print(f"\n{COLUMNS}\n")
+    print(f"\n{legend(rows)}\n")
     gen, score = (sum(r["seconds"][k] for r in rows) for k in ("generation", "scoring"))
     print(f"generation {gen:.1f} s; scoring all {len(rows)} answers (one backward pass): "
           f"{score:.1f} s; {info.n_params:,} parameters took part")

@@ -21,6 +21,7 @@ from .loading import (
     architectures,
     check_loadable,
     is_sequence_classifier,
+    load_classifier_or_lm,
     load_model,
     resolve_source,
 )
@@ -40,6 +41,7 @@ __all__ = [
     "installed",
     "is_sequence_classifier",
     "list_models",
+    "load_classifier_or_lm",
     "load_model",
     "model_cache_dir",
     "requirements_text",

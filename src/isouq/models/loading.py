@@ -127,6 +127,16 @@ def is_sequence_classifier(name_or_path, **kw) -> bool:
     return names_classifier(architectures(name_or_path, **kw))
 
 
+def load_classifier_or_lm(name_or_path, **kw):
+    """``load_model`` of a checkpoint that may be a sequence classifier (an MNLI-style
+    entailment model) or a causal LM: the class its config names. Same return and options."""
+    if is_sequence_classifier(name_or_path):
+        from transformers import AutoModelForSequenceClassification
+
+        kw["model_class"] = AutoModelForSequenceClassification
+    return load_model(name_or_path, **kw)
+
+
 def _is_gguf(path: Path) -> bool:
     with open(path, "rb") as f:
         return f.read(4) == b"GGUF"

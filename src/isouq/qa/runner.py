@@ -173,14 +173,10 @@ class QARunner:
             if self._loader is not None:
                 self._models[name] = self._loader(name)
             else:
-                from ..models import is_sequence_classifier, load_model
+                from ..models import load_classifier_or_lm, load_model
 
-                kw = {}
-                if classifier_ok and is_sequence_classifier(name):
-                    from transformers import AutoModelForSequenceClassification
-
-                    kw["model_class"] = AutoModelForSequenceClassification
-                self._models[name] = load_model(name, device=self.cfg.device, **kw)
+                load = load_classifier_or_lm if classifier_ok else load_model
+                self._models[name] = load(name, device=self.cfg.device)
         return self._models[name]
 
     def _judges(self):
