@@ -20,6 +20,7 @@ layer may see the batch flattened batch-major to (N·T, …) as ``x.reshape(-1, 
 from __future__ import annotations
 
 import warnings
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -116,9 +117,16 @@ class GhostNorms:
             p.requires_grad_(flag)
         self._saved_flags = []
         self._capturing = False
-        self.calls = []
+        self._release_calls()
         self._n_calls = {}
         self._now, self._cache = {}, {}
+
+    def _release_calls(self) -> None:
+        """Drop every recorded tensor. A call's output holds the gradient hook, which refers
+        back to the call: the tensors must be released explicitly (no memory growth per batch)."""
+        for c in self.calls:
+            c.args, c.kwargs, c.output, c.grad = (), {}, None, None
+        self.calls = []
 
     def _maybe_now(self, call: Call) -> None:
         """Inside backward: a solo call's norms now, then release what it holds."""
@@ -163,10 +171,17 @@ class GhostNorms:
         call = Call(module=module, args=tuple(a.detach() if isinstance(a, torch.Tensor) else a
                                               for a in args), kwargs=kwargs, output=first)
 
-        def keep(g, _call=call):
+        # weak references: the hook lives on ``first`` (held by the call and the graph), so a
+        # strong one would make a cycle through autograd that Python's GC cannot see
+        call_ref, me_ref = weakref.ref(call), weakref.ref(self)
+
+        def keep(g):
+            _call, me = call_ref(), me_ref()
+            if _call is None or me is None:
+                return
             _call.grad = g.detach()
-            self._unflatten(_call)
-            self._maybe_now(_call)
+            me._unflatten(_call)
+            me._maybe_now(_call)
 
         first.register_hook(keep)
         self.calls.append(call)
@@ -195,8 +210,11 @@ class GhostNorms:
                 s.sum().backward(retain_graph=retain_graph)
             per = self._norms(N, s.dtype, s.device)
         finally:
-            for c in self.calls:
-                c.grad = None
+            if retain_graph:  # another backward over the same graph re-reads the inputs
+                for c in self.calls:
+                    c.grad = None
+            else:
+                self._release_calls()
             self._now, self._cache = {}, {}
         return GhostResult(total=per.sum(1), per_param=per, names=self.names)
 
