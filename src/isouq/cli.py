@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from .errors import InputError, IsouqError
+from .errors import InputError, IsouqError, require
 from .qa.prompts import JUDGE_STYLES
 from .qa.runner import DEFAULT_JUDGE_PROMPT
 from .runtime import configure
@@ -23,6 +23,35 @@ EXPERIMENTS = {
     "proxy-bias-2d": "isouq.experiments.proxy_bias_2d",
     "proxy-bias-text": "isouq.experiments.proxy_bias_text",
 }
+
+
+# What needs more than torch and numpy (the core), by the extra that installs it.
+EXTRA_MODULES = {
+    "llm": ("transformers", "safetensors", "gguf", "accelerate"),
+    "report": ("scipy", "sklearn", "statsmodels", "matplotlib"),
+    "reference": ("jax", "numpyro"),
+}
+EXPERIMENT_EXTRAS = {"validation": "reference,report", "scaling": "reference,report",
+                     "proxy-bias-2d": "report", "proxy-bias-text": "llm,report"}
+
+
+def require_extras(extras: str, what: str) -> None:
+    """Raise MissingExtraError naming ``pip install 'isouq[EXTRAS]'`` if a module is missing."""
+    mods = [m for e in extras.split(",") for m in EXTRA_MODULES[e]]
+    require(*mods, extra=extras, what=what)
+
+
+def _require_for(args) -> None:
+    """Before a command imports an optional package, say which extra it needs."""
+    cmd = args.command
+    if cmd in ("ask", "score") or (cmd == "demo" and not args.toy):
+        require_extras("llm", f"isouq {cmd}")
+    elif cmd == "demo":
+        require_extras("report", "isouq demo --toy")
+    elif cmd == "report":
+        require_extras("report", "isouq report")
+    elif cmd == "qa" and args.qa_command == "run":
+        require_extras("llm,report", "isouq qa run")
 
 
 def positive_int(text: str) -> int:
@@ -360,6 +389,7 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
         e.add_argument("--device", default="cpu")
         e.set_defaults(func=cmd_experiment)
         if len(argv) > 1 and argv[0] == "experiment" and argv[1] == name:
+            require_extras(EXPERIMENT_EXTRAS[name], f"isouq experiment {name}")
             importlib.import_module(modname).add_arguments(e)
 
     p = sub.add_parser("qa", help="the question-answering study")
@@ -413,6 +443,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         args = build_parser(argv).parse_args(argv)
+        _require_for(args)
         return args.func(args)
     except IsouqError as e:
         print(f"isouq: error: {e}", file=sys.stderr)

@@ -39,3 +39,36 @@ def check_finite(x, what: str, fix: str) -> None:
     if t.is_floating_point() and not bool(torch.isfinite(t).all()):
         n_bad = int((~torch.isfinite(t)).sum())
         raise ModelError(f"{what} contains {n_bad} NaN/inf value(s). {fix}")
+
+
+class MissingExtraError(IsouqError, ImportError):
+    """An optional dependency is not installed; the message names the extra that installs it."""
+
+
+def require(*modules: str, extra: str, what: str) -> None:
+    """Raise :class:`MissingExtraError` unless every module in ``modules`` can be imported.
+
+    Checks only that each module is installed (``importlib.util.find_spec``); nothing is imported.
+
+    Args:
+        *modules: top-level import names, e.g. ``"transformers"``, ``"matplotlib"``.
+        extra: the isouq extra(s) that install them, e.g. ``"llm"`` or ``"reference,report"``.
+        what: what needs them, for the message, e.g. ``"isouq ask"``.
+
+    Raises:
+        MissingExtraError: naming the missing modules and ``pip install 'isouq[EXTRA]'``.
+    """
+    from importlib.util import find_spec
+
+    def absent(name: str) -> bool:
+        try:
+            return find_spec(name) is None
+        except ImportError:  # a broken or blocked install counts as missing
+            return True
+
+    missing = [m for m in modules if absent(m)]
+    if missing:
+        one = len(missing) == 1
+        raise MissingExtraError(
+            f"{what} needs {', '.join(missing)}, which {'is' if one else 'are'} not installed; "
+            f"install {'it' if one else 'them'} with: pip install 'isouq[{extra}]'")
