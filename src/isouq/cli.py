@@ -272,6 +272,15 @@ def cmd_qa_run(args) -> int:
     return 0
 
 
+def cmd_qa_mc(args) -> int:
+    from .qa.mc import run_mc
+
+    configure()
+    path = run_mc(args.model, args.out, limit=args.limit, data=args.data, device=args.device)
+    print(f"qa mc complete: {path}")
+    return 0
+
+
 def cmd_qa_label(args) -> int:
     import getpass
 
@@ -421,6 +430,13 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
                         "microsoft/deberta-large-mnli, Farquhar et al.'s kind) or a causal LM "
                         "asked with Farquhar's prompt (default: the judge model)")
     q.set_defaults(func=cmd_qa_run)
+    q = qsub.add_parser("mc", help="TruthfulQA MC1: the option of highest p̄, exact labels, scored")
+    q.add_argument("--model", default="smollm2", help="model that picks and is scored")
+    q.add_argument("--out", type=out_dir, required=True, help="output folder (resumable)")
+    q.add_argument("--limit", type=positive_int, default=None, help="first N questions (all 817)")
+    q.add_argument("--data", default=None, help="another mc_task.json (default: shipped)")
+    q.add_argument("--device", default="cpu")
+    q.set_defaults(func=cmd_qa_mc)
     q = qsub.add_parser("label", help="hand-label answers of a QA run (gold labels)")
     q.add_argument("rows", help="a QA rows file, e.g. results/qa/qa_truthfulqa__smollm2.jsonl")
     q.add_argument("--out", type=out_file, required=True,

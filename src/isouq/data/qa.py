@@ -334,3 +334,80 @@ def load_triviaqa(
 ) -> list[QAItem]:
     """TriviaQA unfiltered validation (11,313 questions with answer aliases), or ``path``."""
     return load_dataset("triviaqa", path=path, split=split, limit=limit, seed=seed)
+
+
+# ---------------------------------------------------------------- TruthfulQA multiple choice
+
+MC_FILE = "truthfulqa/mc_task_v1.json"
+MC_SHA256 = "b3799639bc76c939836d587de7d30b48d91012cb34be04806d33106ce06c162a"
+
+
+@dataclass(frozen=True)
+class MCItem:
+    """One TruthfulQA multiple-choice question (MC1 targets, MC2 beside them).
+
+    key: ``tqa-mc-NNN`` (0-based index in ``mc_task.json``, whose order differs from the CSV).
+    options: MC1 answer options in the file's order; labels: 1 for the one true MC1 option,
+    0 for the others. mc2_options / mc2_labels: the MC2 targets (several may be true).
+    """
+
+    key: str
+    question: str
+    options: list[str]
+    labels: list[int]
+    mc2_options: list[str] = field(default_factory=list)
+    mc2_labels: list[int] = field(default_factory=list)
+
+    @property
+    def correct_index(self) -> int:
+        """Index in ``options`` of the MC1 option labelled 1."""
+        return self.labels.index(1)
+
+
+def read_truthfulqa_mc(path: str | os.PathLike) -> list[MCItem]:
+    """All questions of a TruthfulQA ``mc_task.json`` (a list of ``{question, mc1_targets,
+    mc2_targets}``, targets = {answer text: 0/1}). DataError when a question lacks MC1 targets
+    or has other than exactly one true MC1 option."""
+    import json
+
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path} does not exist; pass TruthfulQA's mc_task.json "
+                        f"(shipped as shared/data/{MC_FILE})")
+    try:
+        rows = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise DataError(f"{path} is not JSON ({e}); pass TruthfulQA's mc_task.json") from None
+    if not isinstance(rows, list) or not rows:
+        raise DataError(f"{path}: expected a non-empty JSON list of questions")
+    items = []
+    for i, row in enumerate(rows):
+        q = str(row.get("question") or "").strip() if isinstance(row, dict) else ""
+        mc1 = row.get("mc1_targets") if isinstance(row, dict) else None
+        if not q or not isinstance(mc1, dict) or len(mc1) < 2:
+            raise DataError(f"{path}: entry {i} needs a question and ≥ 2 mc1_targets")
+        labels = [int(v) for v in mc1.values()]
+        if sum(labels) != 1 or set(labels) - {0, 1}:
+            raise DataError(f"{path}: entry {i} has {sum(labels)} true MC1 options; MC1 has one")
+        mc2 = row.get("mc2_targets") or {}
+        items.append(MCItem(f"tqa-mc-{i:03d}", q, list(mc1), labels, list(mc2),
+                            [int(v) for v in mc2.values()]))
+    return items
+
+
+def load_truthfulqa_mc(
+    path: str | os.PathLike | None = None, *, limit: int | None = None, seed: int | None = 0
+) -> list[MCItem]:
+    """TruthfulQA multiple choice (817 questions): the shipped ``mc_task_v1.json`` (SHA-256
+    checked) or ``path``. ``limit``/``seed`` pick a subset as :func:`pick` does."""
+    if path is None:
+        import hashlib
+
+        path = data_root() / MC_FILE
+        if not path.is_file():
+            raise DataError(f"{path} is missing from the data folder; see {path.parent}/SOURCE.md")
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        if digest != MC_SHA256:
+            raise DataError(f"{path} has SHA-256 {digest[:12]}…, not the shipped file's "
+                            f"{MC_SHA256[:12]}…; restore it from {path.parent}/SOURCE.md")
+    return pick(read_truthfulqa_mc(path), limit, seed)

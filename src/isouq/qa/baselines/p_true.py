@@ -92,15 +92,38 @@ def p_true(
         raise InputError(f"P(True) needs {k} brainstormed answers; a sample set has {short[0].k}")
     ideas = [[c.text for c in s.completions[:k]] for s in brainstormed]
     gen_s = [sum(c.seconds for c in s.completions[:k]) for s in brainstormed]
+    t0 = time.perf_counter()
+    read = p_true_given(model, tokenizer, questions, answers, ideas,
+                        few_shot_prefix=few_shot_prefix, chat=chat, batch_size=batch_size)
+    share = (time.perf_counter() - t0) / max(n, 1)
+    return [PTrue(value=v, p_a=pa, p_b=pb, brainstormed=ideas[i], passes=k + 1,
+                  seconds=gen_s[i] + share) for i, (v, pa, pb) in enumerate(read)]
+
+
+def p_true_given(
+    model,
+    tokenizer,
+    questions: Sequence[str],
+    answers: Sequence[str],
+    ideas: Sequence[Sequence[str]],
+    *,
+    few_shot_prefix: str = "",
+    chat: bool | None = None,
+    batch_size: int = 8,
+) -> list[tuple[float, float, float]]:
+    """P(True) of each answer with the brainstormed answers given as text (no sampling): one
+    forward pass per meta-prompt. ideas: N lists of brainstormed answers (any length; the graded
+    answer is appended by ``p_true_prompt``). Returns N tuples (value, p_a, p_b) as in
+    :class:`PTrue`. Used by the multiple-choice study, whose brainstormed answers are the other
+    options."""
+    if not len(questions) == len(answers) == len(ideas):
+        raise InputError(f"{len(questions)} questions, {len(answers)} answers, {len(ideas)} "
+                         "brainstormed lists; give one of each per question")
     meta = [p_true_prompt(tokenizer, q, a, b, few_shot_prefix=few_shot_prefix, chat=chat)
             for q, a, b in zip(questions, answers, ideas, strict=True)]
-    t0 = time.perf_counter()
     mass = option_probs(model, tokenizer, meta, OPTIONS, batch_size=batch_size)
-    share = (time.perf_counter() - t0) / max(n, 1)
     out = []
-    for i in range(n):
+    for i in range(len(meta)):
         pa, pb = float(mass[i, 0]), float(mass[i, 1])
-        value = pa / (pa + pb) if pa + pb > 0 else 0.5
-        out.append(PTrue(value=value, p_a=pa, p_b=pb, brainstormed=ideas[i], passes=k + 1,
-                         seconds=gen_s[i] + share))
+        out.append((pa / (pa + pb) if pa + pb > 0 else 0.5, pa, pb))
     return out
