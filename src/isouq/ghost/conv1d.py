@@ -6,14 +6,17 @@ from torch import nn
 
 from .calls import Call, as_tokens
 from .factors import Contribution, Materialized, Pair
+from .registry import register_rule
 
 
-def applies(module: nn.Module) -> bool:
+def _is_hf_conv1d(module: nn.Module) -> bool:
     # transformers.pytorch_utils.Conv1D, matched by name so transformers stays optional here
     return type(module).__name__ == "Conv1D" and hasattr(module, "nf")
 
 
+@register_rule(match=_is_hf_conv1d)
 def contributions(module: nn.Module, call: Call) -> dict[str, Contribution]:
+    """weight (in, out): Pair(A, B); bias: Σₜ bₜ."""
     A = as_tokens(call.args[0]).to(call.grad.dtype)
     B = as_tokens(call.grad)
     out: dict[str, Contribution] = {"weight": Pair(A, B)}

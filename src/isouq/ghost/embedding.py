@@ -15,6 +15,7 @@ from torch import nn
 
 from .calls import Call
 from .factors import Contribution, Pair
+from .registry import register_rule
 
 
 def _scale(module: nn.Module) -> float | None:
@@ -28,6 +29,7 @@ def _scale(module: nn.Module) -> float | None:
 
 
 def applies(module: nn.Module) -> bool:
+    """No rule for max_norm, scale_grad_by_freq or an unknown forward (fallback runs)."""
     return (
         isinstance(module, nn.Embedding)
         and module.max_norm is None
@@ -36,6 +38,7 @@ def applies(module: nn.Module) -> bool:
     )
 
 
+@register_rule(nn.Embedding, applies=applies, subclasses=True)
 def contributions(module: nn.Embedding, call: Call) -> dict[str, Contribution]:
     idx = call.args[0]
     N = idx.shape[0]

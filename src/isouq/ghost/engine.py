@@ -26,21 +26,11 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from . import conv1d, embedding, fallback, linear, norms
+from . import fallback
 from .calls import Call
 from .factors import Contribution, sq_norms
-
-RULES = (linear, conv1d, embedding, norms)
-
-
-def rule_for(module: nn.Module):
-    """The layer rule module for ``module``, or None (generic fallback)."""
-    if any(True for _ in module.children()):
-        return None
-    for rule in RULES:
-        if rule.applies(module):
-            return rule
-    return None
+from .registry import owned_parameters
+from .registry import rule_for as rule_for  # rules register themselves (ghost/registry.py)
 
 
 @dataclass
@@ -64,10 +54,9 @@ class GhostNorms:
         by_id = {id(p): n for n, p in params.items()}
         # owners: module -> [(local attribute name, global parameter name)]
         self.owners: dict[nn.Module, list[tuple[str, str]]] = {}
-        for mod in model.modules():
-            for local, p in mod._parameters.items():
-                if p is not None and id(p) in by_id:
-                    self.owners.setdefault(mod, []).append((local, by_id[id(p)]))
+        for mod, local, p in owned_parameters(model):  # composite layers own their children's
+            if id(p) in by_id:
+                self.owners.setdefault(mod, []).append((local, by_id[id(p)]))
         self.rules = {m: rule_for(m) for m in self.owners}
         self.fallbacks = sorted(
             {type(m).__name__ for m, r in self.rules.items() if r is None}

@@ -4,6 +4,8 @@ A hooked layer call contributes to a parameter's per-example gradient either
 - a :class:`Pair`: gᵢ = Lᵢᵀ Rᵢ with L (N, T, a) dense, or L an index tensor (N, T) standing for
   one-hot rows of width ``index_size`` (embeddings), and R (N, T, b): the parameter is (a, b); or
 - a :class:`Materialized` per-example gradient (N, *param.shape) (norm layers, fallbacks).
+A grouped layer (grouped convolution) folds its g groups into the batch: a Pair with
+``fold`` = g has N·g rows, row (i, j) the block of group j, and ‖gᵢ‖² = Σⱼ ‖gᵢⱼ‖².
 
 A parameter used by several calls (tied embedding/lm_head, a reused module) has gradient
 Σₖ gᵢ⁽ᵏ⁾; :func:`sq_norms` returns ‖Σₖ gᵢ⁽ᵏ⁾‖² with every cross term, choosing per parameter
@@ -29,6 +31,7 @@ class Pair:
     left: torch.Tensor
     right: torch.Tensor
     index_size: int | None = None  # a, when ``left`` holds indices
+    fold: int = 1  # groups folded into dim 0: N·fold rows, example-major
 
     @property
     def is_index(self) -> bool:
@@ -58,10 +61,10 @@ class Pair:
                 return torch.gather(t, 1, order)
             return torch.gather(t, 1, order.unsqueeze(-1).expand(-1, -1, t.shape[-1]))
 
-        return Pair(take(self.left), take(self.right), self.index_size)
+        return Pair(take(self.left), take(self.right), self.index_size, self.fold)
 
     def materialize(self) -> torch.Tensor:
-        """(N, a, b) per-example gradients."""
+        """(N·fold, a, b) per-example (per-group) gradients."""
         N, T, b = self.right.shape
         if not self.is_index:
             return torch.bmm(self.left.transpose(1, 2), self.right)
@@ -139,10 +142,14 @@ def sq_norms(contribs: list[Contribution], cache: dict | None = None) -> torch.T
     """
     pairs = [c for c in contribs if isinstance(c, Pair)]
     mats = [c.grad for c in contribs if isinstance(c, Materialized)]
-    if pairs and not mats and choose_gram(pairs):
-        return _gram_sq_norm(pairs, cache)
+    folds = {p.fold for p in pairs}
+    if pairs and not mats and len(folds) == 1 and choose_gram(pairs):
+        sq = _gram_sq_norm(pairs, cache)
+        fold = pairs[0].fold
+        return sq if fold == 1 else sq.view(-1, fold).sum(1)
+    N = mats[0].shape[0] if mats else pairs[0].right.shape[0] // pairs[0].fold
     G = None
     for g in mats + [p.materialize() for p in pairs]:
-        g = g.reshape(g.shape[0], -1)
+        g = g.reshape(N, -1)  # a folded block (N·g, a, b) is example-major: (N, g·a·b)
         G = g if G is None else G + g
     return G.pow(2).sum(1)

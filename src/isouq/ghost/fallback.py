@@ -18,7 +18,9 @@ CHUNK = 8
 
 
 def contributions(module: nn.Module, call: Call, names: list[str]) -> dict[str, Contribution]:
-    own = {n: p.detach() for n, p in module.named_parameters(recurse=False)}
+    """Per-example gradients (N, *shape) of the parameters ``names`` (dotted, local)."""
+    # recursive: a composite layer (nn.MultiheadAttention) owns its children's parameters
+    own = {n: p.detach() for n, p in module.named_parameters()}
     grads = {n: [] for n in names}
     N = call.grad.shape[0]
     with torch.enable_grad():

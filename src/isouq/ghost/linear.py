@@ -6,14 +6,13 @@ from torch import nn
 
 from .calls import Call, as_tokens
 from .factors import Contribution, Materialized, Pair
+from .registry import register_rule
 
 
-def applies(module: nn.Module) -> bool:
-    # subclasses that change forward (quantized layers, LoRA, ...) go to the exact fallback
-    return isinstance(module, nn.Linear) and type(module).forward is nn.Linear.forward
-
-
+# subclasses that change forward (quantized layers, LoRA, ...) go to the exact fallback
+@register_rule(nn.Linear)
 def contributions(module: nn.Linear, call: Call) -> dict[str, Contribution]:
+    """weight: Pair(B, A) (Gram or materialized by the cost rule); bias: Σₜ bₜ (N, out)."""
     A = as_tokens(call.args[0]).to(call.grad.dtype)
     B = as_tokens(call.grad)
     pair = Pair(B, A)

@@ -1,9 +1,11 @@
 """LayerNorm / RMSNorm weights and biases (torch's and every Hugging Face ``*RMSNorm``).
 
-Such parameters act feature-wise and affinely: yₜⱼ = αₜⱼ wⱼ + βₜⱼ (w·x̂, (1 + w)·x̂ as in
-Gemma, w·x̂ + b for LayerNorm; float32 upcasts do not matter). So ∂yₜ/∂w = f(w + 1) − f(w),
-one plain forward of the module on the recorded input, minus the recorded output, whatever
-the exact formula. Per example: gᵢ = Σₜ (∂yₜ/∂w) ⊙ bₜ, shape (N, d).
+Such parameters act elementwise on the normalized trailing dims and affinely:
+yₜⱼ = αₜⱼ wⱼ + βₜⱼ (w·x̂, (1 + w)·x̂ as in Gemma, w·x̂ + b for LayerNorm; float32 upcasts do
+not matter), j running over ``normalized_shape`` (any number of trailing dims). So
+∂yₜ/∂w = f(w + 1) − f(w), one plain forward of the module on the recorded input, minus the
+recorded output, whatever the exact formula. Per example: gᵢ = Σₜ (∂yₜ/∂w) ⊙ bₜ, shape
+(N, *w.shape), t running over the leading dims between the batch and the normalized ones.
 """
 
 from __future__ import annotations
@@ -12,30 +14,38 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from .calls import Call, as_tokens
+from .calls import Call
 from .factors import Contribution, Materialized
+from .registry import register_rule
 
 _NAMES = ("LayerNorm", "RMSNorm")
 
 
+def _by_name(module: nn.Module) -> bool:
+    return type(module).__name__.endswith(_NAMES)
+
+
 def applies(module: nn.Module) -> bool:
-    if not (isinstance(module, nn.LayerNorm | nn.RMSNorm) or type(module).__name__.endswith(_NAMES)):
-        return False
-    own = [p for p in module.parameters(recurse=False)]
-    return bool(own) and all(p.ndim == 1 for p in own) and not list(module.children())
+    """A rule needs parameters; each acts on the trailing dims (checked per call)."""
+    return any(True for _ in module.parameters(recurse=False))
 
 
+@register_rule(nn.LayerNorm, nn.RMSNorm, match=_by_name, applies=applies, subclasses=True)
 def contributions(module: nn.Module, call: Call) -> dict[str, Contribution]:
+    """Per-example gradient of each affine parameter, materialized: (N, *w.shape)."""
     x = call.args[0]
     own = {n: p.detach() for n, p in module.named_parameters(recurse=False)}
-    B = as_tokens(call.grad)
+    grad = call.grad
+    N = grad.shape[0]
     out: dict[str, Contribution] = {}
     for name, w in own.items():
-        if w.shape[0] != B.shape[-1]:
-            raise ValueError(f"{type(module).__name__}.{name} is not feature-wise")
-
+        k = w.ndim
+        if grad.ndim < k + 1 or tuple(grad.shape[grad.ndim - k:]) != tuple(w.shape):
+            raise ValueError(f"{type(module).__name__}.{name} {tuple(w.shape)} does not act on "
+                             f"the trailing dims of its output {tuple(grad.shape)}")
         with torch.no_grad():
             shifted = functional_call(module, {**own, name: w + 1}, (x,), call.kwargs)
-            D = as_tokens(shifted).to(B.dtype) - as_tokens(call.output.detach()).to(B.dtype)
-        out[name] = Materialized((D * B).sum(1))
+            D = shifted.to(grad.dtype) - call.output.detach().to(grad.dtype)
+        g = (D * grad).reshape(N, -1, w.numel()).sum(1)
+        out[name] = Materialized(g)
     return out

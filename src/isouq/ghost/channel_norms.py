@@ -1,0 +1,86 @@
+"""BatchNorm (eval mode), GroupNorm and InstanceNorm: per-channel affine parameters.
+
+y = x̂ · w[c] + b[c] with x̂ the input normalized per channel c (dim 1): by the running
+statistics (BatchNorm in eval mode, InstanceNorm with ``track_running_stats`` in eval mode), or
+by each example's own statistics (GroupNorm, InstanceNorm otherwise). Per example:
+g_w = Σ_positions x̂ ⊙ b and g_b = Σ_positions b, each (N, C): materialized, the cheapest form
+(a Gram over positions never is). x̂ is recomputed from the recorded input with the
+normalization alone, which costs less than one forward of the layer.
+
+BatchNorm normalizing by batch statistics (training mode, or ``track_running_stats=False``)
+makes every example's output depend on the whole batch: no per-example gradient exists, and
+the rule refuses it with an error naming the fix.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
+from torch.nn.modules.instancenorm import _InstanceNorm
+
+from ..errors import ModelError
+from .calls import Call
+from .factors import Contribution, Materialized
+from .registry import register_rule
+
+
+def _affine(module: nn.Module, xhat: torch.Tensor, grad: torch.Tensor) -> dict[str, Contribution]:
+    N, C = grad.shape[0], grad.shape[1]
+    b = grad.reshape(N, C, -1)
+    out: dict[str, Contribution] = {}
+    if module.weight is not None:
+        out["weight"] = Materialized((xhat.to(grad.dtype).reshape(N, C, -1) * b).sum(-1))
+    if module.bias is not None:
+        out["bias"] = Materialized(b.sum(-1))
+    return out
+
+
+def _channel_shape(x: torch.Tensor) -> tuple[int, ...]:
+    return (1, x.shape[1]) + (1,) * (x.ndim - 2)
+
+
+@register_rule(_BatchNorm)
+def batch_norm(module: _BatchNorm, call: Call) -> dict[str, Contribution]:
+    """BatchNorm1d/2d/3d in eval mode (running statistics)."""
+    if module.training or module.running_mean is None:
+        why = ("is in training mode" if module.training
+               else "has track_running_stats=False")
+        raise ModelError(
+            f"{type(module).__name__} {why}: it normalizes by the batch's statistics, so each "
+            "example's output depends on the others and no per-example gradient exists; "
+            "score in eval mode (model.eval(), as score_classifier does) with running "
+            "statistics, or use GroupNorm/LayerNorm"
+        )
+    x = call.args[0]
+    with torch.no_grad():
+        s = _channel_shape(x)
+        xhat = (x - module.running_mean.view(s)) * torch.rsqrt(module.running_var.view(s) + module.eps)
+    return _affine(module, xhat, call.grad)
+
+
+@register_rule(nn.GroupNorm)
+def group_norm(module: nn.GroupNorm, call: Call) -> dict[str, Contribution]:
+    """GroupNorm: each example normalized by its own group statistics."""
+    x = call.args[0]
+    with torch.no_grad():
+        xhat = F.group_norm(x, module.num_groups, None, None, module.eps)
+    return _affine(module, xhat, call.grad)
+
+
+@register_rule(_InstanceNorm)
+def instance_norm(module: _InstanceNorm, call: Call) -> dict[str, Contribution]:
+    """InstanceNorm1d/2d/3d with affine=True (per-example statistics, or running ones)."""
+    x = call.args[0]
+    if x.ndim == module._get_no_batch_dim():
+        raise ModelError(f"{type(module).__name__} got an unbatched input {tuple(x.shape)}; "
+                         "ghost norms need a batch dimension first: pass (N, C, ...)")
+    running = not module.training and module.track_running_stats and module.running_mean is not None
+    with torch.no_grad():
+        if running:
+            xhat = F.instance_norm(x, module.running_mean, module.running_var, None, None,
+                                   False, 0.0, module.eps)
+        else:
+            xhat = F.instance_norm(x, None, None, None, None, True, 0.0, module.eps)
+    return _affine(module, xhat, call.grad)

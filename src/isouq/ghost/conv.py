@@ -1,0 +1,99 @@
+"""nn.Conv1d / Conv2d / Conv3d: exact per-example weight and bias gradients.
+
+A convolution is a Linear layer applied at every output position t to the unfolded input
+patch uₜ (Cin/g · K values per group, K = kernel size): per example and group j,
+g_W = Σₜ bₜ uₜᵀ = Bⱼᵀ Uⱼ, with B the output gradient (positions × Cout/g) and U the unfolded
+input (positions × Cin/g·K). So it is a :class:`~isouq.ghost.factors.Pair` over the L output
+positions, with the g groups folded into the batch, and the cost rule of ``factors.py``
+(Gram ~ L² (a + b) against materializing ~ L a b, a = Cout/g, b = Cin/g·K, plus its memory
+cap) picks per layer and per batch:
+- Gram: ‖g_W‖² = ⟨B Bᵀ, U Uᵀ⟩ over positions (few positions, wide layers: late stages);
+- materialize: the per-example gradients (N, Cout, Cin/g, *kernel) from one weight-gradient
+  convolution with the batch folded into the groups (no unfolded copy of the input).
+Stride, padding (numbers, ``'same'``, ``'valid'``, any ``padding_mode``), dilation and groups
+(depthwise included) are handled; bias: g_b = Σₜ bₜ.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..errors import ModelError
+from . import factors
+from .calls import Call
+from .factors import Contribution, Materialized, Pair
+from .registry import register_rule
+
+
+def unfold(x: torch.Tensor, kernel: tuple[int, ...], dilation: tuple[int, ...],
+           stride: tuple[int, ...]) -> torch.Tensor:
+    """Patches of an already padded (N, C, *spatial) input: (N, C·K, L), channel-major.
+
+    Column t holds the input patch that output position t (row-major over the d output dims)
+    sees, in the order of a conv weight's (C, *kernel) dims.
+    """
+    d = len(kernel)
+    for i in range(d):
+        span = dilation[i] * (kernel[i] - 1) + 1
+        x = x.unfold(2 + i, span, stride[i])  # window dim appended last
+        if dilation[i] > 1:
+            x = x[..., :: dilation[i]]
+    # (N, C, o_1..o_d, k_1..k_d) -> (N, C, k_1..k_d, o_1..o_d)
+    perm = (0, 1, *range(2 + d, 2 + 2 * d), *range(2, 2 + d))
+    N, C = x.shape[:2]
+    return x.permute(perm).reshape(N, C * math.prod(kernel), -1)
+
+
+def _padded(module: nn.modules.conv._ConvNd, x: torch.Tensor) -> tuple[torch.Tensor, tuple[int, ...]]:
+    """The input padded explicitly when needed, and the padding left for the convolution."""
+    d = len(module.kernel_size)
+    if isinstance(module.padding, str) or module.padding_mode != "zeros":
+        mode = "constant" if module.padding_mode == "zeros" else module.padding_mode
+        pads = list(module._reversed_padding_repeated_twice)
+        if any(pads):
+            x = F.pad(x, pads, mode=mode)
+        return x, (0,) * d
+    return x, tuple(module.padding)
+
+
+@register_rule(nn.Conv1d, nn.Conv2d, nn.Conv3d)
+def contributions(module: nn.modules.conv._ConvNd, call: Call) -> dict[str, Contribution]:
+    """weight: Pair over positions (fold = groups) or materialized; bias: (N, Cout)."""
+    grad = call.grad
+    d = len(module.kernel_size)
+    x = call.args[0]
+    if x.ndim != d + 2:
+        raise ModelError(f"{type(module).__name__} got an input of shape {tuple(x.shape)}: ghost "
+                         f"norms need a batch dimension first, (N, C, *{d} spatial dims)")
+    N, Cout, Cin, g = grad.shape[0], module.out_channels, module.in_channels, module.groups
+    kernel = tuple(module.kernel_size)
+    L = math.prod(grad.shape[2:])
+    a, b = Cout // g, Cin // g * math.prod(kernel)
+    x, pad = _padded(module, x.to(grad.dtype))
+    out: dict[str, Contribution] = {}
+    if module.bias is not None:
+        out["bias"] = Materialized(grad.reshape(N, Cout, -1).sum(-1))
+    if module.weight is None:
+        return out
+    shape = Pair(torch.empty(N * g, L, a, device="meta", dtype=grad.dtype),
+                 torch.empty(N * g, L, b, device="meta", dtype=grad.dtype), fold=g)
+    if factors.choose_gram([shape]):
+        if any(pad):
+            x = F.pad(x, [p for q in reversed(pad) for p in (q, q)])
+        U = unfold(x, kernel, tuple(module.dilation), tuple(module.stride))  # (N, Cin·K, L)
+        U = U.view(N, g, b, L).transpose(2, 3).reshape(N * g, L, b)
+        B = grad.reshape(N, g, a, L).transpose(2, 3).reshape(N * g, L, a)
+        out["weight"] = Pair(B, U, fold=g)
+        return out
+    w = grad.new_empty(1).expand(N * Cout, Cin // g, *kernel)
+    gw = torch.ops.aten.convolution_backward(
+        grad.reshape(1, N * Cout, *grad.shape[2:]), x.reshape(1, N * Cin, *x.shape[2:]), w, None,
+        list(module.stride), list(pad), list(module.dilation), False, [0] * d, N * g,
+        [False, True, False],
+    )[1]
+    out["weight"] = Materialized(gw.view(N, Cout, Cin // g, *kernel))
+    return out
