@@ -11,6 +11,8 @@ import warnings
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression
+from sklearn.pipeline import Pipeline
+from sklearn.preprocessing import StandardScaler
 
 
 def complete_rows(X: np.ndarray) -> np.ndarray:
@@ -41,3 +43,13 @@ def fit_predict(
         warnings.simplefilter("ignore", ConvergenceWarning)
         clf.fit((X_train - mu) / sd, y_train)
     return clf.predict_proba((X_test - mu) / sd)[:, 1]
+
+
+def correctness_model(C: float = 1.0) -> Pipeline:
+    """The same model as :func:`fit_predict`, as an unfitted scikit-learn estimator (for
+    ``cross_val_predict`` and ``CalibratedClassifierCV``): ``StandardScaler`` (population std;
+    a constant feature is left unscaled) then ``LogisticRegression(C, solver="newton-cholesky")``.
+    Fitted on (n, d) features and (n,) 0/1 correctness, ``predict_proba(X)[:, 1]`` is P(correct).
+    """
+    return Pipeline([("scale", StandardScaler()),
+                     ("logistic", LogisticRegression(C=C, solver="newton-cholesky"))])

@@ -302,12 +302,20 @@ def log_transform(x: np.ndarray, what: str = "values") -> np.ndarray:
             f"{what} has negative values, so it cannot be log-transformed; check the scores "
             "or pass log_epistemic=False"
         )
-    shift = 0.0
-    if (ok & (x == 0)).any():
-        pos = x[ok & (x > 0)]
-        shift = float(pos.min()) if pos.size else 1.0  # all zero: constant either way
     with np.errstate(invalid="ignore"):
-        return np.log(x + shift)
+        return np.log(x + log_shift(x))
+
+
+def log_shift(x: np.ndarray) -> float:
+    """The shift :func:`log_transform` adds before the log: 0, or the smallest positive finite
+    value of (n,) ``x`` when it holds zeros (1 when all are zero). Keep it to transform new
+    values like the fitted ones (``isouq.calibration``)."""
+    x = np.asarray(x, dtype=float)
+    ok = np.isfinite(x)
+    if not (ok & (x == 0)).any():
+        return 0.0
+    pos = x[ok & (x > 0)]
+    return float(pos.min()) if pos.size else 1.0  # all zero: constant either way
 
 
 def group_rng(seed: int, *names: str) -> np.random.Generator:

@@ -1,0 +1,689 @@
+"""Calibrated P(correct) from the gradient scores: the :class:`Calibrator`.
+
+A calibration maps one model's scores of an answer (epistemic ‖∇θ p̄‖², aleatoric, p̄ and,
+where present or derivable, epistemic_log = ‖∇θ log p̄‖² = epistemic / p̄²) to the probability
+that the answer is correct, learnt from labelled answers of that model (``isouq qa run`` rows,
+or any rows with the scores and a 0/1 label).
+
+Candidate maps (all fitted with scikit-learn), for each feature set of :data:`FEATURE_SETS`
+(each score alone, and the combinations the QA study's logistic regression uses):
+
+* ``platt``: the study's correctness model (:func:`isouq.evaluation.classifier.correctness_model`:
+  standardized features, L2 logistic regression; epistemic scores on a log scale as in the
+  study) — Platt scaling when there is one feature;
+* ``isotonic``: the same regression's linear score recalibrated by isotonic regression fitted
+  on its out-of-fold values (``CalibratedClassifierCV(method="isotonic", ensemble=False)``).
+
+The candidate with the smallest cross-validated log-loss (``cross_val_predict``, stratified
+folds) is refitted on all rows and kept. A calibration may also hold a threshold on P(correct)
+chosen by Learn then Test (:mod:`isouq.evaluation.risk_control`): answers below it are withheld
+so that, with probability ≥ 1 − δ, the error rate among kept answers is ≤ α. The map is then
+fitted on one part of the rows and the threshold tested on the other (the guarantee needs rows
+the map has not seen).
+
+Files are JSON (``save``/``load``; no pickle): format name and version, the model's name and the
+SHA-256 of its weight files, the label source, the features, the fitted map's numbers, the
+selection table, the risk control and the rows' sources.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from sklearn.calibration import CalibratedClassifierCV
+
+from .errors import DataError, InputError
+from .evaluation.rows import GRADIENT_METHODS, LOG_FEATURES, METHODS, log_shift
+
+FORMAT = "isouq-calibration"
+FORMAT_VERSION = 1
+#: the scores a calibration may use (epistemic_log is derived from epistemic and mean_prob)
+SCORES: tuple[str, ...] = ("epistemic", "aleatoric", "mean_prob", "epistemic_log")
+#: scores that span orders of magnitude: used as log(x) (log(x + shift) when the fit rows hold 0)
+LOG_SCORES: tuple[str, ...] = (*LOG_FEATURES, "epistemic_log")
+#: candidate feature sets: each score alone, the study's gradient methods, and all three
+FEATURE_SETS: dict[str, tuple[str, ...]] = {
+    "p̄": ("mean_prob",),
+    **{m: METHODS[m] for m in GRADIENT_METHODS},  # "Alea.", "Epi.", "Epi. & Alea."
+    "Epi. (log p̄)": ("epistemic_log",),
+    "Epi. & Alea. & p̄": ("epistemic", "aleatoric", "mean_prob"),
+}
+#: the single-score feature sets (reported beside the selected map)
+SINGLE_SCORES: tuple[str, ...] = ("p̄", "Alea.", "Epi.", "Epi. (log p̄)")
+MAP_KINDS: tuple[str, ...] = ("platt", "isotonic")
+#: label sources: name -> field of a row (``hand`` reads gold rows instead)
+LABEL_FIELDS: dict[str, str] = {"judge": "correct", "lexical": "lexical_correct"}
+LABELS: tuple[str, ...] = ("hand", "judge", "lexical")
+MIN_ROWS = 20
+MIN_PER_CLASS = 5
+MAX_FOLDS = 5
+WEIGHT_SUFFIXES: tuple[str, ...] = (".safetensors", ".gguf", ".bin", ".pt", ".pth")
+
+
+class CalibrationError(DataError):
+    """A calibration cannot be fitted, read or used as asked."""
+
+
+# ---------------------------------------------------------------- scores and labels
+def row_scores(row: Mapping) -> Mapping:
+    """The scores of a row: its ``scores`` object (QA rows) or the row itself (rows of
+    ``isouq score`` and ``isouq ask``)."""
+    sc = row.get("scores")
+    return sc if isinstance(sc, Mapping) else row
+
+
+def score_columns(scores: Mapping[str, Sequence[float]] | Sequence[Mapping],
+                  names: Iterable[str] = SCORES) -> dict[str, np.ndarray]:
+    """name -> (n,) float values, NaN where missing or null.
+
+    Args:
+        scores: rows (dicts; see :func:`row_scores`) or a mapping name -> (n,) values.
+        names: the scores wanted. ``epistemic_log`` is taken as given when present, else
+            derived as epistemic / mean_prob² (‖∇θ p̄‖² = p̄² ‖∇θ log p̄‖²).
+
+    Returns:
+        name -> (n,) float array.
+    """
+    names = tuple(names)
+    if isinstance(scores, Mapping):
+        cols = {k: np.asarray(v, dtype=float).reshape(-1) for k, v in scores.items()
+                if k in SCORES}
+        n = len(next(iter(cols.values()))) if cols else 0
+    else:
+        rows = [row_scores(r) for r in scores]
+        n = len(rows)
+        cols = {}
+        for k in SCORES:
+            vals = [r.get(k) for r in rows]
+            if any(v is not None for v in vals):
+                cols[k] = np.array([math.nan if v is None else v for v in vals], dtype=float)
+    if "epistemic_log" not in cols and {"epistemic", "mean_prob"} <= cols.keys():
+        with np.errstate(divide="ignore", invalid="ignore"):
+            cols["epistemic_log"] = cols["epistemic"] / cols["mean_prob"] ** 2
+    if "epistemic_log" in cols and {"epistemic", "mean_prob"} <= cols.keys():
+        with np.errstate(divide="ignore", invalid="ignore"):  # fill rows that lack it
+            derived = cols["epistemic"] / cols["mean_prob"] ** 2
+        cols["epistemic_log"] = np.where(np.isnan(cols["epistemic_log"]), derived,
+                                         cols["epistemic_log"])
+    missing = [k for k in names if k not in cols]
+    if missing:
+        raise InputError(f"the scores lack {missing}; a calibration needs "
+                         f"{list(names)} for each answer (rows of `isouq qa run`, "
+                         "`isouq score` or `isouq ask` carry them)")
+    out = {}
+    for k in names:
+        if cols[k].shape != (n,):
+            raise InputError(f"score {k!r} has shape {cols[k].shape}; give one value per answer")
+        out[k] = np.where(np.isfinite(cols[k]), cols[k], np.nan)
+    return out
+
+
+def labels_of(rows: Sequence[Mapping], source: str,
+              gold_rows: Sequence[Mapping] | None = None) -> tuple[list[dict], np.ndarray]:
+    """The labelled rows and their (n,) 0/1 labels under ``source``.
+
+    Args:
+        rows: QA rows (or rows with the scores and a 0/1 ``correct``).
+        source: ``judge`` (the row's ``correct``), ``lexical`` (``lexical_correct``) or
+            ``hand`` (the gold rows' ``gold_correct``, :mod:`isouq.evaluation.labels`).
+        gold_rows: hand labels, needed for ``hand``.
+
+    Returns:
+        (rows that have a label, (n,) int labels). Rows whose label is null are left out.
+    """
+    from .evaluation.labels import with_gold_labels
+
+    if source not in LABELS:
+        raise InputError(f"unknown label source {source!r}; choose from {', '.join(LABELS)}")
+    rows = [dict(r) for r in rows]
+    if source == "hand":
+        if not gold_rows:
+            raise CalibrationError(
+                "--labels hand needs hand labels (results/qa/gold/<dataset>__<model>.gold.jsonl"
+                " beside the rows, or --gold FILE); label answers with `isouq qa label`")
+        rows = with_gold_labels(rows, gold_rows)
+        if not rows:
+            raise CalibrationError("no row has a hand label: the gold rows name other keys, "
+                                   "models or datasets; check --gold")
+        field = "correct"
+    else:
+        field = LABEL_FIELDS[source]
+        if not any(field in r for r in rows):
+            raise CalibrationError(
+                f"the rows have no {field!r} field, so they carry no {source} labels: judge "
+                "them (`isouq qa run`), add a 0/1 'correct', or pass --labels hand")
+    kept, y = [], []
+    for r in rows:
+        v = r.get(field)
+        if v is None:
+            continue
+        if isinstance(v, (bool, np.bool_)) or v in (0, 1):
+            kept.append(r)
+            y.append(int(v))
+        else:
+            raise CalibrationError(f"row {r.get('key')!r}: {field} = {v!r}; labels must be "
+                                   "true/false, 0/1 or null")
+    if not kept:
+        raise CalibrationError(f"none of the {len(rows)} rows has a {source} label "
+                               f"({field!r} is null everywhere); label them first")
+    return kept, np.asarray(y, dtype=int)
+
+
+def check_labels(y: np.ndarray, what: str = "the rows") -> None:
+    """CalibrationError unless ``y`` (n,) has ≥ MIN_ROWS rows and ≥ MIN_PER_CLASS of each
+    class (cross-validation needs both classes in every fold)."""
+    n, n1 = int(y.size), int(y.sum())
+    if n < MIN_ROWS:
+        raise CalibrationError(f"{what}: {n} labelled answers; a calibration needs at least "
+                               f"{MIN_ROWS} - label more answers")
+    if n1 == 0 or n1 == n:
+        only = "correct" if n1 == n else "wrong"
+        raise CalibrationError(f"{what}: all {n} answers are {only} (one label class): "
+                               "P(correct) cannot be learnt; add answers of the other class")
+    if min(n1, n - n1) < MIN_PER_CLASS:
+        raise CalibrationError(
+            f"{what}: {n1} correct and {n - n1} wrong answers; a cross-validated calibration "
+            f"needs at least {MIN_PER_CLASS} of each - label more answers")
+
+
+def check_complete(cols: Mapping[str, np.ndarray], rows: Sequence[Mapping] | None = None) -> None:
+    """CalibrationError naming the first row with a NaN or missing score."""
+    for k, v in cols.items():
+        bad = np.flatnonzero(~np.isfinite(v))
+        if bad.size:
+            key = rows[bad[0]].get("key") if rows is not None else int(bad[0])
+            raise CalibrationError(
+                f"score {k!r} is missing or NaN in {bad.size} row(s) (first: {key!r}); drop "
+                "those rows (an empty answer has no scores) or re-score them")
+
+
+# ---------------------------------------------------------------- one fitted map
+def _cv(y: np.ndarray, seed: int, max_folds: int = MAX_FOLDS):
+    from sklearn.model_selection import StratifiedKFold
+
+    k = min(max_folds, int(y.sum()), int(y.size - y.sum()))
+    if k < 2:
+        raise CalibrationError(f"{int(y.sum())} correct of {y.size}: too few of a class to "
+                               "cross-validate; label more answers")
+    return StratifiedKFold(n_splits=k, shuffle=True, random_state=seed)
+
+
+class ClippedIsotonic(CalibratedClassifierCV):
+    """``CalibratedClassifierCV`` whose P(correct) is kept in [1/(n+1), n/(n+1)] for n fitting
+    rows: isotonic regression returns 0 or 1 on a run of one class, which no finite sample
+    supports (and which makes the log-loss infinite)."""
+
+    def fit(self, X, y, **kw):  # noqa: D102 - as CalibratedClassifierCV.fit
+        self.n_fit_ = len(y)
+        return super().fit(X, y, **kw)
+
+    def predict_proba(self, X):  # noqa: D102 - as CalibratedClassifierCV, clipped
+        lo = 1.0 / (self.n_fit_ + 1)
+        p1 = np.clip(super().predict_proba(X)[:, 1], lo, 1.0 - lo)
+        return np.stack([1.0 - p1, p1], axis=1)
+
+
+def _estimator(kind: str, y: np.ndarray, seed: int):
+    from .evaluation.classifier import correctness_model
+
+    if kind == "platt":
+        return correctness_model()
+    if kind == "isotonic":
+        return ClippedIsotonic(correctness_model(), method="isotonic",
+                               cv=_cv(y, seed, max_folds=3), ensemble=False)
+    raise InputError(f"unknown map {kind!r}; choose from {', '.join(MAP_KINDS)}")
+
+
+@dataclass(frozen=True)
+class FittedMap:
+    """A fitted map from scores to P(correct), as numbers (JSON-ready, no pickle).
+
+    features: score names; shifts: score -> shift of its log (log scores only); mean, scale:
+    the standardization (d,); coef (d,), intercept: the logistic regression; iso_x, iso_y:
+    the isotonic regression's knots on the linear score (isotonic only, else empty).
+    ``predict`` reproduces scikit-learn's ``predict_proba(X)[:, 1]`` of the fitted estimator.
+    """
+
+    name: str
+    kind: str
+    features: tuple[str, ...]
+    shifts: dict[str, float]
+    mean: tuple[float, ...]
+    scale: tuple[float, ...]
+    coef: tuple[float, ...]
+    intercept: float
+    iso_x: tuple[float, ...] = ()
+    iso_y: tuple[float, ...] = ()
+
+    def design(self, cols: Mapping[str, np.ndarray]) -> np.ndarray:
+        """(n, d) features: log scores as log(x + shift)."""
+        return design_matrix(cols, self.features, self.shifts)
+
+    def predict(self, cols: Mapping[str, np.ndarray]) -> np.ndarray:
+        """(n,) P(correct) from name -> (n,) raw scores (NaN where a score is NaN)."""
+        from scipy.special import expit
+
+        z = ((self.design(cols) - np.asarray(self.mean)) / np.asarray(self.scale)
+             ) @ np.asarray(self.coef) + self.intercept
+        if self.kind == "platt":
+            return expit(z)
+        p = np.interp(z, self.iso_x, self.iso_y)  # sklearn's interp1d, clipped at the ends
+        return np.where(np.isnan(z), np.nan, p)
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "kind": self.kind, "features": list(self.features),
+                "shifts": self.shifts, "mean": list(self.mean), "scale": list(self.scale),
+                "coef": list(self.coef), "intercept": self.intercept,
+                "iso_x": list(self.iso_x), "iso_y": list(self.iso_y)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> FittedMap:
+        return cls(name=str(d["name"]), kind=str(d["kind"]), features=tuple(d["features"]),
+                   shifts={str(k): float(v) for k, v in d["shifts"].items()},
+                   mean=tuple(map(float, d["mean"])), scale=tuple(map(float, d["scale"])),
+                   coef=tuple(map(float, d["coef"])), intercept=float(d["intercept"]),
+                   iso_x=tuple(map(float, d.get("iso_x", ()))),
+                   iso_y=tuple(map(float, d.get("iso_y", ()))))
+
+
+def design_matrix(cols: Mapping[str, np.ndarray], features: Sequence[str],
+                  shifts: Mapping[str, float]) -> np.ndarray:
+    """(n, d) matrix of ``features`` from raw score columns; log scores become
+    log(x + shift) (NaN for negative values)."""
+    out = []
+    for f in features:
+        x = np.asarray(cols[f], dtype=float)
+        if f in LOG_SCORES:
+            with np.errstate(invalid="ignore", divide="ignore"):
+                x = np.log(x + shifts.get(f, 0.0))
+            x = np.where(np.isfinite(x), x, np.nan)
+        out.append(x)
+    return np.stack(out, axis=1)
+
+
+def log_shifts(cols: Mapping[str, np.ndarray], features: Iterable[str]) -> dict[str, float]:
+    """score -> the study's log shift (:func:`isouq.evaluation.rows.log_shift`) for the log
+    scores among ``features``; CalibrationError on a negative value."""
+    out = {}
+    for f in features:
+        if f in LOG_SCORES:
+            x = np.asarray(cols[f], dtype=float)
+            if (x[np.isfinite(x)] < 0).any():
+                raise CalibrationError(f"score {f!r} has negative values; it is a squared norm "
+                                       "and must be ≥ 0 - check the scores")
+            out[f] = log_shift(x)
+    return out
+
+
+def fit_map(cols: Mapping[str, np.ndarray], y: np.ndarray, name: str, kind: str, *,
+            seed: int = 0) -> FittedMap:
+    """Fit one candidate: feature set ``name`` of :data:`FEATURE_SETS`, map ``kind``.
+
+    cols: score -> (n,) raw values (no NaN); y: (n,) 0/1.
+    """
+    feats = FEATURE_SETS[name]
+    shifts = log_shifts(cols, feats)
+    X = design_matrix(cols, feats, shifts)
+    est = _estimator(kind, y, seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        est.fit(X, y)
+    iso_x: tuple = ()
+    iso_y: tuple = ()
+    if kind == "isotonic":
+        cal = est.calibrated_classifiers_[0]
+        iso = cal.calibrators[0]
+        lo = 1.0 / (y.size + 1)  # no frequency from n rows is sharper than 1/(n+1)
+        iso_x = tuple(map(float, iso.X_thresholds_))
+        iso_y = tuple(float(v) for v in np.clip(iso.y_thresholds_, lo, 1.0 - lo))
+        est = cal.estimator
+    scaler, lr = est.named_steps["scale"], est.named_steps["logistic"]
+    return FittedMap(name=name, kind=kind, features=feats, shifts=shifts,
+                     mean=tuple(map(float, scaler.mean_)), scale=tuple(map(float, scaler.scale_)),
+                     coef=tuple(map(float, lr.coef_[0])), intercept=float(lr.intercept_[0]),
+                     iso_x=iso_x, iso_y=iso_y)
+
+
+def cv_predict(cols: Mapping[str, np.ndarray], y: np.ndarray, name: str, kind: str, *,
+               seed: int = 0, cv=None) -> np.ndarray:
+    """(n,) out-of-fold P(correct) of one candidate (``cross_val_predict``; the log shift is
+    taken from all ``cols``, which matters only when a score is exactly 0)."""
+    from sklearn.model_selection import cross_val_predict
+
+    feats = FEATURE_SETS[name]
+    X = design_matrix(cols, feats, log_shifts(cols, feats))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return cross_val_predict(_estimator(kind, y, seed), X, y, cv=cv or _cv(y, seed),
+                                 method="predict_proba")[:, 1]
+
+
+def candidates(cols: Mapping[str, np.ndarray]) -> list[tuple[str, str]]:
+    """(feature set, kind) pairs whose scores ``cols`` holds without NaN."""
+    have = {k for k, v in cols.items() if np.isfinite(v).all()}
+    return [(n, k) for n, f in FEATURE_SETS.items() if set(f) <= have for k in MAP_KINDS]
+
+
+def select_map(cols: Mapping[str, np.ndarray], y: np.ndarray, *,
+               seed: int = 0) -> tuple[FittedMap, list[dict]]:
+    """The candidate with the smallest cross-validated log-loss, refitted on all rows, and the
+    selection table (one dict per candidate: features, map, cv_log_loss, selected)."""
+    from sklearn.metrics import log_loss
+
+    table = []
+    for name, kind in candidates(cols):
+        p = cv_predict(cols, y, name, kind, seed=seed)
+        table.append({"features": name, "map": kind,
+                      "cv_log_loss": float(log_loss(y, p, labels=[0, 1]))})
+    if not table:
+        raise CalibrationError("no candidate map: the rows lack the scores "
+                               f"{list(SCORES[:3])}")
+    best = min(table, key=lambda r: r["cv_log_loss"])
+    for r in table:
+        r["selected"] = r is best
+    return fit_map(cols, y, best["features"], best["map"], seed=seed), table
+
+
+def cross_fit(cols: Mapping[str, np.ndarray], y: np.ndarray, *,
+              seed: int = 0) -> tuple[dict[str, np.ndarray], np.ndarray, list[str]]:
+    """Out-of-fold P(correct) of the whole procedure and of its references.
+
+    Outer stratified folds; in each, :func:`select_map` runs on the training part only (nested
+    selection) and predicts the held-out part. References on the same folds: the constant
+    base rate of the training part, and Platt scaling of each single score.
+
+    Returns:
+        (predictor -> (n,) out-of-fold P(correct) with keys "calibrated", "base rate" and the
+        :data:`SINGLE_SCORES` present, (n,) fold index, the map selected in each fold).
+    """
+    from sklearn.model_selection import cross_val_predict
+
+    cv = _cv(y, seed + 1)
+    out: dict[str, np.ndarray] = {"calibrated": np.full(y.size, np.nan),
+                                  "base rate": np.full(y.size, np.nan)}
+    fold = np.zeros(y.size, dtype=int)
+    chosen = []
+    for i, (tr, te) in enumerate(cv.split(np.zeros(y.size), y)):
+        m, _ = select_map({k: v[tr] for k, v in cols.items()}, y[tr], seed=seed)
+        out["calibrated"][te] = m.predict({k: v[te] for k, v in cols.items()})
+        out["base rate"][te] = y[tr].mean()
+        fold[te] = i
+        chosen.append(f"{m.kind}: {m.name}")
+    have = {n for n, _ in candidates(cols)}
+    for name in SINGLE_SCORES:
+        if name in have:
+            X = design_matrix(cols, FEATURE_SETS[name], log_shifts(cols, FEATURE_SETS[name]))
+            out[name] = cross_val_predict(_estimator("platt", y, seed), X, y, cv=cv,
+                                          method="predict_proba")[:, 1]
+    return out, fold, chosen
+
+
+# ---------------------------------------------------------------- model identity
+def weight_hashes(files: Mapping[str, str] | None) -> dict[str, str]:
+    """{file name: SHA-256} of the weight files among {path: SHA-256} (a model's ``files``
+    as ``load_model`` and QA ``run.json`` files record them)."""
+    return {Path(p).name: h for p, h in (files or {}).items()
+            if str(p).endswith(WEIGHT_SUFFIXES) and h}
+
+
+def _describe(name: str, hashes: Mapping[str, str]) -> str:
+    if not hashes:
+        return repr(name)
+    return f"{name!r} (weights " + ", ".join(f"{k} {v[:12]}…" for k, v in hashes.items()) + ")"
+
+
+# ---------------------------------------------------------------- the calibrator
+class Calibrator:
+    """A fitted map from one model's scores to P(correct), with an optional withholding
+    threshold. Make one with :meth:`fit` or :meth:`load`.
+
+    Example::
+
+        cal = Calibrator.fit(rows, labels="judge", model="smollm2")
+        p = cal.predict({"epistemic": [16.5], "aleatoric": [0.12], "mean_prob": [0.7]})
+        cal.save("calibration.json"); Calibrator.load("calibration.json")
+    """
+
+    def __init__(self, doc: Mapping):
+        self.doc = dict(doc)
+        self.map = FittedMap.from_dict(self.doc["map"])
+
+    # ------------------------------------------------ fitting
+    @classmethod
+    def fit(
+        cls,
+        rows: Sequence[Mapping],
+        *,
+        labels: str = "judge",
+        gold_rows: Sequence[Mapping] | None = None,
+        model: str | None = None,
+        model_files: Mapping[str, str] | None = None,
+        sources: Sequence[Mapping] = (),
+        max_risk: float | None = None,
+        delta: float = 0.1,
+        risk_fraction: float = 0.5,
+        seed: int = 0,
+    ) -> Calibrator:
+        """Fit a calibration on labelled rows of one model.
+
+        Args:
+            rows: QA rows (``scores`` object) or flat rows with the scores; one model.
+            labels: label source, ``judge``, ``lexical`` or ``hand`` (:func:`labels_of`).
+            gold_rows: hand labels for ``labels="hand"``.
+            model: the model's name; default: the rows' ``model`` field (one model only).
+            model_files: {path: SHA-256} of the model's files (QA ``run.json`` ``model.files``);
+                the weight files' hashes are recorded and checked where it is used.
+            sources: where the rows came from (recorded as given, e.g. path and row count).
+            max_risk: α; with it, Learn then Test chooses a threshold on P(correct) on a
+                held-out ``risk_fraction`` of the rows (stratified) and the map is fitted on
+                the rest. None: the map is fitted on all rows, no threshold.
+            delta: δ, the allowed probability that the threshold misses α.
+            risk_fraction: share of the rows kept apart for the threshold.
+            seed: folds and split.
+
+        Returns:
+            The fitted :class:`Calibrator`.
+        """
+        from .evaluation.risk_control import check_target, learn_then_test, threshold_grid
+
+        rows = list(rows)
+        model = one_model(rows, model)
+        rows = [r for r in rows if r.get("model") in (None, model)]
+        rows, y = labels_of(rows, labels, gold_rows)
+        cols = score_columns(rows, SCORES[:3])
+        check_complete(cols, rows)
+        cols = score_columns(rows)
+        check_labels(y, f"model {model!r}")
+        risk = None
+        split = None
+        if max_risk is None:
+            fitted, table = select_map(cols, y, seed=seed)
+        else:
+            from sklearn.model_selection import train_test_split
+
+            check_target(max_risk, delta)
+            if not 0 < risk_fraction < 1:
+                raise InputError(f"risk_fraction = {risk_fraction}: give a share in (0, 1)")
+            fit_idx, risk_idx = train_test_split(np.arange(y.size), test_size=risk_fraction,
+                                                 stratify=y, random_state=seed)
+            check_labels(y[fit_idx], f"model {model!r}, the {len(fit_idx)} rows the map is "
+                                     "fitted on (the others set the threshold)")
+            fitted, table = select_map({k: v[fit_idx] for k, v in cols.items()}, y[fit_idx],
+                                       seed=seed)
+            grid = threshold_grid(fitted.predict({k: v[fit_idx] for k, v in cols.items()}),
+                                  len(risk_idx), alpha=max_risk, delta=delta)
+            p_risk = fitted.predict({k: v[risk_idx] for k, v in cols.items()})
+            risk = learn_then_test(p_risk, y[risk_idx], grid, alpha=max_risk, delta=delta)
+            risk = {**risk.to_dict(), "grid": [float(x) for x in grid]}
+            split = {"fit_rows": len(fit_idx), "risk_rows": len(risk_idx),
+                     "risk_fraction": risk_fraction, "stratified": True}
+        doc = {
+            "format": FORMAT, "format_version": FORMAT_VERSION,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "isouq": _isouq_version(),
+            "model": {"name": model, "sha256": weight_hashes(model_files)},
+            "labels": {"source": labels, "n": int(y.size), "correct": int(y.sum())},
+            "datasets": sorted({str(r.get("dataset")) for r in rows if r.get("dataset")}),
+            "features": list(fitted.features), "scores": list(SCORES),
+            "map": fitted.to_dict(), "selection": table, "risk_control": risk,
+            "split": split, "seed": seed, "sources": [dict(s) for s in sources],
+        }
+        return cls(doc)
+
+    # ------------------------------------------------ use
+    @property
+    def model(self) -> str:
+        """The name of the model the calibration was made for."""
+        return str(self.doc["model"]["name"])
+
+    @property
+    def threshold(self) -> float | None:
+        """λ̂ on P(correct) (``inf``: no threshold certified, every answer withheld); None when
+        the calibration was made without ``max_risk``."""
+        rc = self.doc.get("risk_control")
+        if rc is None:
+            return None
+        return math.inf if rc["threshold"] is None else float(rc["threshold"])
+
+    def predict(self, scores: Mapping[str, Sequence[float]] | Sequence[Mapping]) -> np.ndarray:
+        """P(correct) of each answer.
+
+        Args:
+            scores: name -> (n,) values (``epistemic``, ``aleatoric``, ``mean_prob``; optional
+                ``epistemic_log``), or n rows carrying them (:func:`row_scores`).
+
+        Returns:
+            (n,) P(correct) in [0, 1]; NaN for an answer with a NaN score (e.g. empty).
+        """
+        cols = score_columns(scores, self.map.features)
+        return self.map.predict(cols)
+
+    def withheld(self, p_correct: np.ndarray) -> np.ndarray | None:
+        """(n,) bool, True where P(correct) is below the threshold (or NaN); None without one."""
+        t = self.threshold
+        if t is None:
+            return None
+        p = np.asarray(p_correct, dtype=float)
+        return ~(p >= t)
+
+    def annotate(self, rows: Sequence[dict]) -> None:
+        """Add ``p_correct`` (and ``withheld`` when the calibration has a threshold) to each
+        row in place; rows carry their scores as :meth:`predict` reads them."""
+        if not rows:
+            return
+        p = self.predict(rows)
+        w = self.withheld(p)
+        for i, r in enumerate(rows):
+            r["p_correct"] = float(p[i])
+            if w is not None:
+                r["withheld"] = bool(w[i])
+
+    def check_model(self, name: str, files: Mapping[str, str] | None = None) -> None:
+        """CalibrationError when the calibration was made for another model than ``name``
+        (with {path: SHA-256} ``files``): weight hashes decide when both sides have them,
+        else the names."""
+        mine = self.doc["model"].get("sha256") or {}
+        theirs = weight_hashes(files)
+        same = (bool(set(mine.values()) & set(theirs.values())) if mine and theirs
+                else name == self.model)
+        if not same:
+            raise CalibrationError(
+                f"the calibration {self.doc.get('path', '')!s} was made for model "
+                f"{_describe(self.model, mine)}, not for {_describe(name, theirs)}: calibrate "
+                f"this model's labelled rows (`isouq calibrate ROWS --model {name}`) or ask "
+                f"with --model {self.model}")
+
+    def describe(self) -> str:
+        """One line: model, map, labels and threshold."""
+        lab = self.doc["labels"]
+        line = (f"P(ok) = calibrated P(correct) for {self.model} ({self.map.kind} on "
+                f"{self.map.name}; {lab['source']} labels, {lab['n']} answers of "
+                f"{', '.join(self.doc.get('datasets') or ['?'])})")
+        rc = self.doc.get("risk_control")
+        if rc is not None:
+            if rc["threshold"] is None:
+                line += (f"; no threshold keeps the error rate ≤ {rc['alpha']:g} with "
+                         f"probability ≥ {1 - rc['delta']:g}: every answer withheld")
+            else:
+                line += (f"; withheld = P(ok) < {rc['threshold']:.3f}, which keeps the error "
+                         f"rate among kept answers ≤ {rc['alpha']:g} with probability ≥ "
+                         f"{1 - rc['delta']:g} (Learn then Test)")
+        return line
+
+    # ------------------------------------------------ files
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write the calibration as JSON (atomically); return the path."""
+        from .runio import dumps
+
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        doc = {k: v for k, v in self.doc.items() if k != "path"}
+        tmp.write_text(dumps(doc, indent=2, ensure_ascii=False), encoding="utf-8")
+        os.replace(tmp, path)
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> Calibrator:
+        """Read a calibration file; CalibrationError for a missing, unreadable, foreign or
+        other-version file."""
+        path = Path(path)
+        if not path.is_file():
+            raise CalibrationError(f"calibration file {path} does not exist; make one with "
+                                   "`isouq calibrate ROWS --out DIR` (DIR/calibration.json)")
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise CalibrationError(f"cannot read {path} as JSON ({e}); re-run "
+                                   "`isouq calibrate`") from e
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+            raise CalibrationError(f"{path} is not an isouq calibration (no format "
+                                   f"{FORMAT!r}); pass DIR/calibration.json of `isouq calibrate`")
+        version = doc.get("format_version")
+        if version != FORMAT_VERSION:
+            how = ("re-run `isouq calibrate` on the same rows to rewrite it"
+                   if isinstance(version, int) and version < FORMAT_VERSION
+                   else "upgrade isouq to read it")
+            raise CalibrationError(f"{path} has calibration format version {version!r}; this "
+                                   f"isouq reads version {FORMAT_VERSION}: {how}")
+        try:
+            cal = cls({**doc, "path": str(path)})
+        except (KeyError, TypeError, ValueError) as e:
+            raise CalibrationError(f"{path} is damaged ({type(e).__name__}: {e}); re-run "
+                                   "`isouq calibrate`") from e
+        return cal
+
+
+def one_model(rows: Sequence[Mapping], model: str | None) -> str:
+    """The model of the rows: ``model`` when given, else the rows' one ``model`` field."""
+    names = list(dict.fromkeys(str(r["model"]) for r in rows if r.get("model") is not None))
+    if model is not None:
+        if names and model not in names:
+            raise CalibrationError(f"no row is of model {model!r} (models there: "
+                                   f"{', '.join(names)}); pass one of them to --model")
+        return model
+    if not names:
+        raise CalibrationError("the rows name no model; pass --model NAME (the model that "
+                               "answered and was scored)")
+    if len(names) > 1:
+        raise CalibrationError(f"the rows hold {len(names)} models ({', '.join(names)}); a "
+                               "calibration is per model: pass --model NAME")
+    return names[0]
+
+
+def _isouq_version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+__all__ = ["CalibrationError", "Calibrator", "FEATURE_SETS", "cross_fit",
+           "fit_map", "labels_of", "score_columns", "select_map"]
