@@ -104,7 +104,7 @@ def test_bad_input_is_one_clear_line(tmp_path, capsys):
     bad.write_text(json.dumps({"prompt": "x"}) + "\n")
     assert main(["score", str(bad), "--out", str(tmp_path / "o.jsonl")]) == 2
     err = capsys.readouterr().err
-    assert "row 0 has no 'answer'" in err and "Traceback" not in err
+    assert "line 1 has no 'answer'" in err and "Traceback" not in err
 
 
 @pytest.mark.parametrize("argv, problem", [

@@ -194,34 +194,53 @@ def _entailment_judge(name: str, args):
 
 
 def cmd_score(args) -> int:
-    from .data.pairs import read_pairs
-    from .distributed import device_for, dist_env, init_process_group
-    from .score_run import score_rows
+    from .data.pairs import iter_pairs, scan_pairs
+    from .distributed import device_for, dist_env, init_process_group, shard_path
+    from .models import check_loadable
+    from .runio import exclusive
+    from .score_run import check_out, check_settings, run_settings, score_rows
 
     configure()
-    rows = read_pairs(args.input, limit=args.limit)  # validate input before loading a model
+    # everything a user can get wrong is checked before the model loads
+    index = scan_pairs(args.input, limit=args.limit)
+    check_out(args.out, [args.input])
+    check_loadable(args.model)
     env = dist_env()
-    args.device = device_for(env, args.device)
-    init_process_group(env, args.device)
-    model, tok, info = _load(args)
     params = None if args.params is None else (
         "last_layer" if args.params == ["last_layer"] else args.params)
-    res = score_rows(model, tok, rows, args.out, batch_size=args.batch_size,
-                     max_tokens_per_batch=args.max_tokens_per_batch,
-                     bucket=not args.no_bucketing, method=args.method, params=params, env=env,
-                     meta={"model": info.to_dict() if hasattr(info, "to_dict") else str(info),
-                           "input": str(args.input)})
+    settings = run_settings(model=args.model, method=args.method, params=params,
+                            dtype=args.dtype or "float32")
+    check_settings(args.out, {**settings, "params": params})
+    path = shard_path(args.out, env.rank, env.world) if env.world > 1 else args.out
+    with exclusive(path):
+        args.device = device_for(env, args.device)
+        init_process_group(env, args.device)
+        model, tok, info = _load(args)
+        settings = run_settings(model=args.model, method=args.method, params=params,
+                                dtype=args.dtype or "float32",
+                                model_files=getattr(info, "files", None))
+        res = score_rows(model, tok, iter_pairs(args.input, limit=args.limit), args.out,
+                         settings=settings, batch_size=args.batch_size,
+                         max_tokens_per_batch=args.max_tokens_per_batch,
+                         bucket=not args.no_bucketing, method=args.method, params=params,
+                         env=env, on_error=args.on_error, total=len(index), locked=True,
+                         prune=args.limit is None,
+                         meta={"model": info.to_dict() if hasattr(info, "to_dict") else str(info),
+                               "input": str(args.input)})
     where = "" if env.world == 1 else f" on rank {env.rank} of {env.world}"
-    print(f"scored {res['written']} answers ({res['skipped']} already done){where} in "
-          f"{res['seconds']:.1f} s -> {args.out}")
+    again = f", {res['rescored']} of them again as their input changed" if res["rescored"] else ""
+    errors = (f"; {res['errors']} rows could not be scored (error rows in the output, "
+              "--on-error skip)") if res["errors"] else ""
+    print(f"scored {res['written']} answers ({res['skipped']} already done{again}){where} in "
+          f"{res['seconds']:.1f} s -> {args.out}{errors}")
     return 0
 
 
 def cmd_merge(args) -> int:
-    from .data.pairs import read_pairs
+    from .data.pairs import scan_pairs
     from .distributed import merge_shards
 
-    keys = [r.key for r in read_pairs(args.input)]
+    keys = scan_pairs(args.input).keys
     path = merge_shards(args.out, args.world_size, keys, remove=args.remove_shards)
     print(f"merged {args.world_size} shards into {path}")
     return 0
@@ -374,6 +393,9 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
                    help="cap on padded tokens per batch (rows × longest), to fit memory")
     p.add_argument("--no-bucketing", action="store_true",
                    help="score in input order instead of sorted by length")
+    p.add_argument("--on-error", choices=["skip", "stop"], default="skip",
+                   help="a row that cannot be scored: write an error row and go on (skip, the "
+                        "default) or stop the run")
     p.set_defaults(func=cmd_score)
 
     p = sub.add_parser("merge", help="merge the per-rank shards of a torchrun `score` run")

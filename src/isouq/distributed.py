@@ -68,18 +68,22 @@ def shard_path(out: str | Path, rank: int, world: int) -> Path:
     return out.with_name(f"{out.stem}.rank{rank}-of-{world}{out.suffix}")
 
 
-def write_ordered(out: str | Path, rows: list[dict], keys: list[str]) -> Path:
+def write_ordered(out: str | Path, rows: list[dict], keys: list[str], *,
+                  latest: str = "revision", prune: bool = False) -> Path:
     """Write ``rows`` to ``out`` in the order of ``keys``, atomically; exactly one row per key.
 
-    A row with a higher integer ``revision`` (default 0) replaces its key's earlier rows (a QA
-    row to which a later run added methods); two different rows of one revision are an error.
-    Rows of keys outside ``keys`` (written by a run over a larger ``--limit``, say) are kept
-    after them, in first-seen order: ordering never drops a finished row.
+    latest="revision": a row with a higher integer ``revision`` (default 0) replaces its key's
+    earlier rows (a QA row to which a later run added methods); two different rows of one
+    revision are an error. latest="last": the last row of a key wins (``isouq score`` appends a
+    row again when its input changed). Rows of keys outside ``keys`` (written by a run over a
+    larger ``--limit``, say) are kept after them, in first-seen order, unless ``prune``.
     """
     by_key: dict[str, dict] = {}
     for r in rows:
         k = str(r["key"])
-        if k in by_key:
+        if k in by_key and latest == "last":
+            pass
+        elif k in by_key:
             rev, old_rev = int(r.get("revision", 0)), int(by_key[k].get("revision", 0))
             if rev < old_rev:
                 continue
@@ -93,7 +97,7 @@ def write_ordered(out: str | Path, rows: list[dict], keys: list[str]) -> Path:
             "re-run the same command to finish them"
         )
     wanted = set(keys)
-    others = [k for k in by_key if k not in wanted]
+    others = [] if prune else [k for k in by_key if k not in wanted]
     out = Path(out)
     tmp = out.with_name(out.name + ".tmp")
     with open(tmp, "w", encoding="utf-8") as f:
@@ -103,13 +107,15 @@ def write_ordered(out: str | Path, rows: list[dict], keys: list[str]) -> Path:
     return out
 
 
-def merge_shards(out: str | Path, world: int, keys: list[str], *, remove: bool = False) -> Path:
-    """Merge ``world`` shards of ``out`` in input order (``keys``); optionally delete them."""
+def merge_shards(out: str | Path, world: int, keys: list[str], *, remove: bool = False,
+                 prune: bool = False) -> Path:
+    """Merge ``world`` shards of ``out`` in input order (``keys``); optionally delete them.
+    Within a shard the last row of a key wins (see :func:`write_ordered`)."""
     rows: list[dict] = []
     shards = [shard_path(out, r, world) for r in range(world)]
     for p in shards:
         rows += read_jsonl(p)
-    path = write_ordered(out, rows, keys)
+    path = write_ordered(out, rows, keys, latest="last", prune=prune)
     if remove:
         for p in shards:
             p.unlink(missing_ok=True)

@@ -148,7 +148,8 @@ def exclusive(path: str | os.PathLike) -> Iterator[None]:
     """Hold an exclusive lock on ``path`` (via ``<path>.lock``) while a run appends to it.
 
     A second process resuming the same output at the same time would duplicate rows; it gets an
-    InputError instead. POSIX only (elsewhere: no lock). The lock dies with its process.
+    InputError instead. The lock file is removed when the run ends (and dies with its process).
+    POSIX only (elsewhere: no lock).
     """
     try:
         import fcntl
@@ -156,18 +157,28 @@ def exclusive(path: str | os.PathLike) -> Iterator[None]:
         yield
         return
     lock = Path(str(path) + ".lock")
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock, "a") as f:
+    busy = InputError(f"another process is writing {path} (it holds {lock.name}); wait for it "
+                      "to finish, or give this run another --out")
+    try:
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        f = open(lock, "a")  # closed by the with below, after the unlock
+    except OSError as e:
+        raise InputError(f"cannot create the lock file {lock} ({e.strerror}); choose a writable "
+                         "--out") from None
+    with f:
         try:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise InputError(
-                f"another process is writing {path} (it holds {lock.name}); wait for it to "
-                "finish, or give this run another --out"
-            ) from None
+            raise busy from None
+        try:  # the file we locked must still be the one at that path (a finished run unlinks it)
+            if os.stat(lock).st_ino != os.fstat(f.fileno()).st_ino:
+                raise busy
+        except FileNotFoundError:
+            raise busy from None
         try:
             yield
         finally:
+            lock.unlink(missing_ok=True)
             fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
 

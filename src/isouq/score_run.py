@@ -1,25 +1,36 @@
 """The resumable runner behind ``isouq score``: rows in, one JSONL row out per input.
 
-- Resumable: rows already in the output (by key) are skipped; each batch's rows are appended
-  whole (fsync'ed) as soon as it is scored, so a killed run loses at most the batch in flight.
-- Length-bucketed: rows are scored in order of token count (less padding) in batches of at
-  most ``batch_size`` rows and ``max_tokens_per_batch`` padded tokens; the finished output is
-  rewritten in input order.
+- Streaming: input rows are read, tokenized and scored in windows of ``window`` rows
+  (length-bucketed inside a window), so memory does not grow with the input's size.
+- Resumable and never mixed: every output row carries ``input_sha`` (its prompt and answer as
+  scored) and ``settings_sha`` (model file SHA-256, method, parameters, dtype, isouq version;
+  the full settings are in ``<out>.meta.json``). A resume with other settings is refused, naming
+  the setting; a row whose input changed under the same key is scored again and replaces the
+  stale one; each batch is appended whole (fsync'ed) as soon as it is scored, so a killed run
+  loses at most the batch in flight. The finished output is rewritten in input order.
+- One bad row does not stop a run (``on_error="skip"``): it gets an error row
+  ``{"key", "error", ...}`` and the run goes on; ``on_error="stop"`` raises instead.
 - Data-parallel under torchrun: see :mod:`isouq.distributed`.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import nullcontext
+from itertools import islice
 from pathlib import Path
 
-from .data.pairs import PairRow
-from .distributed import DistEnv, barrier, merge_shards, shard, shard_path, write_ordered
-from .errors import InputError
+from .data.pairs import PairRow, content_sha
+from .distributed import DistEnv, barrier, merge_shards, shard_path, write_ordered
+from .errors import InputError, IsouqError
 from .runio import JsonlWriter, dumps, exclusive, read_jsonl
-from .sequences import encode, score_sequences
+from .sequences import context_window, encode, score_sequences
+
+ON_ERROR = ("skip", "stop")
+WINDOW = 1024
 
 
 def prompt_of(row: PairRow, tokenizer) -> str | list:
@@ -29,6 +40,102 @@ def prompt_of(row: PairRow, tokenizer) -> str | list:
     from .qa.prompts import qa_prompt
 
     return qa_prompt(tokenizer, row.question)
+
+
+def run_settings(*, model: str, method: str, params=None, dtype: str = "float32",
+                 model_files: dict[str, str] | None = None) -> dict:
+    """What makes a score: the model (name and, once loaded, the SHA-256 of its files), the
+    method, the parameters that take part, the dtype, the isouq version."""
+    from . import __version__
+
+    out = {"model": str(model), "method": method, "params": params, "dtype": str(dtype),
+           "isouq": __version__}
+    if model_files is not None:
+        out["model_sha256"] = content_sha(sorted(model_files.values()))
+    return out
+
+
+def meta_path(out: str | Path) -> Path:
+    return Path(str(out) + ".meta.json")
+
+
+def check_out(out: str | Path, inputs: Iterable[str | Path] = ()) -> None:
+    """InputError unless ``out`` can be written and is none of ``inputs``."""
+    out = Path(out)
+    for inp in inputs:
+        inp = Path(inp)
+        if out.resolve() == inp.resolve() or (out.exists() and inp.exists()
+                                              and os.path.samefile(out, inp)):
+            raise InputError(f"--out {out} is the input file; give another file for the scores")
+    if out.is_dir():
+        raise InputError(f"--out {out} is a folder; give a file name, e.g. {out / 'scores.jsonl'}")
+    parent = out.parent if str(out.parent) else Path(".")
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise InputError(f"cannot create the folder of --out {out}: {e.strerror}; choose "
+                         "another --out") from None
+    if not os.access(parent, os.W_OK | os.X_OK) or (out.exists() and not os.access(out, os.W_OK)):
+        raise InputError(f"--out {out} is not writable; choose another --out or fix its "
+                         "permissions")
+
+
+def check_settings(out: str | Path, settings: dict) -> None:
+    """InputError when ``out`` holds rows made with settings other than ``settings`` (only the
+    fields both sides know are compared: call it before the model loads, and after)."""
+    out, side = Path(out), meta_path(out)
+    has_rows = out.exists() and out.stat().st_size > 0
+    if not side.exists():
+        if has_rows:
+            raise InputError(f"{out} has rows but no {side.name} (another tool or an older isouq "
+                             "wrote it); give another --out")
+        return
+    try:
+        old = json.loads(side.read_text(encoding="utf-8")).get("settings")
+    except (OSError, json.JSONDecodeError) as e:
+        raise InputError(f"{side} cannot be read ({e}); delete it with {out}, or give another "
+                         "--out") from None
+    if old is None:
+        if has_rows:
+            raise InputError(f"{side.name} records no settings (an older isouq wrote {out}); "
+                             "give another --out")
+        return
+    diff = [k for k in settings if k in old and old[k] != settings[k]]
+    if diff:
+        said = "; ".join(f"{k}: {old[k]!r} there, {settings[k]!r} now" for k in diff)
+        raise InputError(f"{out} was scored with other settings ({said}); give another --out, "
+                         "or the same settings to resume")
+
+
+def _windows(rows: Iterable[PairRow], size: int) -> Iterator[list[PairRow]]:
+    it = iter(rows)
+    while chunk := list(islice(it, size)):
+        yield chunk
+
+
+class _RowError(Exception):
+    """A row that cannot be scored; its message is the reason written in the error row."""
+
+
+def _prepare(row: PairRow, tokenizer, window: int | None, vocab: int | None):
+    """(prompt, token count) of a row, or _RowError with the reason."""
+    try:
+        prompt = prompt_of(row, tokenizer)
+        enc = encode(tokenizer, [prompt], [row.answer])[0]
+    except IsouqError as e:
+        raise _RowError(str(e)) from None
+    except Exception as e:  # noqa: BLE001 - a chat template (jinja) refusing the messages
+        raise _RowError(f"the tokenizer's chat template cannot render this prompt "
+                        f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
+                        "check the messages' roles and order") from None
+    if isinstance(row.answer, list) and vocab is not None and max(row.answer) >= vocab:
+        raise _RowError(f"answer token id {max(row.answer)} is outside the model's vocabulary "
+                        f"of {vocab}; pass ids of this model's tokenizer")
+    n = len(enc.prompt) + len(enc.answer)
+    if window is not None and n > window:
+        raise _RowError(f"prompt + answer are {n} tokens, longer than the model's context window "
+                        f"of {window}; shorten the prompt or the answer")
+    return prompt, n
 
 
 def plan_batches(lengths: list[int], batch_size: int, max_tokens: int | None,
@@ -59,84 +166,175 @@ def plan_batches(lengths: list[int], batch_size: int, max_tokens: int | None,
 def score_rows(
     model,
     tokenizer,
-    rows: list[PairRow],
+    rows: Iterable[PairRow],
     out: str | Path,
     *,
+    settings: dict | None = None,
     batch_size: int = 16,
     max_tokens_per_batch: int | None = None,
     bucket: bool = True,
     method: str = "ghost",
     params=None,
     meta: dict | None = None,
+    on_error: str = "skip",
+    window: int = WINDOW,
+    total: int | None = None,
     progress: bool = True,
     env: DistEnv | None = None,
+    locked: bool = False,
+    prune: bool = False,
     on_batch: Callable[[int], None] | None = None,
 ) -> dict:
-    """Score this process's rows not yet written; returns {"written", "skipped", "seconds"}.
+    """Score this process's rows not yet written with the same input and settings.
 
-    Writes ``out`` (JSONL, input order) and ``<out>.meta.json`` (model, parameters that took
-    part). Under W > 1 processes each rank writes its shard and rank 0 merges.
+    Args:
+        rows: validated rows (``data.pairs.iter_pairs``), read lazily in windows of ``window``.
+        out: the output JSONL (input order once finished) beside ``<out>.meta.json``.
+        settings: what made the scores (:func:`run_settings`); ``method`` and ``params`` are
+            always included. A resume with other settings is an InputError.
+        on_error: ``"skip"`` writes an error row for a row that cannot be scored and goes on;
+            ``"stop"`` raises an InputError naming its key.
+        total: number of rows (for the progress bar), if known.
+        locked: the caller already holds ``exclusive(out)`` (the CLI takes it before loading
+            the model).
+        prune: drop output rows whose key is no longer in the input (stale rows of an edited
+            file); False keeps them after the input's rows (a run over fewer rows, ``--limit``).
+
+    Returns:
+        {"written", "skipped", "rescored", "errors", "seconds"}: rows scored now, rows already
+        done, rows scored again because their input changed, error rows written now, wall time.
     """
+    if on_error not in ON_ERROR:
+        raise InputError(f"on_error={on_error!r} is not one of {', '.join(ON_ERROR)}")
     env = env or DistEnv()
-    mine = shard(rows, env)
+    settings = {**(settings or {}), "method": method, "params": params}
+    settings_sha = content_sha(settings)
     path = shard_path(out, env.rank, env.world) if env.world > 1 else Path(out)
-    with exclusive(path):  # one process per output file
+    check_settings(out, settings)
+    if env.world > 1:
+        check_settings(path, settings)
+    lock = exclusive(path) if not locked else nullcontext()
+    with lock:
+        doc = {**(meta or {}), "settings": settings, "settings_sha": settings_sha,
+               "world_size": env.world}
+        if env.is_main:  # written first: a resume after a crash compares against it
+            meta_path(out).write_text(dumps(doc, indent=2), encoding="utf-8")
+        if env.world > 1:  # a shard's own side file, for check_settings on resume
+            meta_path(path).write_text(dumps({"settings": settings}), encoding="utf-8")
         writer = JsonlWriter(path)
-        todo = [r for r in mine if not writer.done(r.key)]
-        skipped = len(mine) - len(todo)
+        done = {}
+        for r in read_jsonl(path):
+            if r.get("settings_sha", settings_sha) != settings_sha:
+                raise InputError(f"{path} holds rows of other settings (key {r.get('key')!r}); "
+                                 "give another --out")
+            done[str(r.get("key"))] = r.get("input_sha")
+        counts = {"written": 0, "skipped": 0, "rescored": 0, "errors": 0}
+        ctx = context_window(model)
+        emb = getattr(model, "get_input_embeddings", lambda: None)()
+        vocab = getattr(emb, "num_embeddings", None)
         t0 = time.perf_counter()
-        prompts = [prompt_of(r, tokenizer) for r in todo]
-        lengths = [len(e.prompt) + len(e.answer)
-                   for e in (encode(tokenizer, prompts, [r.answer for r in todo]) if todo else [])]
         bar = None
         if progress:
             from tqdm.auto import tqdm
 
-            bar = tqdm(total=len(mine), initial=skipped, unit="answer",
+            bar = tqdm(total=total, unit="answer",
                        desc="scoring" if env.world == 1 else f"scoring (rank {env.rank})")
-        info = None
-        for idx in plan_batches(lengths, batch_size, max_tokens_per_batch, bucket):
-            tb = time.perf_counter()
-            res = score_sequences(model, tokenizer, [prompts[i] for i in idx],
-                                  [todo[i].answer for i in idx], batch_size=len(idx),
-                                  method=method, params=params)
-            per = (time.perf_counter() - tb) / len(idx)
-            info = res.params
-            for j, i in enumerate(idx):
-                r = todo[i]
-                writer.write({
-                    "key": r.key, "prompt": r.prompt, "question": r.question, "answer": r.answer,
-                    "epistemic": float(res.epistemic[j]),
-                    "aleatoric": float(res.aleatoric[j]),
-                    "normalized_epistemic": float(res.normalized_epistemic[j]),
-                    "mean_prob": float(res.mean_prob[j]),
-                    "n_tokens": int(res.n_tokens[j]),
-                    "n_params": res.params.n_params,
-                    "method": method,
-                    "seconds": round(per, 5),
-                })
+        keys: list[str] = []
+        position, info = 0, None
+
+        def base(r: PairRow) -> dict:
+            return {"key": r.key, "prompt": r.prompt, "question": r.question, "answer": r.answer,
+                    "input_sha": r.fingerprint, "settings_sha": settings_sha}
+
+        def fail(r: PairRow, reason: str) -> None:
+            if on_error == "stop":
+                raise InputError(f"row {r.key!r} (line {r.line}): {reason} "
+                                 "(or run with --on-error skip to write an error row and go on)")
+            writer.write({**base(r), "error": reason})
+            counts["errors"] += 1
+
+        for chunk in _windows(rows, window):
+            todo: list[PairRow] = []
+            for r in chunk:
+                keys.append(r.key)
+                mine = position % env.world == env.rank
+                position += 1
+                if not mine:
+                    continue
+                if done.get(r.key) == r.fingerprint:
+                    counts["skipped"] += 1
+                else:
+                    counts["rescored"] += r.key in done
+                    todo.append(r)
             if bar is not None:
-                bar.update(len(idx))
-            if on_batch is not None:
-                on_batch(len(idx))
+                bar.update(len(chunk) - len(todo))
+            prompts, lengths, ok = [], [], []
+            for r in todo:
+                try:
+                    prompt, n = _prepare(r, tokenizer, ctx, vocab)
+                except _RowError as e:
+                    fail(r, str(e))
+                    if bar is not None:
+                        bar.update(1)
+                    continue
+                prompts.append(prompt)
+                lengths.append(n)
+                ok.append(r)
+            for idx in plan_batches(lengths, batch_size, max_tokens_per_batch, bucket):
+                info = _score_batch(model, tokenizer, [ok[i] for i in idx],
+                                    [prompts[i] for i in idx], method, params, writer, base,
+                                    fail, counts) or info
+                if bar is not None:
+                    bar.update(len(idx))
+                if on_batch is not None:
+                    on_batch(len(idx))
         if bar is not None:
             bar.close()
-        keys = [r.key for r in rows]
         barrier(env)
         if env.world > 1:
             if env.is_main:
-                merge_shards(out, env.world, keys)
-        else:
-            write_ordered(out, read_jsonl(out), keys)
-        if env.is_main and (info is not None or meta):
-            side = Path(str(out) + ".meta.json")
-            doc = {**(meta or {}), "method": method, "world_size": env.world}
-            if info is not None:
-                doc["params"] = info.to_dict()
-            side.write_text(dumps(doc, indent=2), encoding="utf-8")
-        return {"written": len(todo), "skipped": skipped, "seconds": time.perf_counter() - t0}
+                merge_shards(out, env.world, keys, prune=prune)
+        elif keys:
+            write_ordered(out, read_jsonl(out), keys, latest="last", prune=prune)
+        if env.is_main and info is not None:  # the parameters that took part
+            meta_path(out).write_text(dumps({**doc, "params": info.to_dict()}, indent=2),
+                                      encoding="utf-8")
+        return {**counts, "seconds": time.perf_counter() - t0}
 
 
-def load_meta(out: str | Path) -> dict:
-    p = Path(str(out) + ".meta.json")
-    return json.loads(p.read_text()) if p.exists() else {}
+def _score_batch(model, tokenizer, rows: list[PairRow], prompts: list, method: str, params,
+                 writer: JsonlWriter, base, fail, counts: dict) -> None:
+    """Score one batch and write its rows; on a failure, each row alone, so that one bad row
+    gives one error row and its batch-mates are still scored. Returns the scores' ParamInfo,
+    or None when no row of the batch could be scored."""
+    tb = time.perf_counter()
+    try:
+        res = score_sequences(model, tokenizer, prompts, [r.answer for r in rows],
+                              batch_size=len(rows), method=method, params=params)
+    except (IsouqError, RuntimeError, ValueError, IndexError) as e:
+        if len(rows) == 1:
+            fail(rows[0], f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+            return None
+        infos = [_score_batch(model, tokenizer, [r], [p], method, params, writer, base, fail,
+                              counts) for r, p in zip(rows, prompts, strict=True)]
+        return next((i for i in infos if i is not None), None)
+    per = (time.perf_counter() - tb) / len(rows)
+    for j, r in enumerate(rows):
+        writer.write({
+            **base(r),
+            "epistemic": float(res.epistemic[j]),
+            "epistemic_log": float(res.epistemic_log[j]),
+            "aleatoric": float(res.aleatoric[j]),
+            "normalized_epistemic": float(res.normalized_epistemic[j]),
+            "mean_prob": float(res.mean_prob[j]),
+            "n_tokens": int(res.n_tokens[j]),
+            "n_params": res.params.n_params,
+            "method": method,
+            "seconds": round(per, 5),
+        })
+        counts["written"] += 1
+    return res.params
+
+
+__all__ = ["ON_ERROR", "check_out", "check_settings", "plan_batches", "prompt_of",
+           "run_settings", "score_rows"]

@@ -28,11 +28,15 @@ class ParamInfo:
 class Scores:
     """Uncertainty scores for classifiers (per class) or regressors.
 
-    Classifier: ``epistemic``, ``aleatoric`` and ``probs`` have shape (N, C);
-    epistemic[i, c] = g_cᵀ C g_c with g_c = ∇θ p(y=c | x_i, θ*) (probability units squared);
+    Classifier, ``classes="all"``: ``epistemic``, ``epistemic_log``, ``aleatoric`` and
+    ``probs`` have shape (N, C); epistemic[i, c] = g_cᵀ C g_c with g_c = ∇θ p(y=c | x_i, θ*)
+    (probability units squared); epistemic_log[i, c] = the same for ∇θ log p_c, which equals
+    epistemic / p_c² (∇ log p = ∇p / p: it does not carry the confidence p_c² in it);
     aleatoric[i, c] = p_c (1 − p_c). Binary (one-logit) models give C = 2.
+    Classifier, one class per example (``classes="predicted"`` or indices): epistemic,
+    epistemic_log and aleatoric are (N,) for class ``classes[i]`` (N,) int64; probs stays (N, C).
     Regressor: ``epistemic`` (N,) = gᵀ C g with g = ∇θ f(x_i, θ*) (output units squared),
-    ``mean`` (N,) = f(x_i, θ*), ``aleatoric`` and ``probs`` are None.
+    ``mean`` (N,) = f(x_i, θ*), ``aleatoric``, ``probs``, ``epistemic_log`` are None.
     """
 
     epistemic: torch.Tensor
@@ -42,6 +46,8 @@ class Scores:
     probs: torch.Tensor | None = None
     mean: torch.Tensor | None = None
     extra: dict = field(default_factory=dict)
+    epistemic_log: torch.Tensor | None = None
+    classes: torch.Tensor | None = None
 
     @property
     def normalized_epistemic(self) -> torch.Tensor:
@@ -49,9 +55,15 @@ class Scores:
         return self.epistemic / max(self.params.sq_norm, 1e-30)
 
     def predicted(self) -> Scores:
-        """Scores of the predicted class only: epistemic/aleatoric/probs of shape (N,)."""
+        """Scores of the predicted class only: epistemic/aleatoric/probs of shape (N,).
+
+        From ``classes="all"`` scores; ``score_classifier(..., classes="predicted")`` gives
+        the same (with probs (N, C)) from one backward pass instead of C.
+        """
         if self.probs is None:
             raise ValueError("predicted() is for classifier scores; regressor scores are (N,)")
+        if self.classes is not None:
+            raise ValueError("these scores already hold one class per example (classes=...)")
         c = self.probs.argmax(dim=1, keepdim=True)
         return Scores(
             epistemic=self.epistemic.gather(1, c).squeeze(1),
@@ -60,6 +72,9 @@ class Scores:
             params=self.params,
             covariance=self.covariance,
             extra={**self.extra, "predicted_class": c.squeeze(1)},
+            epistemic_log=None if self.epistemic_log is None
+            else self.epistemic_log.gather(1, c).squeeze(1),
+            classes=c.squeeze(1),
         )
 
 
@@ -68,6 +83,8 @@ class SequenceScores:
     """Uncertainty of generated answers, one value per answer (all shape (N,)).
 
     epistemic: ‖∇θ p̄‖² (or gᵀCg), p̄ = mean per-token probability of the answer tokens.
+    epistemic_log (property): ‖∇θ log p̄‖² = epistemic / p̄², since ∇θ log p̄ = ∇θ p̄ / p̄ (the
+    same backward pass; it does not carry the answer's confidence squared).
     aleatoric: (1/T) Σ_t p_t (1 − p_t).
     mean_prob: p̄.   n_tokens: T, the number of answer tokens.
     per_param: optional (N, n_tensors) breakdown of ‖g‖² by parameter tensor
@@ -88,3 +105,8 @@ class SequenceScores:
     def normalized_epistemic(self) -> torch.Tensor:
         """‖g‖² / ‖θ*‖²."""
         return self.epistemic / max(self.params.sq_norm, 1e-30)
+
+    @property
+    def epistemic_log(self) -> torch.Tensor:
+        """(N,) ‖∇θ log p̄‖² = ‖∇θ p̄‖² / p̄² (units: squared log-probability)."""
+        return self.epistemic / self.mean_prob.pow(2)
