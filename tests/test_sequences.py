@@ -158,3 +158,44 @@ def test_clear_errors(tok):
         model.lm_head.weight[5, 0] = float("nan")
     with pytest.raises(ModelError, match="NaN"):
         isouq.score_sequences(model, tok, ["the"], ["cat"])
+
+
+@pytest.mark.parametrize("prompt, answer, problem", [
+    (0, "paris", "prompt 0 must be a string or a non-empty list"),
+    ([], "paris", "prompt 0 must be a string or a non-empty list"),
+    ([{"role": "user"}], "paris", "prompt 0 must be a string or a non-empty list"),
+    ("q", 4, "answer 0 must be a string or a list of token ids"),
+    ("q", [1.7, 5], "answer 0 must be a string or a list of token ids"),
+    ("q", [True, 5], "answer 0 must be a string or a list of token ids"),
+    ("q", [5, 10_000], "token id 10000 is outside the model's vocabulary"),
+])
+def test_bad_prompts_and_answers_are_input_errors(prompt, answer, problem):
+    """Never silently wrong: no 'Question: None', no str(4), no truncated float ids."""
+    model, tok = tiny.causal_lm("llama"), tiny.tokenizer()
+    with pytest.raises(InputError, match=problem):
+        isouq.score_sequences(model, tok, [prompt], [answer])
+
+
+def test_chat_template_failure_is_an_input_error():
+    tok = tiny.tokenizer()
+    tok.chat_template = "{{ raise_exception('roles must alternate') }}"
+    with pytest.raises(InputError, match="chat template cannot render"):
+        isouq.score_sequences(tiny.causal_lm("llama"), tok,
+                              [[{"role": "user", "content": "hi"}]], ["yes"])
+
+
+def test_token_id_answers_equal_their_text():
+    model, tok = tiny.causal_lm("llama"), tiny.tokenizer()
+    ids = tok("the cat sat", add_special_tokens=False)["input_ids"]
+    a = isouq.score_sequences(model, tok, ["who sat"], ["the cat sat"])
+    b = isouq.score_sequences(model, tok, ["who sat"], [torch.tensor(ids)])
+    torch.testing.assert_close(a.epistemic, b.epistemic)
+    # epistemic_log = ‖∇ log p̄‖², against autograd of log p̄ directly
+    params = [p for p in model.parameters() if p.requires_grad]
+    p_ids = tok("who sat")["input_ids"]
+    full = torch.tensor([p_ids + ids])
+    probs = torch.softmax(model(input_ids=full).logits[0, :-1], -1)
+    pt = probs[torch.arange(full.shape[1] - 1), full[0, 1:]][len(p_ids) - 1:]
+    g = torch.autograd.grad(pt.mean().log(), params)
+    ref = sum(x.pow(2).sum() for x in g)
+    torch.testing.assert_close(a.epistemic_log[0], ref, rtol=1e-4, atol=0)

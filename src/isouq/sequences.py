@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from numbers import Integral
 from typing import Literal
 
 import torch
@@ -37,18 +38,46 @@ class Encoded:
     answer: list[int]
 
 
-def _prompt_ids(tokenizer, prompt: Prompt) -> list[int]:
+def _is_messages(prompt) -> bool:
+    return (isinstance(prompt, list | tuple) and len(prompt) > 0 and all(
+        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+        for m in prompt))
+
+
+def _prompt_ids(tokenizer, prompt: Prompt, i: int) -> list[int]:
     if isinstance(prompt, str):
         bos = getattr(tokenizer, "bos_token", None)
         add = not (bos and prompt.startswith(bos))
         return list(tokenizer(prompt, add_special_tokens=add)["input_ids"])
+    if not _is_messages(prompt):
+        raise InputError(f"prompt {i} must be a string or a non-empty list of "
+                         f"{{'role': str, 'content': str}} messages, got {type(prompt).__name__}"
+                         f" {str(prompt)[:40]}")
     if not getattr(tokenizer, "chat_template", None):
         raise InputError(
             "a prompt was given as chat messages but the tokenizer has no chat template; "
             "pass the prompt as a plain string instead"
         )
-    text = tokenizer.apply_chat_template(list(prompt), tokenize=False, add_generation_prompt=True)
+    try:
+        text = tokenizer.apply_chat_template(list(prompt), tokenize=False,
+                                             add_generation_prompt=True)
+    except Exception as e:  # noqa: BLE001 - jinja2 errors of the model's own template
+        raise InputError(f"prompt {i}: the tokenizer's chat template cannot render these "
+                         f"messages ({type(e).__name__}: {e}); check their roles and order"
+                         ) from None
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def _answer_ids(tokenizer, answer, i: int) -> list[int]:
+    if isinstance(answer, str):
+        return list(tokenizer(answer, add_special_tokens=False)["input_ids"]) if answer else []
+    if isinstance(answer, torch.Tensor) and not answer.is_floating_point() and answer.ndim == 1:
+        answer = answer.tolist()
+    if isinstance(answer, list | tuple) and all(
+            isinstance(t, Integral) and not isinstance(t, bool) and t >= 0 for t in answer):
+        return [int(t) for t in answer]
+    raise InputError(f"answer {i} must be a string or a list of token ids (whole numbers ≥ 0), "
+                     f"got {type(answer).__name__} {str(answer)[:40]}; pass text as a string")
 
 
 def encode(tokenizer, prompts: Sequence[Prompt], answers: Sequence) -> list[Encoded]:
@@ -63,13 +92,10 @@ def encode(tokenizer, prompts: Sequence[Prompt], answers: Sequence) -> list[Enco
         raise InputError("no answers to score: prompts and answers are empty")
     out = []
     for i, (p, a) in enumerate(zip(prompts, answers, strict=False)):
-        if isinstance(a, str):
-            ids = list(tokenizer(a, add_special_tokens=False)["input_ids"]) if a else []
-        else:
-            ids = [int(t) for t in a]
+        ids = _answer_ids(tokenizer, a, i)
         if not ids:
             raise InputError(f"answer {i} is empty (no tokens); every answer needs ≥ 1 token")
-        out.append(Encoded(_prompt_ids(tokenizer, p), ids))
+        out.append(Encoded(_prompt_ids(tokenizer, p, i), ids))
     return out
 
 
@@ -83,6 +109,14 @@ def context_window(model: nn.Module) -> int | None:
 
 
 def check_lengths(model: nn.Module, enc: list[Encoded]) -> None:
+    """InputError naming the answer whose tokens do not fit the model (context window, ids
+    outside the vocabulary)."""
+    emb = getattr(model, "get_input_embeddings", lambda: None)()
+    vocab = getattr(emb, "num_embeddings", None)
+    for i, e in enumerate(enc):
+        if vocab is not None and max(e.prompt + e.answer) >= vocab:
+            raise InputError(f"answer {i}: token id {max(e.prompt + e.answer)} is outside the "
+                             f"model's vocabulary of {vocab}; pass ids of this model's tokenizer")
     window = context_window(model)
     if window is None:
         return
