@@ -1,15 +1,23 @@
 """score_classifier and score_regressor: epistemic gᵀCg and aleatoric p(1−p) for any model.
 
 Two exact engines compute the per-example gradients g = ∇θ output(xᵢ):
-- ``"ghost"``: per-example ‖g‖² from hooks, one backward per class over the whole batch,
-  never holding a per-example gradient (identity covariance only);
+- ``"ghost"``: per-example ‖g‖² from hooks, one backward per scored column over the whole
+  batch (one in all for ``classes="predicted"`` or given classes), never holding a
+  per-example gradient of the whole model (identity covariance only);
 - ``"functorch"``: per-example Jacobians with torch.func (vmap ∘ jacrev), chunked to a memory
-  budget, for any covariance.
-``method="auto"`` takes ghost for the identity covariance when every layer has a ghost rule.
+  budget, for any covariance (one row per example for selected classes).
+``method="auto"`` takes ghost for the identity covariance when every layer has a ghost rule
+(``isouq.ghost.register_rule`` adds one for a layer of your own), and otherwise warns once per
+layer type and takes functorch.
+
+Classifiers are differentiated through log p_c (log-softmax, or the logit for a one-logit
+binary model): ‖∇θ p_c‖² = p_c² ‖∇θ log p_c‖² (∇ log p = ∇p / p), so both ``epistemic`` and
+``epistemic_log`` come from the same pass, without underflow for tiny p_c.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from contextlib import contextmanager
 from typing import Literal
@@ -22,11 +30,13 @@ from .covariance import CurvatureKind, Identity, Likelihood, build_covariance
 from .errors import InputError, ModelError, check_finite
 from .ghost.engine import GhostNorms
 from .params import ParamSpec, param_info, select_params
-from .per_example import output_jacobians
+from .per_example import chunk_size_for, flatten, functional_model, output_jacobians
 from .scores import Scores
 
 Method = Literal["auto", "ghost", "functorch"]
+ClassSpec = Literal["all", "predicted"] | np.ndarray | torch.Tensor | list
 GHOST_BATCH = 256
+_WARNED_FALLBACK: set[str] = set()
 
 
 @contextmanager
@@ -123,27 +133,55 @@ def _ghost_epistemic(
     return torch.cat(res).detach()
 
 
-def _epistemic(
-    model, params, x, outputs, n_out, cov, method: Method, batch_size, ghost_outputs=None
-) -> torch.Tensor:
-    """(N, n_out) gᵀCg per output column. ``ghost_outputs`` (default ``outputs``) may return
-    fewer columns for the ghost engine when the rest share their norm (binary: ‖g₀‖ = ‖g₁‖)."""
+def _check_method(method: str) -> None:
     if method not in ("auto", "ghost", "functorch"):
         raise InputError(f"method={method!r} is not one of 'auto', 'ghost', 'functorch'")
-    ghost_ok = isinstance(cov, Identity)
-    if method == "ghost" and not ghost_ok:
-        raise InputError("method='ghost' computes ‖g‖² only: use covariance='identity'")
-    if method == "auto" and ghost_ok:
-        ghost_ok = not GhostNorms(model, params, warn=False).fallbacks
-    if method == "ghost" or (method == "auto" and ghost_ok):
-        fn = ghost_outputs or outputs
-        with torch.no_grad():
-            cols = fn(model(x[:1])).shape[1] if ghost_outputs else n_out
-        epi = _ghost_epistemic(model, params, x, fn, cols, batch_size or GHOST_BATCH)
-        if cols < n_out:  # binary: g₀ = −g₁, same norm
-            epi = epi.expand(-1, n_out)
+
+
+def _engine(model: nn.Module, params: dict, cov, method: Method) -> str:
+    """'ghost' or 'functorch' for this model, covariance and ``method``."""
+    _check_method(method)
+    if not isinstance(cov, Identity):
+        if method == "ghost":
+            raise InputError("method='ghost' computes ‖g‖² only: use covariance='identity'")
+        return "functorch"
+    if method == "functorch":
+        return "functorch"
+    seq_first = sorted({n for n, m in model.named_modules()
+                        if isinstance(m, nn.MultiheadAttention) and not m.batch_first})
+    if method == "ghost":
+        if seq_first:
+            raise InputError(
+                f"method='ghost' needs batch-first layers; nn.MultiheadAttention {seq_first[0]!r} "
+                "has batch_first=False: build it with batch_first=True (same weights, inputs "
+                "(N, L, E)) or use method='functorch'"
+            )
+        return "ghost"
+    missing = GhostNorms(model, params, warn=False).fallbacks
+    if not missing:
+        return "ghost"
+    new = [t for t in missing if t not in _WARNED_FALLBACK]
+    if new:
+        _WARNED_FALLBACK.update(new)
+        warnings.warn(
+            f"isouq: no ghost rule for layer type(s) {', '.join(new)}; method='auto' uses the "
+            "exact but slower functorch engine (register a rule with "
+            "isouq.ghost.register_rule, or pass method='ghost' to use the exact generic "
+            "fallback for those layers only)",
+            stacklevel=3,
+        )
+    return "functorch"
+
+
+def _epistemic(
+    model, params, x, outputs, n_out, cov, method: Method, batch_size
+) -> torch.Tensor:
+    """(N, n_out) gᵀCg per output column of ``outputs(model(x))``."""
+    if _engine(model, params, cov, method) == "ghost":
+        epi = _ghost_epistemic(model, params, x, outputs, n_out, batch_size or GHOST_BATCH)
         return cov.scale * epi
     epi = torch.empty(x.shape[0], n_out, dtype=x.dtype if x.is_floating_point() else torch.float32)
+
     def single(o):
         return outputs(o).reshape(-1)
 
@@ -152,10 +190,138 @@ def _epistemic(
     return epi
 
 
+def _classes_spec(classes, n: int) -> str | torch.Tensor:
+    """'all', 'predicted', or an int64 tensor (N,) of one class per example (range checked later)."""
+    if isinstance(classes, str):
+        if classes not in ("all", "predicted"):
+            raise InputError(f"classes={classes!r}: use 'all', 'predicted', or one class index "
+                             "per example (an integer array of shape (N,))")
+        return classes
+    t = torch.as_tensor(np.asarray(classes) if not isinstance(classes, torch.Tensor) else classes)
+    if t.dtype == torch.bool or t.is_floating_point() or t.is_complex():
+        raise InputError(f"classes must hold integer class indices, got dtype {t.dtype}; "
+                         "pass e.g. labels.astype(int)")
+    if t.ndim != 1 or t.shape[0] != n:
+        raise InputError(f"classes must have shape (N,) = ({n},), one class per example, got "
+                         f"{tuple(t.shape)}")
+    return t.long().cpu()
+
+
+def _log_columns(logits: torch.Tensor, cls: torch.Tensor | None) -> torch.Tensor:
+    """The scalars whose gradients are taken: (n, K).
+
+    Binary one-logit model: the logit z (K = 1; ∇ log p₁ = p₀ ∇z, ∇ log p₀ = −p₁ ∇z).
+    Softmax: log p_c for every class (K = C), or for the given class of each row (K = 1).
+    """
+    if logits.shape[1] == 1:
+        return logits
+    lp = torch.log_softmax(logits, dim=1)
+    return lp if cls is None else lp.gather(1, cls.view(-1, 1).to(lp.device))
+
+
+def _from_log(G: torch.Tensor, probs: torch.Tensor, cls: torch.Tensor | None, binary: bool):
+    """(epistemic, epistemic_log) from G = gᵀCg of the columns of :func:`_log_columns`."""
+    if binary:  # G = ‖∇z‖²: ‖∇p_c‖² = (p₀p₁)² G, ‖∇ log p_c‖² = p_{1−c}² G
+        G = G[:, 0]
+        other = probs.flip(1) if cls is None else probs.gather(1, 1 - cls.view(-1, 1)).view(-1)
+        epi_log = other.pow(2) * (G[:, None] if cls is None else G)
+        prod = (probs[:, 0] * probs[:, 1]).pow(2)
+        epi = prod[:, None] * G[:, None] if cls is None else prod * G
+        return (epi.expand(-1, 2) if cls is None else epi), epi_log
+    if cls is None:
+        return probs.pow(2) * G, G
+    pc = probs.gather(1, cls.view(-1, 1)).view(-1)
+    return pc.pow(2) * G[:, 0], G[:, 0]
+
+
+def _call_model(model: nn.Module, xb: torch.Tensor, shape: tuple) -> torch.Tensor:
+    try:
+        return model(xb)
+    except (RuntimeError, TypeError, ValueError, IndexError) as e:
+        raise InputError(
+            f"the model failed on inputs of shape {shape}: {type(e).__name__}: "
+            f"{str(e).splitlines()[0]}. Pass a batch-first tensor the model accepts"
+            f"{_expected_input(model)}"
+        ) from e
+
+
+def _check_independent(row: torch.Tensor, alone: torch.Tensor) -> None:
+    """Example 0's output in its batch vs alone: a difference means a layer mixes examples."""
+    scale = 1.0 + float(alone.abs().max())
+    diff = float((row - alone).abs().max())
+    if diff > 1e-3 * scale:
+        raise ModelError(
+            f"the model's output for an example changes with the other examples in its batch "
+            f"(by {diff:.3g}): a layer mixes examples (e.g. BatchNorm with "
+            "track_running_stats=False, or a custom batch-level layer), so per-example "
+            "gradients are not defined; normalize per example (GroupNorm, LayerNorm) or with "
+            "running statistics"
+        )
+
+
+def _resolve(spec: str | torch.Tensor, logits: torch.Tensor, n_classes: int) -> torch.Tensor | None:
+    """The class of each row of ``logits`` (None for 'all')."""
+    if isinstance(spec, str):
+        if spec == "all":
+            return None
+        if logits.shape[1] == 1:
+            return (logits[:, 0] > 0).long().cpu()
+        return logits.argmax(1).cpu()
+    return spec
+
+
+def _ghost_classifier(model, params, x, spec, batch_size: int, n_classes: int, alone):
+    """Logits (N, C') and G (N, K), one backward per column (K = 1 with selected classes)."""
+    logits, G = [], []
+    with GhostNorms(model, params, warn=False) as ghost:
+        for s in range(0, x.shape[0], batch_size):
+            with torch.enable_grad():
+                out = _logits_2d(_call_model(model, x[s : s + batch_size], tuple(x.shape)),
+                                 "score_classifier")
+                check_finite(out.detach(), "the model's output",
+                             "Check the model weights and inputs (θ* must be finite).")
+                if s == 0 and len(out) > 1:  # before any backward through a mixing layer
+                    _check_independent(out[0].detach(), alone[0])
+                cls = _resolve(spec, out.detach(), n_classes)
+                if isinstance(spec, torch.Tensor):
+                    cls = cls[s : s + len(out)]
+                cols = _log_columns(out, cls)
+                K = cols.shape[1]
+                G.append(torch.stack([ghost.backward(cols[:, k], retain_graph=k < K - 1)
+                                      for k in range(K)], dim=1).detach())
+            ghost.calls.clear()
+            logits.append(out.detach())
+    return torch.cat(logits), torch.cat(G)
+
+
+def _functorch_classifier(model, params, x, logits, cls, cov, batch_size: int | None):
+    """G (N, K) = gᵀCg of the log columns, by vmap over examples (and their classes)."""
+    f = functional_model(model, params)
+    theta = {n: p.detach() for n, p in params.items()}
+    n_params = sum(p.numel() for p in theta.values())
+    C1 = logits.shape[1]
+    K = 1 if (C1 == 1 or cls is not None) else C1
+    c_all = torch.zeros(x.shape[0], dtype=torch.long) if cls is None else cls
+
+    def one(th, xi, ci):
+        out = f(th, xi.unsqueeze(0))
+        return _log_columns(out, None if cls is None else ci.view(1))[0]
+
+    jac = torch.func.vmap(torch.func.jacrev(one), in_dims=(None, 0, 0))
+    size = batch_size or chunk_size_for(K * n_params)
+    G = torch.empty(x.shape[0], K, dtype=logits.dtype)
+    for start in range(0, x.shape[0], size):
+        rows = slice(start, min(start + size, x.shape[0]))
+        J = flatten(jac(theta, x[rows], c_all[rows].to(x.device)), batch_dims=2).detach()
+        G[rows] = cov.quadratic(J).to(G.dtype).cpu()
+    return G.to(logits.device)
+
+
 def score_classifier(
     model: nn.Module,
     inputs,
     *,
+    classes: ClassSpec = "all",
     covariance="identity",
     params: ParamSpec = None,
     batch_size: int | None = None,
@@ -164,39 +330,82 @@ def score_classifier(
     hessian: CurvatureKind = "ggn",
     method: Method = "auto",
 ) -> Scores:
-    """Per-class epistemic and aleatoric uncertainty of a classifier at its trained θ*.
+    """Epistemic and aleatoric uncertainty of a classifier at its trained θ*.
 
-    model: maps a batch (N, ...) to logits (N, C); C = 1 (or outputs (N,)) is a binary sigmoid
-    model, reported as C = 2 columns [class 0, class 1]; C ≥ 2 is softmax.
-    inputs: (N, ...) tensor/array.  covariance: "identity" (‖g‖², the paper's estimator),
-    "diagonal", "laplace" (full H + λI), "last_layer" (full Laplace on the last layer), or a
-    covariance object from ``isouq.covariance``. data: (X, y) proxy data for the curvature.
-    params: which parameters take part (see ``isouq.params.select_params``).
-    Returns Scores with epistemic, aleatoric = p(1−p) and probs, each (N, C).
+    Args:
+        model: maps a batch (N, ...) to logits (N, C); C = 1 (or outputs (N,)) is a binary
+            sigmoid model, reported as C = 2 columns [class 0, class 1]; C ≥ 2 is softmax.
+            Scored in eval mode (dropout off, BatchNorm on running statistics).
+        inputs: (N, ...) tensor or array, batch first.
+        classes: which class each example is scored for: ``"all"`` (every class, one
+            backward pass per class), ``"predicted"`` (the argmax class) or an integer array
+            (N,) of one class per example (e.g. the true labels); the last two take ONE
+            backward pass per batch whatever C is.
+        covariance: ``"identity"`` (‖g‖², the paper's estimator), ``"diagonal"``,
+            ``"laplace"`` (full H + λI), ``"last_layer"`` (full Laplace on the last layer), or
+            a covariance object from ``isouq.covariance``.
+        params: which parameters take part (see ``isouq.params.select_params``).
+        batch_size: examples per forward/backward (ghost) or per Jacobian chunk (functorch).
+        data: (X, y) proxy data for the curvature of a Laplace covariance.
+        prior_precision: λ of a Laplace covariance.
+        hessian: curvature kind of a Laplace covariance ("ggn", "ef", "hessian").
+        method: ``"auto"``, ``"ghost"`` (identity covariance only) or ``"functorch"``.
+
+    Returns:
+        Scores with ``probs`` (N, C), and, for ``classes="all"``, ``epistemic`` =
+        ‖∇θ p_c‖² (probability² units, or gᵀCg), ``epistemic_log`` = ‖∇θ log p_c‖²
+        (= epistemic / p_c²) and ``aleatoric`` = p_c(1 − p_c), each (N, C); for
+        ``"predicted"`` or indices each is (N,) for the scored class, recorded in
+        ``classes`` (N,) int64.
     """
     x = as_batch(inputs, model)
+    n = x.shape[0]
+    spec = _classes_spec(classes, n)
     with eval_mode(model):
-        logits = _logits_2d(forward_all(model, x, batch_size or GHOST_BATCH), "score_classifier")
-        probs = class_probs(logits)
-        n_out = probs.shape[1]
-        spec = "last_layer" if covariance == "last_layer" and params is None else params
-        sel = select_params(model, spec, run_forward=lambda: model(x[:1]))
+        with torch.no_grad():  # example 0 alone (or beside a copy of itself, for models
+            try:                # that refuse a batch of one, e.g. batch-statistics BatchNorm)
+                alone = model(x[:1])
+            except (RuntimeError, ValueError):
+                alone = _call_model(model, x[[0, 0]], tuple(x.shape))[:1]
+            alone = _logits_2d(alone, "score_classifier")
+        n_classes = 2 if alone.shape[1] == 1 else alone.shape[1]
+        if isinstance(spec, torch.Tensor) and bool(((spec < 0) | (spec >= n_classes)).any()):
+            bad = spec[(spec < 0) | (spec >= n_classes)][0].item()
+            raise InputError(f"classes holds index {bad}, outside 0..{n_classes - 1} for a model "
+                             f"with {n_classes} classes")
+        pspec = "last_layer" if covariance == "last_layer" and params is None else params
+        sel = select_params(model, pspec, run_forward=lambda: model(x[:1]))
         cov = build_covariance(covariance, model=model, params=sel, data=data,
                                likelihood="classification", prior_precision=prior_precision,
                                hessian=hessian)
-
-        def outputs(o):
-            return class_probs(_logits_2d(o, "score_classifier"))
-
-        binary = logits.shape[1] == 1
-        epi = _epistemic(model, sel, x, outputs, n_out, cov, method, batch_size,
-                         ghost_outputs=(lambda o: outputs(o)[:, 1:]) if binary else None)
+        engine = _engine(model, sel, cov, method)
+        if engine == "ghost":
+            logits, G = _ghost_classifier(model, sel, x, spec, batch_size or GHOST_BATCH, n_classes,
+                                          alone)
+            G = cov.scale * G
+        else:
+            logits = _logits_2d(forward_all(model, x, batch_size or GHOST_BATCH), "score_classifier")
+            if n > 1:
+                _check_independent(logits[0], alone[0])
+        cls = _resolve(spec, logits, n_classes)
+        if engine != "ghost":
+            G = _functorch_classifier(model, sel, x, logits, cls, cov, batch_size)
+        probs = class_probs(logits)
+        epi, epi_log = _from_log(G, probs, None if cls is None else cls.to(probs.device),
+                                 logits.shape[1] == 1)
+    if cls is None:
+        alea = probs * (1 - probs)
+    else:
+        pc = probs.gather(1, cls.view(-1, 1).to(probs.device)).view(-1)
+        alea = pc * (1 - pc)
     return Scores(
         epistemic=epi,
-        aleatoric=probs * (1 - probs),
+        aleatoric=alea,
         probs=probs,
         params=param_info(sel),
         covariance=getattr(cov, "name", str(covariance)),
+        epistemic_log=epi_log,
+        classes=None if cls is None else cls.to(probs.device),
     )
 
 

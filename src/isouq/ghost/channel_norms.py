@@ -45,13 +45,15 @@ def _channel_shape(x: torch.Tensor) -> tuple[int, ...]:
 def batch_norm(module: _BatchNorm, call: Call) -> dict[str, Contribution]:
     """BatchNorm1d/2d/3d in eval mode (running statistics)."""
     if module.training or module.running_mean is None:
-        why = ("is in training mode" if module.training
-               else "has track_running_stats=False")
+        fix = ("score in eval mode (model.eval(); score_classifier does), where it uses its "
+               "running statistics" if module.training else
+               "train it with track_running_stats=True and score in eval mode, or use "
+               "GroupNorm/LayerNorm")
+        state = "in training mode" if module.training else "with track_running_stats=False"
         raise ModelError(
-            f"{type(module).__name__} {why}: it normalizes by the batch's statistics, so each "
-            "example's output depends on the others and no per-example gradient exists; "
-            "score in eval mode (model.eval(), as score_classifier does) with running "
-            "statistics, or use GroupNorm/LayerNorm"
+            f"{type(module).__name__} {state} normalizes by the batch's statistics: each "
+            "example's output depends on the others "
+            f"(a layer that mixes examples), so no per-example gradient exists; {fix}"
         )
     x = call.args[0]
     with torch.no_grad():
