@@ -352,3 +352,32 @@ def test_a_judge_that_is_not_installed_fails_before_any_model_loads(tmp_path, da
     with pytest.raises(ModelError, match="'absent' is not installed.*--fetch absent"):
         QARunner(cfg, tmp_path / "out", progress=False).run()
     assert loaded == []
+
+
+def test_an_edited_question_is_answered_again_and_a_respelled_path_resumes(
+        tmp_path, dataset, tiny_lm, tok, monkeypatch):
+    """Rows follow the dataset's content: an edited question gets a new row (not the stale
+    one), and the same file under another spelling of its path is the same finished run."""
+    runner, _ = make_runner(tmp_path, dataset, tiny_lm, tok)
+    path = runner.run()
+    before = {r["key"]: r for r in read_jsonl(path)}
+    # another spelling of the same path: nothing to do, no model loads
+    monkeypatch.chdir(tmp_path)
+    respelled = f"./../{dataset.parent.name}/./{dataset.name}"
+    runner2, loads2 = make_runner(tmp_path, respelled, tiny_lm, tok)
+    assert runner2.run() == path and loads2 == []
+    # the file edited in place: q2's question changes, the others stay
+    lines = dataset.read_text().splitlines()
+    row = json.loads(lines[2])
+    row["question"] = "What colour is grass?"
+    lines[2] = json.dumps(row)
+    dataset.write_text("\n".join(lines) + "\n")
+    runner3, loads3 = make_runner(tmp_path, dataset, tiny_lm, tok)
+    runner3.run()
+    after = {r["key"]: r for r in read_jsonl(path)}
+    assert list(after) == list(before) and loads3
+    assert after["q2"]["question"] == "What colour is grass?"
+    assert after["q2"]["revision"] == int(before["q2"].get("revision", 0)) + 1
+    for k in before:
+        if k != "q2":
+            assert after[k] == before[k]

@@ -30,16 +30,33 @@ from ..runio import (
     versions,
 )
 from .generation import Generation, Sampled
-from .prompts import effective_judge_style
+from .prompts import DEFAULT_STOP, effective_judge_style
 
 METHODS = ("gradient", "naive_entropy", "semantic_entropy", "p_true")
 #: settings that define what the rows and the cached generations hold: resuming with others
 #: would mix rows (the limit, methods, judge, batch size and device may change)
-CONTENT_SETTINGS = ("seed", "k", "k_p_true", "temperature", "max_new_tokens", "data_path")
+CONTENT_SETTINGS = ("seed", "k", "k_p_true", "temperature", "max_new_tokens")
+#: recorded in run.json but not compared: the same dataset under another spelling of its path is
+#: the same run (the dataset's content is compared through ``dataset_sha`` and each row's text)
+SPELLING_SETTINGS = ("data_path",)
 DEFAULT_JUDGE_PROMPT = "strict"  # measured against hand labels: README, QA study
 #: the score field that shows a method is done in a row
 SCORE_OF = {"gradient": "epistemic", "naive_entropy": "naive_entropy",
             "semantic_entropy": "semantic_entropy", "p_true": "p_true"}
+
+
+def item_changed(row: dict | None, item) -> bool:
+    """Whether a finished row was made for another text of its question (the dataset was edited
+    in place): its question or references differ from the item's now."""
+    return row is not None and (row.get("question") != item.question
+                                or row.get("references", references(item)) != references(item))
+
+
+def dataset_sha(items) -> str:
+    """Digest of a dataset's content (keys, questions, references), whatever its path."""
+    from ..data.pairs import content_sha
+
+    return content_sha([[it.key, it.question, references(it)] for it in items])
 
 
 def needs_verdict(row: dict | None, judge_model: str | None, judge_prompt: str,
@@ -107,8 +124,20 @@ def slug(s: str) -> str:
     return re.sub(r"[^A-Za-z0-9.]+", "-", str(s)).strip("-")[:80]
 
 
+def dataset_tag(dataset: str) -> str:
+    """The dataset's part of the output names: its name, or for a file its stem and a digest of
+    its resolved path (the same file under any spelling, two files never alike)."""
+    path = Path(dataset)
+    if not path.is_file():
+        return slug(dataset)
+    import hashlib
+
+    digest = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:8]
+    return f"{slug(path.name)}-{digest}"
+
+
 def run_paths(out: Path, cfg: QAConfig) -> dict[str, Path]:
-    tag = f"{slug(cfg.dataset)}__{slug(cfg.model)}"
+    tag = f"{dataset_tag(cfg.dataset)}__{slug(cfg.model)}"
     return {"rows": out / f"qa_{tag}.jsonl", "run": out / f"qa_{tag}.run.json",
             "gens": out / "cache" / f"{tag}.greedy.jsonl",
             "samples": out / "cache" / f"{tag}.samples.jsonl"}
@@ -155,6 +184,9 @@ class QARunner:
         cfg.check()
         self.cfg, self.out, self.progress = cfg, Path(out), progress
         self.env = env or DistEnv()
+        if Path(cfg.dataset).is_file():  # one run per file, however its path is spelled
+            cfg = dataclasses.replace(cfg, dataset=str(Path(cfg.dataset).resolve()))
+        self.cfg = cfg
         self.paths = run_paths(self.out, cfg)
         if self.env.world > 1:  # each rank appends to files of its own; rank 0 merges rows
             for k in ("gens", "samples"):
@@ -163,6 +195,10 @@ class QARunner:
         self._loader = loader
         self._models: dict[str, tuple] = {}
         self.machine: str | None = None
+        self.changed: set[str] = set()  # keys whose question was edited since its row was made
+        self.dataset_sha: str | None = None
+        self.stop: tuple[str, ...] = DEFAULT_STOP
+        """Stop strings of every generation (a subclass with another prompt may add some)."""
         """Where this run's timings are taken (``runio.machine_label``; rows' ``timed_on``)."""
 
     # ---------------------------------------------------------------- models
@@ -206,19 +242,21 @@ class QARunner:
         """Run (or resume) the study; returns the rows file. One process per output file:
         a second one started on the same file meanwhile gets a clear error."""
         items = self.items()  # a bad dataset name or path fails before anything is written
+        self.dataset_sha = dataset_sha(items)
         with exclusive(self.paths.get("shard", self.paths["rows"])):
             return self._run(items)
 
     def _run(self, items) -> Path:
-        from .prompts import qa_prompts
-
         cfg, env = self.cfg, self.env
         mine = shard(items, env)
         rows = JsonlWriter(self.paths.get("shard", self.paths["rows"]))
         have = {r["key"]: r for r in latest_by_key(read_jsonl(rows.path))}
         self._check_resume(have)
-        # new questions, and done ones that lack a method asked for now (added to the row)
-        todo = [it for it in mine if missing_methods(have.get(it.key), cfg.methods)
+        # new questions, questions edited since their row was made (answered again), and done
+        # ones that lack a method asked for now (added to the row)
+        self.changed = {it.key for it in mine if item_changed(have.get(it.key), it)}
+        todo = [it for it in mine if it.key in self.changed
+                or missing_methods(have.get(it.key), cfg.methods)
                 or needs_verdict(have.get(it.key), cfg.judge_model, cfg.judge_prompt,
                                  it.incorrect_answers)]
         if not todo and env.world == 1 and self._completed_before():
@@ -243,9 +281,11 @@ class QARunner:
         say = _step_reporter(bar, ent)
         for s in range(0, len(todo), cfg.batch_size):
             chunk = todo[s : s + cfg.batch_size]
-            prompts = qa_prompts(tok, [it.question for it in chunk])
-            old = [have.get(it.key) for it in chunk]
+            prompts = self.prompts(tok, chunk)
+            old = [None if it.key in self.changed else have.get(it.key) for it in chunk]
             for row in self._chunk(model, tok, info, chunk, prompts, judge, ent, old, say=say):
+                if row["key"] in self.changed:  # replaces the row of the question's old text
+                    row["revision"] = int(have[row["key"]].get("revision", 0)) + 1
                 rows.write(row)
             if bar is not None:
                 bar.update(len(chunk))
@@ -261,6 +301,12 @@ class QARunner:
         if env.is_main:
             self._write_run(info, judge, ent, status="complete", n=len(items))
         return self.paths["rows"]
+
+    def prompts(self, tok, chunk) -> list[str]:
+        """The prompts that ask ``chunk``'s questions (a subclass may use another format)."""
+        from .prompts import qa_prompts
+
+        return qa_prompts(tok, [it.question for it in chunk])
 
     def entailment_name(self) -> str | None:
         """The entailment judge semantic entropy uses (None when it is not computed)."""
@@ -300,12 +346,21 @@ class QARunner:
             )
 
     def _completed_before(self) -> bool:
-        """Whether run.json says a run with exactly these settings completed."""
+        """Whether run.json says a run with these settings completed on this dataset content
+        (however its path is spelled)."""
         doc = self._previous_run()
-        return doc.get("status") == "complete" and doc.get("config") == self._config_as_recorded()
+
+        def same(cfg: dict) -> dict:
+            return {k: v for k, v in cfg.items() if k not in SPELLING_SETTINGS}
+
+        return (doc.get("status") == "complete"
+                and same(doc.get("config") or {}) == same(self._config_as_recorded())
+                and doc.get("dataset_sha") == self.dataset_sha)
 
     def _cached(self, path: Path, keys: list[str]) -> dict[str, dict]:
-        want = set(keys)
+        """Cached generations of ``keys`` (the last of a key), except those of questions edited
+        since they were cached."""
+        want = set(keys) - self.changed
         return {r["key"]: r for r in read_jsonl(path) if r.get("key") in want}
 
     def _greedy(self, model, tok, chunk, prompts) -> list[Generation]:
@@ -317,7 +372,7 @@ class QARunner:
         if miss:
             gens = generate_greedy(model, tok, [prompts[i] for i in miss],
                                    max_new_tokens=self.cfg.max_new_tokens,
-                                   batch_size=self.cfg.batch_size)
+                                   batch_size=self.cfg.batch_size, stop=self.stop)
             w = JsonlWriter(self.paths["gens"])
             for i, g in zip(miss, gens, strict=False):
                 have[keys[i]] = {"key": keys[i], **dataclasses.asdict(g)}
@@ -334,7 +389,7 @@ class QARunner:
             sam = sample_completions(model, tok, [prompts[i] for i in miss], k=self.cfg.k,
                                      temperature=self.cfg.temperature, seed=self.cfg.seed,
                                      max_new_tokens=self.cfg.max_new_tokens,
-                                     keys=[keys[i] for i in miss],
+                                     keys=[keys[i] for i in miss], stop=self.stop,
                                      batch_size=min(self.cfg.batch_size * self.cfg.k, 128))
             w = JsonlWriter(self.paths["samples"])
             for i, sm in zip(miss, sam, strict=False):
@@ -454,6 +509,7 @@ class QARunner:
     def _write_run(self, info, judge, ent, *, status: str, n: int) -> None:
         cfg = dataclasses.asdict(self.cfg)
         doc = {"status": status, "config": cfg, "n_questions": n, "versions": versions(),
+               "dataset_sha": self.dataset_sha,
                "model": info.to_dict() if hasattr(info, "to_dict") else str(info),
                "judge": judge.config() if judge else None,
                "entailment": ent.config() if ent else None,
