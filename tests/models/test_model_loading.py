@@ -284,3 +284,18 @@ def test_architectures_tell_classifiers_from_causal_lms(save_tiny, tmp_path, tin
     # unreachable: no answer here; load_model then says what is wrong
     assert architectures("isouq-test/absent", hub_cache_dir=tmp_path / "hub",
                          local_files_only=True) == []
+
+
+class _Payload:
+    """An object torch.load(weights_only=True) must refuse to unpickle."""
+
+
+def test_a_pickle_weights_only_refuses_is_a_model_error(save_tiny):
+    folder = save_tiny("llama", False)
+    from safetensors.torch import load_file
+
+    state = load_file(folder / "model.safetensors")
+    (folder / "model.safetensors").unlink()
+    torch.save({**state, "extra": _Payload()}, folder / "pytorch_model.bin")
+    with pytest.raises(ModelError, match="refuses to run"):
+        load_model(folder, allow_pickle=True)

@@ -388,9 +388,17 @@ def _load_folder(folder: Path, *, trust_remote_code: bool, allow_pickle: bool, *
 
 
 def _guard_remote_code(where: str, load):
-    """Run ``load()``, turning transformers' remote-code refusal into a ModelError."""
+    """Run ``load()``, turning transformers' remote-code refusal and torch's refusal of a
+    pickle (weights_only=True) into ModelErrors."""
+    import pickle
+
     try:
         return load()
+    except pickle.UnpicklingError as e:
+        raise ModelError(
+            f"{where}: the pickled weights hold objects that torch.load(weights_only=True) "
+            f"refuses to run ({str(e).splitlines()[0][:120]}); convert them to safetensors "
+            "where you trust the file, or use another checkpoint") from None
     except ValueError as e:
         if "trust_remote_code" in str(e):
             raise remote_code_error(where) from e
