@@ -31,18 +31,39 @@ KINDS = ("identity", "diagonal", "laplace", "last_layer")
 
 @dataclass
 class Identity:
-    """C = scale · I. quadratic(J (..., P)) -> (...) = scale · ‖J‖²."""
+    """C = scale · I, the paper's isotropic covariance: gᵀCg = scale · ‖g‖².
+
+    Attributes:
+        scale: σ², the prior variance of every parameter (default 1: the score is ‖g‖²).
+    """
 
     scale: float = 1.0
     name: str = field(default="identity", init=False)
 
     def quadratic(self, J: torch.Tensor) -> torch.Tensor:
+        """gᵀCg for every gradient g in ``J``.
+
+        Args:
+            J: (..., P) gradients (rows of Jacobians) over the P selected parameters.
+
+        Returns:
+            (...) scale · ‖g‖², in the squared units of the differentiated output.
+        """
         return self.scale * J.pow(2).sum(-1)
 
 
 @dataclass
 class Diagonal:
-    """C = diag(precision + prior_precision)⁻¹; precision (P,) is a curvature diagonal."""
+    """C = diag(precision + prior_precision)⁻¹, a diagonal Laplace covariance.
+
+    Attributes:
+        precision: (P,) diagonal of a curvature (GGN or empirical Fisher) of the summed
+            negative log-likelihood, e.g. from :func:`curvature` with ``structure="diag"``.
+        prior_precision: λ > 0 added to every entry.
+
+    Raises:
+        CovarianceError: if an entry of precision + λ is not positive.
+    """
 
     precision: torch.Tensor
     prior_precision: float = 1.0
@@ -58,13 +79,23 @@ class Diagonal:
         self._inv = 1.0 / d
 
     def quadratic(self, J: torch.Tensor) -> torch.Tensor:
+        """gᵀCg = Σₚ gₚ² / (hₚ + λ) for every gradient g in ``J`` (..., P) -> (...)."""
         return (J.double().pow(2) * self._inv).sum(-1).to(J.dtype)
 
 
 class Dense:
-    """C = (precision + prior_precision · I)⁻¹ applied through its Cholesky factor L.
+    """C = (precision + prior_precision · I)⁻¹, the full Laplace covariance.
 
-    gᵀCg = ‖L⁻¹g‖² with L Lᵀ = H + λI (a triangular solve; no explicit inverse).
+    Applied through the Cholesky factor L of H + λI: gᵀCg = ‖L⁻¹g‖² (a triangular solve; no
+    explicit inverse). Memory is P² float64 numbers, so it suits small models or the last layer.
+
+    Args:
+        precision: (P, P) curvature H (GGN, empirical Fisher or Hessian) of the summed negative
+            log-likelihood, e.g. from :func:`curvature`.
+        prior_precision: λ > 0 added to the diagonal.
+
+    Raises:
+        CovarianceError: if H + λI is not positive definite.
     """
 
     name = "laplace"
@@ -81,6 +112,7 @@ class Dense:
         self.precision, self.prior_precision, self.L = precision, prior_precision, L
 
     def quadratic(self, J: torch.Tensor) -> torch.Tensor:
+        """gᵀ(H + λI)⁻¹g for every gradient g in ``J`` (..., P) -> (...)."""
         lead, P = J.shape[:-1], J.shape[-1]
         Z = torch.linalg.solve_triangular(self.L, J.reshape(-1, P).double().T, upper=False)
         return Z.pow(2).sum(0).reshape(lead).to(J.dtype)
@@ -129,10 +161,27 @@ def curvature(
     structure: Literal["full", "diag"] = "full",
     sigma_noise: float = 1.0,
 ) -> torch.Tensor:
-    """Curvature of Σₙ ℓ(xₙ, yₙ) w.r.t. the selected parameters, float64.
+    """Curvature of the summed negative log-likelihood Σₙ ℓ(xₙ, yₙ) w.r.t. the parameters.
 
-    Returns (P, P) for structure="full", (P,) for "diag". kind: "ggn" (Σ JᵀΛJ), "ef"
-    (empirical Fisher Σ ∇ℓₙ∇ℓₙᵀ) or "hessian" (exact; full only, small models).
+    Args:
+        model: the network at its trained weights θ*.
+        params: {name: parameter} of the P parameters that take part (see
+            :func:`select_params`).
+        X: (n, ...) proxy inputs.
+        y: (n,) targets: class indices for classification, values for regression.
+        likelihood: ``"classification"`` (Bernoulli for one logit, categorical for C ≥ 2) or
+            ``"regression"`` (Gaussian with noise ``sigma_noise``).
+        kind: ``"ggn"`` (Σ JᵀΛJ), ``"ef"`` (empirical Fisher Σ ∇ℓₙ∇ℓₙᵀ) or ``"hessian"``
+            (exact; full only, small models).
+        structure: ``"full"`` or ``"diag"``.
+        sigma_noise: σ of the Gaussian likelihood (regression only), in output units.
+
+    Returns:
+        float64 tensor, (P, P) for ``structure="full"`` or (P,) for ``"diag"``, in units of
+        1/parameter² (it is a precision).
+
+    Raises:
+        CovarianceError: for an unknown ``kind``, or ``"hessian"`` with ``structure="diag"``.
     """
     theta = {n: p.detach() for n, p in params.items()}
     P = sum(t.numel() for t in theta.values())
@@ -217,8 +266,25 @@ def build_covariance(
 ) -> Covariance:
     """Turn a covariance name (or a ready object) into a fitted covariance.
 
-    kind: "identity" | "diagonal" | "laplace" (full) | "last_layer" (full, on the last layer's
-    parameters: the caller selects them). ``data`` = (X, y) proxy data for the curvature.
+    Args:
+        kind: ``"identity"``, ``"diagonal"``, ``"laplace"`` (full), ``"last_layer"`` (full, on
+            the last layer's parameters: the caller selects them in ``params``), or a ready
+            :class:`Identity`, :class:`Diagonal` or :class:`Dense`, returned as is.
+        model: the network at its trained weights θ*.
+        params: {name: parameter} of the P parameters that take part.
+        data: (X (n, ...), y (n,)) proxy data for the curvature; required by every kind but
+            ``"identity"``.
+        likelihood: ``"classification"`` or ``"regression"``.
+        prior_precision: λ > 0 added to the curvature.
+        hessian: the curvature: ``"ggn"``, ``"ef"`` or ``"hessian"`` (full only).
+        sigma_noise: σ of the Gaussian likelihood (regression only), in output units.
+
+    Returns:
+        A covariance with ``quadratic(J)``: gradients (..., P) -> gᵀCg (...).
+
+    Raises:
+        CovarianceError: unknown kind or curvature, missing or mismatched proxy data.
+        MemoryBudgetError: a full P×P matrix would not fit in memory.
     """
     if isinstance(kind, Identity | Diagonal | Dense):
         return kind

@@ -45,12 +45,22 @@ def select_params(
     *,
     run_forward: Callable[[], object] | None = None,
 ) -> dict[str, nn.Parameter]:
-    """Resolve ``spec`` to an ordered {name: parameter} dict of the parameters that take part.
+    """Resolve ``spec`` to the parameters whose gradient enters the score.
 
-    spec: None (all parameters that require grad), ``"last_layer"`` (the parameters of the last
-    module with parameters called in the forward pass; needs ``run_forward``), a glob pattern
-    or list of glob patterns over parameter names (``"lm_head.*"``, ``["*.mlp.*", "*norm*"]``),
-    or a list of parameter tensors.
+    Args:
+        model: the network.
+        spec: ``None`` (every parameter that requires grad), ``"last_layer"`` (the parameters of
+            the last module with parameters called in the forward pass; needs
+            ``run_forward``), a glob pattern or list of glob patterns over parameter names
+            (``"lm_head.*"``, ``["*.mlp.*", "*norm*"]``), or a list of parameter tensors.
+        run_forward: a function running one forward pass of ``model`` (to find the last layer).
+
+    Returns:
+        {name: parameter}, in ``model.named_parameters()`` order.
+
+    Raises:
+        ModelError: the model has no (trainable) parameters.
+        InputError: ``spec`` matches nothing, or is of the wrong type.
     """
     all_named = dict(model.named_parameters())
     if not all_named:

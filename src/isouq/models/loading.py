@@ -158,19 +158,30 @@ def load_model(
 ) -> tuple[torch.nn.Module, object, ModelInfo]:
     """Load a causal LM and its tokenizer, in eval mode, with a pad token; return provenance.
 
-    name_or_path: registry name (default "smollm2"), local .gguf file or folder, or hub id.
-    device: "cpu", "cuda[:N]", "mps" or "auto".  dtype: None = float32, "auto" = the
-    checkpoint's dtype, or a float dtype (name or torch.dtype).
-    trust_remote_code: allow the repository's own Python code (off by default).
-    revision: branch, tag or commit, for hub ids only.
-    quantize: None, "4bit" or "8bit" (bitsandbytes; CUDA only; quantized weights are frozen).
-    allow_pickle: accept pickled .bin weights, read with torch.load(weights_only=True).
-    cache: keep/use a float32 safetensors copy of dequantized GGUF models under
-    ``$ISOUQ_CACHE`` (default ``~/.cache/isouq``), keyed by the GGUF's SHA-256.
-    model_class: transformers auto class (default AutoModelForCausalLM).
-    hub_cache_dir, local_files_only: passed to transformers for hub ids.
-    Returns (model, tokenizer, ModelInfo). The tokenizer's pad token is set to eos (or bos/unk)
-    when missing; the embedding matrix is never resized.
+    Needs the ``llm`` extra (transformers, safetensors, gguf, accelerate).
+
+    Args:
+        name_or_path: registry name (default ``"smollm2"``; see ``isouq models``), a local
+            ``.gguf`` file or model folder, or a Hugging Face hub id.
+        device: ``"cpu"``, ``"cuda[:N]"``, ``"mps"`` or ``"auto"`` (accelerate's device map).
+        dtype: ``None`` = float32, ``"auto"`` = the checkpoint's dtype, or a float dtype (name
+            or ``torch.dtype``).
+        trust_remote_code: allow the repository's own Python code (off by default).
+        revision: branch, tag or commit, for hub ids only.
+        quantize: ``None``, ``"4bit"`` or ``"8bit"`` (bitsandbytes; CUDA only; quantized
+            weights are frozen and not scored).
+        allow_pickle: accept pickled ``.bin`` weights, read with
+            ``torch.load(weights_only=True)``.
+        cache: keep/use a float32 safetensors copy of dequantized GGUF models under
+            ``$ISOUQ_CACHE`` (default ``~/.cache/isouq``), keyed by the GGUF's SHA-256.
+        model_class: transformers auto class (default ``AutoModelForCausalLM``).
+        hub_cache_dir: passed to transformers for hub ids.
+        local_files_only: passed to transformers for hub ids.
+
+    Returns:
+        ``(model, tokenizer, info)``: the model in eval mode; the tokenizer, whose pad token is
+        set to eos (or bos/unk) when missing (the embedding matrix is never resized); and a
+        ``ModelInfo`` with the files and their SHA-256.
     """
     start = time.perf_counter()
     dev = resolve_device(device)
