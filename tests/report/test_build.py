@@ -168,8 +168,30 @@ def test_group_without_both_classes_is_left_out_with_a_note(tmp_path):
     assert "Model &#x27;m2&#x27; on &#x27;D&#x27; left out" in out.read_text(encoding="utf-8")
     only = [r for r in rows if r["model"] == "m2"]
     write_jsonl(tmp_path / "m2.jsonl", only)
-    with pytest.raises(DataError, match="no QA group can be evaluated: model 'm2'"):
-        build_report([tmp_path / "m2.jsonl"], tmp_path / "out2", **FAST)
+    # no group can be evaluated: the run is shown as it is, with what is missing
+    out2 = build_report([tmp_path / "m2.jsonl"], tmp_path / "out2", **FAST)
+    doc2 = json.loads((out2.parent / "report.json").read_text(encoding="utf-8"))
+    prev = doc2["sections"][0]
+    assert prev["kind"] == "qa_preview" and "Not yet evaluable" in prev["notes"][0]
+    assert "Model 'm2' on 'D' left out: 1 correct and 11 incorrect" in prev["notes"][1]
+    (group,) = prev["tables"]["qa_preview_groups"]
+    assert (group["model"], group["answers"], group["correct"], group["incorrect"]) == \
+        ("m2", "12", "1", "11")
+    assert len(prev["tables"]["qa_preview_answers"]) == 12
+    assert "not yet evaluable" in out2.read_text(encoding="utf-8")
+
+
+def test_a_three_question_run_renders(tmp_path):
+    """A first small run (every answer judged incorrect) renders instead of failing."""
+    from .conftest import synth_rows, write_jsonl
+
+    rows = synth_rows(n=3, models=("m1",), datasets=("D",))
+    for r in rows:
+        r["correct"] = False
+    write_jsonl(tmp_path / "rows.jsonl", rows)
+    out = build_report([tmp_path / "rows.jsonl"], tmp_path / "out", **FAST)
+    html = out.read_text(encoding="utf-8")
+    assert "not yet evaluable" in html and "need 2 of each" in html
 
 
 def test_group_in_progress_gets_a_table_on_its_common_rows(tmp_path):

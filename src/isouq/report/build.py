@@ -9,7 +9,6 @@ from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
-from ..errors import DataError
 from ..evaluation import common_rows_tables, label_tables, study_tables
 from ..evaluation.rows import usable_rows
 from ..runio import dumps, versions
@@ -17,6 +16,7 @@ from .document import Section
 from .html import render_html
 from .inputs import Inputs, collect
 from .paper_qa import paper_qa_tables
+from .preview import qa_preview_section
 from .sections import experiment_section, qa_section
 from .tables import sections_latex, sections_markdown
 
@@ -48,6 +48,14 @@ def report_json(
             "tables": exp.doc.get("tables") or {}, "paper": exp.doc.get("paper") or {},
             "figures": [f.path.as_posix() for f in sec.figures],
         })
+    for sec in sections[len(inputs.experiments):]:
+        if sec.id.startswith("qa-run"):  # a QA run not yet evaluable: its tables as shown
+            doc["sections"].append({
+                "id": sec.id, "kind": "qa_preview", "title": sec.title,
+                "source": [str(f) for f in inputs.qa_files], "notes": list(sec.notes),
+                "tables": {t.name: [dict(zip(t.columns, r, strict=True)) for r in t.rows]
+                           for t in sec.raw},
+            })
     if study is not None:
         sec = sections[-1]
         doc["sections"].append({
@@ -89,8 +97,7 @@ def build_report(
                "n_paired_bootstrap": n_paired_bootstrap, "seed": seed,
                "log_epistemic": log_epistemic}
     qa_rows, left_out = usable_rows(found.qa_rows) if found.qa_rows else ([], [])
-    if found.qa_rows and not qa_rows:
-        raise DataError("no QA group can be evaluated: " + "; ".join(left_out))
+    preview = bool(found.qa_rows) and not qa_rows  # a run too small to evaluate: shown as it is
     study = study_tables(qa_rows, **options) if qa_rows else None
     if study is not None:
         common = common_rows_tables(found.qa_rows, n_bootstrap=n_bootstrap, seed=seed,
@@ -104,6 +111,9 @@ def build_report(
     taken: set[str] = set()
     names = Counter(e.name for e in found.experiments)
     sections = [experiment_section(e, out, taken, names) for e in found.experiments]
+    if preview:
+        sections.append(qa_preview_section(found.qa_rows, found.qa_files, taken,
+                                           left_out=left_out))
     if study is not None:
         sections.append(qa_section(qa_rows, study, found.qa_files, out, taken,
                                    options=options, skipped=found.skipped, left_out=left_out,
