@@ -18,6 +18,7 @@ from .scores import ParamInfo, Scores, SequenceScores
 from .sequences import score_sequences
 
 __all__ = [
+    "Calibrator",
     "Dense",
     "Diagonal",
     "GhostNorms",
@@ -34,3 +35,12 @@ __all__ = [
     "score_sequences",
     "select_params",
 ]
+
+
+def __getattr__(name: str):
+    """``isouq.Calibrator`` is imported on first use (it needs scikit-learn: the report extra)."""
+    if name == "Calibrator":
+        from .calibration import Calibrator
+
+        return Calibrator
+    raise AttributeError(f"module 'isouq' has no attribute {name!r}")

@@ -46,6 +46,7 @@ NUMERIC = (  # table columns: (header, row field, width, format)
     ("SE", "semantic_entropy", 6, ".3f"), ("P(True)", "p_true", 7, ".3f"),
     ("epi. pct", "epistemic_percentile", 8, ".0f"),
     ("alea. pct", "aleatoric_percentile", 9, ".0f"),
+    ("P(ok)", "p_correct", 6, ".2f"), ("withheld", "withheld", 8, ""),
 )
 
 
@@ -211,5 +212,10 @@ def print_table(rows: Sequence[dict]) -> None:
         for i in range(max(len(q), len(a))):
             line = f"{q[i] if i < len(q) else '':<{qw}} {a[i] if i < len(a) else '':<{aw}}"
             if i == 0:
-                line += "".join(f" {r[f]:{w}{fmt}}" for _, f, w, fmt in cols)
+                line += "".join(f" {_cell(r[f], w, fmt)}" for _, f, w, fmt in cols)
             print(line.rstrip())
+
+
+def _cell(v, width: int, fmt: str) -> str:
+    """A table cell: a number formatted with ``fmt``, a boolean as yes/no (``withheld``)."""
+    return ("yes" if v else "no").rjust(width) if isinstance(v, bool) else f"{v:{width}{fmt}}"

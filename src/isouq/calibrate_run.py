@@ -202,8 +202,8 @@ def run_calibration(
                   "max_risk": max_risk, "delta": delta if max_risk is not None else None,
                   "gold": found["gold_files"] if labels == "hand" else []},
         tables=tables, figures=[f.name for f in figures],
-        extra={"model": name, "labels": f"{labels} ({lab['n']} answers, {lab['correct']} "
-                                        "correct)",
+        extra={"model": name, "labels": labels,
+               "answers": f"{lab['n']} ({lab['correct']} correct)",
                "datasets": ", ".join(cal.doc.get("datasets") or []),
                "selected": f"{cal.map.kind} on {cal.map.name}",
                "calibration": "calibration.json", "crossfit": "crossfit.jsonl",
@@ -262,6 +262,49 @@ def evaluate(cal: Calibrator, rows: Sequence[Mapping], labels: str = "judge",
         out["coverage"] = float(kept.mean())
         out["error_rate_kept"] = float(1 - y[kept].mean()) if kept.any() else None
     return out
+
+
+def annotate_file(path: str | os.PathLike, cal: Calibrator) -> str:
+    """Add ``p_correct`` (and ``withheld``) to every scored row of a JSONL file of
+    ``isouq score`` (rewritten atomically; error rows are left as they are); return one line
+    saying what was done."""
+    from .runio import read_jsonl
+
+    path = Path(path)
+    rows = read_jsonl(path, missing_ok=False)
+    scored = [r for r in rows if "error" not in r]
+    cal.annotate(scored)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    os.replace(tmp, path)
+    line = f"p_correct added to {len(scored)} rows of {path} ({cal.describe()})"
+    if cal.threshold is not None:
+        n = sum(bool(r.get("withheld")) for r in scored)
+        line += f"; {n} of {len(scored)} withheld"
+    return line
+
+
+def summary(results: str | os.PathLike) -> str:
+    """A few lines about a calibration run: where its files are, the map selected, the
+    cross-fitted metrics beside the base rate, and the guarantee."""
+    results = Path(results)
+    doc = json.loads(results.read_text(encoding="utf-8"))
+    m = {r["predictor"]: r for r in doc["tables"]["metrics"]}
+    cal, base = m["calibrated (selected per fold)"], m["base rate (constant)"]
+
+    def fmt(r):
+        auroc = "n/a" if r["auroc"] is None else f"{r['auroc']:.3f}"
+        return (f"ECE {r['ece']:.3f}, Brier {r['brier']:.3f}, log-loss {r['log_loss']:.3f}, "
+                f"AUROC {auroc}")
+
+    return "\n".join([
+        f"calibration of {doc['model']} ({doc['labels']} labels, {doc['answers']} answers) -> "
+        f"{results.parent / 'calibration.json'}; map: {doc['selected']}",
+        f"cross-fitted: {fmt(cal)}",
+        f"base rate:    {fmt(base)}",
+        f"withholding:  {doc['guarantee']}",
+        f"tables and figures: {results} ({', '.join(doc['figures'])})",
+    ])
 
 
 # ---------------------------------------------------------------- figures
@@ -341,5 +384,5 @@ def risk_coverage_figure(preds: Mapping[str, np.ndarray], y: np.ndarray, path: P
     return path
 
 
-__all__ = ["evaluate", "read_inputs", "reliability_figure",
+__all__ = ["annotate_file", "evaluate", "summary", "read_inputs", "reliability_figure",
            "risk_coverage_figure", "run_calibration"]

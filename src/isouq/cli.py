@@ -48,8 +48,8 @@ def _require_for(args) -> None:
         require_extras("llm", f"isouq {cmd}")
     elif cmd == "demo":
         require_extras("report", "isouq demo --toy")
-    elif cmd == "report":
-        require_extras("report", "isouq report")
+    elif cmd in ("report", "calibrate"):
+        require_extras("report", f"isouq {cmd}")
     elif cmd == "qa" and args.qa_command == "run":
         require_extras("llm,report", "isouq qa run")
 
@@ -157,10 +157,13 @@ def cmd_ask(args) -> int:
     questions = check_questions(questions)  # before a model loads
     baselines = check_baselines(args.baselines, k=args.k, k_p_true=args.k_p_true)
     reference = None if args.reference is None else reference_rows(args.reference, args.model)
+    cal = _calibration(args)
     check_loadable(args.model)
     if "semantic_entropy" in baselines:
         check_loadable(args.entailment_model)
-    model, tok, _ = _load(args)
+    model, tok, info = _load(args)
+    if cal is not None:
+        cal.check_model(args.model, getattr(info, "files", None))
     rows = answer_and_score(model, tok, questions, max_new_tokens=args.max_new_tokens,
                             batch_size=args.batch_size)
     if baselines:
@@ -172,6 +175,8 @@ def cmd_ask(args) -> int:
                       max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
     if reference is not None:
         add_percentiles(rows, reference)
+    if cal is not None:
+        cal.annotate(rows)
     if args.json:
         for r in rows:
             print(json.dumps(r, ensure_ascii=False))
@@ -181,7 +186,22 @@ def cmd_ask(args) -> int:
         if reference is not None:
             print(f"pct = percentile among {len(reference)} answers of {args.model} in "
                   f"{args.reference} ({', '.join(sorted({r['dataset'] for r in reference}))})")
+        if cal is not None:
+            print(cal.describe())
     return 0
+
+
+def _calibration(args):
+    """The --calibration file, read and checked against --model by name when it records no
+    weight hashes (those are compared once the model is loaded); None without the option."""
+    if getattr(args, "calibration", None) is None:
+        return None
+    from .calibration import Calibrator
+
+    cal = Calibrator.load(args.calibration)
+    if not cal.doc["model"].get("sha256"):
+        cal.check_model(args.model)
+    return cal
 
 
 def _entailment_judge(name: str, args):
@@ -204,6 +224,7 @@ def cmd_score(args) -> int:
     # everything a user can get wrong is checked before the model loads
     index = scan_pairs(args.input, limit=args.limit)
     check_out(args.out, [args.input])
+    cal = _calibration(args)
     check_loadable(args.model)
     env = dist_env()
     params = None if args.params is None else (
@@ -216,6 +237,8 @@ def cmd_score(args) -> int:
         args.device = device_for(env, args.device)
         init_process_group(env, args.device)
         model, tok, info = _load(args)
+        if cal is not None:
+            cal.check_model(args.model, getattr(info, "files", None))
         settings = run_settings(model=args.model, method=args.method, params=params,
                                 dtype=args.dtype or "float32",
                                 model_files=getattr(info, "files", None))
@@ -233,6 +256,10 @@ def cmd_score(args) -> int:
               "--on-error skip)") if res["errors"] else ""
     print(f"scored {res['written']} answers ({res['skipped']} already done{again}){where} in "
           f"{res['seconds']:.1f} s -> {args.out}{errors}")
+    if cal is not None and env.is_main:
+        from .calibrate_run import annotate_file
+
+        print(annotate_file(args.out, cal))
     return 0
 
 
@@ -324,6 +351,16 @@ def cmd_qa_label(args) -> int:
     return 0
 
 
+def cmd_calibrate(args) -> int:
+    from .calibrate_run import run_calibration, summary
+
+    path = run_calibration(args.rows, args.out, labels=args.labels, max_risk=args.max_risk,
+                           delta=args.delta, model=args.model, gold=args.gold or (),
+                           seed=args.seed)
+    print(summary(path))
+    return 0
+
+
 def cmd_report(args) -> int:
     from .report.build import build_report
 
@@ -362,6 +399,9 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     p.add_argument("--reference", default=None,
                    help="QA rows of the same model (e.g. results/qa): adds each score's "
                         "percentile among that model's answers")
+    p.add_argument("--calibration", default=None, metavar="FILE",
+                   help="a calibration.json of `isouq calibrate` for this model: adds P(correct) "
+                        "(and withheld, when it holds a threshold)")
     p.add_argument("--json", action="store_true",
                    help="one JSON object per answer (all scores and timings) instead of a table")
     p.add_argument("--baselines", nargs="+", default=[], metavar="METHOD",
@@ -393,6 +433,9 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
                    help="cap on padded tokens per batch (rows × longest), to fit memory")
     p.add_argument("--no-bucketing", action="store_true",
                    help="score in input order instead of sorted by length")
+    p.add_argument("--calibration", default=None, metavar="FILE",
+                   help="a calibration.json of `isouq calibrate` for this model: each row gets "
+                        "p_correct (and withheld, when it holds a threshold)")
     p.add_argument("--on-error", choices=["skip", "stop"], default="skip",
                    help="a row that cannot be scored: write an error row and go on (skip, the "
                         "default) or stop the run")
@@ -468,6 +511,26 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     q.add_argument("--labeler", default=None, help="who labels (default: the user name)")
     q.add_argument("--data", default=None, help="the dataset file, to show incorrect answers")
     q.set_defaults(func=cmd_qa_label)
+
+    p = sub.add_parser("calibrate", help="P(correct) from the scores, fitted on labelled rows; "
+                                         "optionally a threshold with an error-rate guarantee")
+    p.add_argument("rows", nargs="+", help="labelled rows: files or folders of `isouq qa run` "
+                                           "(or JSONL with the scores and a 0/1 'correct')")
+    p.add_argument("--out", type=out_dir, required=True,
+                   help="output folder (calibration.json, crossfit.jsonl, results.json, PNGs)")
+    p.add_argument("--labels", choices=["hand", "judge", "lexical"], default="judge",
+                   help="which labels: hand (gold/ beside the rows, or --gold), the LLM judge's "
+                        "(default), or lexical matching")
+    p.add_argument("--gold", nargs="+", default=None, metavar="PATH",
+                   help="hand-label files or folders (default: gold/ beside the rows)")
+    p.add_argument("--max-risk", type=float, default=None, metavar="A",
+                   help="withhold answers so that the error rate among those kept is ≤ A ...")
+    p.add_argument("--delta", type=float, default=0.1, metavar="D",
+                   help="... with probability ≥ 1 − D (Learn then Test; default 0.1)")
+    p.add_argument("--model", default=None,
+                   help="the model to calibrate, when the rows hold several or name none")
+    p.add_argument("--seed", type=int, default=0, help="folds and split")
+    p.set_defaults(func=cmd_calibrate)
 
     p = sub.add_parser("report", help="one HTML report from results dirs and QA runs")
     p.add_argument("inputs", nargs="+", help="results.json dirs/files and QA JSONL dirs/files")

@@ -189,9 +189,10 @@ def threshold_grid(p_fit: np.ndarray, n_test: int, *, alpha: float, delta: float
     Candidates are the quantiles of ``p_fit`` at retained fractions from the smallest that
     keeps :func:`min_kept` of ``n_test`` rows up to 1, then 0 (keep everything). Fixed-sequence
     testing stops at the first threshold it cannot certify, so the grid starts where the test
-    is expected to be strongest: at the candidate whose predicted p-value is smallest, taking
-    the map's own P(correct) at face value (errors expected among kept ≈ Σ (1 − p) over the
-    ``p_fit`` it keeps, scaled to ``n_test`` rows); higher thresholds are left out. This uses
+    is most likely to certify: at the candidate of highest predicted power, taking the map's
+    own P(correct) at face value (error rate among kept = mean of 1 − p over the ``p_fit`` it
+    keeps, kept count scaled to ``n_test`` rows; power = the binomial probability of at most
+    the most errors that still certify α); higher thresholds are left out. This uses
     no calibration label, so the guarantee of :func:`learn_then_test` holds for any ``p_fit``;
     a poorly calibrated ``p_fit`` only costs power.
 
@@ -213,10 +214,11 @@ def threshold_grid(p_fit: np.ndarray, n_test: int, *, alpha: float, delta: float
     levels = np.linspace(start, 1.0, max(2, max_points - 1))
     lam = np.r_[np.quantile(p, 1.0 - levels, method="lower"), 0.0]
     lam = np.unique(np.clip(lam, 0.0, 1.0))[::-1]
-    share, wrong = kept_counts(p, np.ones(p.size, dtype=int), lam)[0] / p.size, []
-    for t in lam:
-        wrong.append(float(np.sum(1.0 - p[p >= t])) / p.size)
-    m = np.rint(share * n_test).astype(int)
-    e = np.floor(np.asarray(wrong) * n_test).astype(int)
-    predicted = binomial_p_values(np.minimum(e, m), m, alpha)
-    return lam[int(np.argmin(predicted)):]
+    kept = kept_counts(p, np.ones(p.size, dtype=int), lam)[0]
+    expected_wrong = np.r_[0.0, np.cumsum(1.0 - np.sort(p)[::-1])][kept]  # Σ (1 − p) over kept
+    m = np.rint(kept / p.size * n_test).astype(int)
+    risk = np.where(kept > 0, expected_wrong / np.maximum(kept, 1), 1.0)
+    k = binom.ppf(delta, m, alpha)  # the most errors among m kept that still certify α
+    e_max = np.where(binom.cdf(k, m, alpha) <= delta, k, k - 1)
+    power = np.where((m > 0) & (e_max >= 0), binom.cdf(e_max, m, risk), 0.0)
+    return lam[int(np.argmax(power)):]

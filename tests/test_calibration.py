@@ -1,0 +1,288 @@
+"""Calibrated P(correct) and withholding with a guarantee (isouq.calibration, risk_control).
+
+Fitted maps are compared with scikit-learn fitted directly, ECE and Brier with hand
+computation, the Learn-then-Test guarantee with a simulation of a known error model.
+"""
+
+import json
+import math
+
+import numpy as np
+import pytest
+from scipy.stats import beta, binom, binomtest
+from sklearn.calibration import CalibratedClassifierCV, calibration_curve
+from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import log_loss
+from sklearn.model_selection import StratifiedKFold, cross_val_predict
+
+from isouq import Calibrator
+from isouq.calibration import (
+    FORMAT_VERSION,
+    CalibrationError,
+    fit_map,
+    score_columns,
+    select_map,
+)
+from isouq.cli import main
+from isouq.errors import IsouqError
+from isouq.evaluation.classifier import correctness_model, fit_predict
+from isouq.evaluation.probability import ece, probability_metrics, reliability_bins
+from isouq.evaluation.risk_control import (
+    binomial_p_values,
+    fixed_sequence,
+    learn_then_test,
+    threshold_grid,
+)
+
+
+def synth_rows(n=120, seed=0, model="m", dataset="d"):
+    """QA-shaped rows whose correctness depends on log epistemic and p̄."""
+    rng = np.random.default_rng(seed)
+    mean_prob = rng.uniform(0.2, 0.95, n)
+    epi = np.exp(rng.normal(2.0, 1.0, n))
+    alea = rng.uniform(0.05, 0.25, n)
+    logit = -1.0 + 3.0 * (mean_prob - 0.5) + 0.6 * (np.log(epi) - 2.0)
+    correct = rng.random(n) < 1 / (1 + np.exp(-logit))
+    return [{"key": f"k{i}", "model": model, "dataset": dataset, "question": "q", "answer": "a",
+             "correct": bool(correct[i]), "lexical_correct": bool(correct[i] ^ (i % 7 == 0)),
+             "scores": {"epistemic": float(epi[i]), "aleatoric": float(alea[i]),
+                        "mean_prob": float(mean_prob[i])}} for i in range(n)]
+
+
+@pytest.fixture(scope="module")
+def data():
+    rows = synth_rows()
+    y = np.array([int(r["correct"]) for r in rows])
+    return rows, score_columns(rows), y
+
+
+# ---------------------------------------------------------------- fitted maps vs scikit-learn
+def test_platt_map_is_sklearns_logistic_regression_and_the_studys(data):
+    rows, cols, y = data
+    m = fit_map(cols, y, "Epi. & Alea.", "platt")
+    X = np.c_[np.log(cols["epistemic"]), cols["aleatoric"]]
+    Z = (X - X.mean(0)) / X.std(0)
+    ref = LogisticRegression(C=1.0, solver="newton-cholesky").fit(Z, y).predict_proba(Z)[:, 1]
+    np.testing.assert_allclose(m.predict(cols), ref, rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(m.predict(cols), fit_predict(X, y, X), rtol=1e-6, atol=1e-9)
+
+
+def test_isotonic_map_is_sklearns_calibrated_classifier(data):
+    rows, cols, y = data
+    m = fit_map(cols, y, "p̄", "isotonic", seed=3)
+    X = cols["mean_prob"][:, None]
+    cc = CalibratedClassifierCV(correctness_model(), method="isotonic", ensemble=False,
+                                cv=StratifiedKFold(3, shuffle=True, random_state=3)).fit(X, y)
+    lo = 1 / (len(y) + 1)
+    ref = np.clip(cc.predict_proba(X)[:, 1], lo, 1 - lo)
+    np.testing.assert_allclose(m.predict(cols), ref, rtol=1e-9, atol=1e-12)
+    grid = {"mean_prob": np.linspace(0, 1, 57)}  # between and beyond the knots too
+    np.testing.assert_allclose(m.predict(grid),
+                               np.clip(cc.predict_proba(grid["mean_prob"][:, None])[:, 1],
+                                       lo, 1 - lo), rtol=1e-9, atol=1e-12)
+
+
+def test_selection_takes_the_smallest_cross_validated_log_loss(data):
+    rows, cols, y = data
+    fitted, table = select_map(cols, y, seed=0)
+    best = min(table, key=lambda r: r["cv_log_loss"])
+    assert [r["selected"] for r in table].count(True) == 1 and best["selected"]
+    assert (fitted.name, fitted.kind) == (best["features"], best["map"])
+    one = next(r for r in table if r["features"] == "Epi." and r["map"] == "platt")
+    X = np.log(cols["epistemic"])[:, None]
+    p = cross_val_predict(correctness_model(), X, y, method="predict_proba",
+                          cv=StratifiedKFold(5, shuffle=True, random_state=0))[:, 1]
+    assert one["cv_log_loss"] == pytest.approx(log_loss(y, p), rel=1e-9)
+
+
+def test_epistemic_log_is_derived_or_taken_from_the_rows():
+    rows = [{"scores": {"epistemic": 8.0, "mean_prob": 0.5, "aleatoric": 0.1}},
+            {"epistemic": 2.0, "mean_prob": 0.25, "aleatoric": 0.1, "epistemic_log": 5.0}]
+    assert list(score_columns(rows)["epistemic_log"]) == [32.0, 5.0]
+
+
+# ---------------------------------------------------------------- metrics by hand
+def test_ece_and_brier_by_hand():
+    p = np.array([0.05, 0.15, 0.18, 0.95, 1.0, 0.1])
+    y = np.array([0, 1, 0, 1, 1, 0])
+    # bins [0, .1] {.05, .1}, (.1, .2] {.15, .18}, (.9, 1] {.95, 1}
+    assert ece(p, y) == pytest.approx((2 * 0.075 + 2 * 0.335 + 2 * 0.025) / 6)
+    m = probability_metrics(p, y)
+    assert m["brier"] == pytest.approx((0.05**2 + 0.85**2 + 0.18**2 + 0.05**2 + 0 + 0.1**2) / 6)
+    assert m["log_loss"] == pytest.approx(
+        -np.mean(np.where(y == 1, np.log(np.clip(p, 1e-15, 1)), np.log(np.clip(1 - p, 1e-15, 1)))),
+        rel=1e-6)
+    assert m["auroc"] == pytest.approx(8 / 9)  # of 3×3 pairs only (0.15 correct, 0.18 wrong) is misordered
+
+
+def test_reliability_bins_are_sklearns_calibration_curve():
+    rng = np.random.default_rng(1)
+    p = rng.random(300)
+    y = (rng.random(300) < p**2).astype(int)
+    bins = reliability_bins(p, y, n_bins=10)
+    acc, mean_p = calibration_curve(y, p, n_bins=10, strategy="uniform")
+    np.testing.assert_allclose([b["accuracy"] for b in bins], acc)
+    np.testing.assert_allclose([b["mean_p"] for b in bins], mean_p)
+    assert sum(b["n"] for b in bins) == 300
+
+
+# ---------------------------------------------------------------- Learn then Test
+def test_binomial_p_values_are_scipys_one_sided_binomial_test():
+    for e, k in [(0, 10), (3, 9), (7, 20), (0, 0)]:
+        got = binomial_p_values(np.array([e]), np.array([k]), 0.3)[0]
+        want = 1.0 if k == 0 else binomtest(e, k, 0.3, alternative="less").pvalue
+        assert got == pytest.approx(want)
+    assert fixed_sequence(np.array([0.01, 0.05, 0.2, 0.01]), 0.1) == 2
+    assert fixed_sequence(np.array([0.2, 0.01]), 0.1) == 0
+
+
+def _risk(lam, calibrated):
+    """Error rate among answers with P(correct) ≥ λ in the simulated worlds: s ~ U(0, 1);
+    "calibrated": P(correct) = s², truly correct with probability s²; "overconfident":
+    P(correct) = s, truly correct with probability s² (E[s² | s ≥ t] = (1 + t + t²) / 3)."""
+    t = np.sqrt(lam) if calibrated else lam
+    return 1.0 - (1.0 + t + t**2) / 3.0
+
+
+@pytest.mark.parametrize("calibrated", [True, False], ids=["calibrated", "overconfident"])
+def test_learn_then_test_keeps_its_guarantee_in_simulation(calibrated):
+    alpha, delta, n, draws = 0.2, 0.1, 300, 1500
+    rng = np.random.default_rng(0)
+    fails = naive_fails = 0
+    coverage = []
+    for _ in range(draws):
+        s_fit, s = rng.random(n), rng.random(n)
+        y = (rng.random(n) < s**2).astype(int)
+        p_fit, p = (s_fit**2, s**2) if calibrated else (s_fit, s)
+        grid = threshold_grid(p_fit, n, alpha=alpha, delta=delta)  # fixed without the labels
+        rc = learn_then_test(p, y, grid, alpha=alpha, delta=delta)
+        fails += rc.certified and _risk(rc.threshold, calibrated) > alpha
+        coverage.append(rc.coverage)
+        # the plug-in rule (lowest threshold whose empirical error among kept is ≤ α)
+        keep = p[:, None] >= grid[None, :]
+        kept, err = keep.sum(0), ((1 - y)[:, None] * keep).sum(0)
+        ok = (kept > 0) & (err <= alpha * kept)
+        naive = grid[np.flatnonzero(ok)[-1]] if ok.any() else math.inf
+        naive_fails += math.isfinite(naive) and _risk(naive, calibrated) > alpha
+    # one-sided 99.9% Clopper-Pearson lower bound on the failure rate must not exceed δ
+    lower = beta.ppf(0.001, fails, draws - fails + 1) if fails else 0.0
+    assert lower <= delta, (fails, draws)
+    # the simulation can see a violation: the uncorrected rule fails far more often than δ
+    assert beta.ppf(0.001, naive_fails, draws - naive_fails + 1) > delta, naive_fails
+    if calibrated:  # and with a calibrated map the guarantee is not bought by keeping nothing:
+        # compare with an oracle that knows the truth and tests one threshold t² (keeps 1 − t
+        # of the answers when the binomial test at level δ certifies it): its expected coverage
+        t = np.linspace(0.5, 0.99, 99)
+        m = np.rint(n * (1 - t)).astype(int)
+        e_max = np.array([max((e for e in range(k + 1) if binom.cdf(e, k, alpha) <= delta),
+                              default=-1) for k in m])
+        oracle = np.max(np.where(e_max >= 0, binom.cdf(e_max, m, _risk(t**2, True)), 0) * (1 - t))
+        assert np.mean(coverage) >= 0.5 * oracle, (np.mean(coverage), oracle)
+
+
+def test_no_certified_threshold_withholds_everything():
+    p = np.linspace(0.1, 0.9, 50)
+    rc = learn_then_test(p, np.zeros(50, dtype=int), np.array([0.5, 0.2]), alpha=0.1, delta=0.1)
+    assert not rc.certified and rc.coverage == 0 and rc.to_dict()["threshold"] is None
+
+
+# ---------------------------------------------------------------- bad input
+@pytest.mark.parametrize("mutate, problem", [
+    (lambda rs: [{k: v for k, v in r.items() if k != "correct"} for r in rs], "no 'correct'"),
+    (lambda rs: [{**r, "correct": True} for r in rs], "one label class"),
+    (lambda rs: rs[:15], "at least 20"),
+    (lambda rs: [{**r, "scores": {**r["scores"], "aleatoric": float("nan")}} if i == 3 else r
+                 for i, r in enumerate(rs)], "missing or NaN"),
+    (lambda rs: [{**r, "scores": {"epistemic": 1.0, "mean_prob": 0.5}} for r in rs],
+     "lack ['aleatoric']"),
+])
+def test_bad_rows_are_clear_errors(mutate, problem):
+    with pytest.raises(IsouqError, match=problem.replace("(", r"\(").replace("[", r"\[")):
+        Calibrator.fit(mutate(synth_rows(60)))
+
+
+def test_an_older_or_foreign_file_is_refused(tmp_path, data):
+    cal = Calibrator.fit(data[0])
+    path = cal.save(tmp_path / "c.json")
+    doc = json.loads(path.read_text())
+    path.write_text(json.dumps({**doc, "format_version": FORMAT_VERSION - 1}))
+    with pytest.raises(CalibrationError, match="re-run `isouq calibrate`"):
+        Calibrator.load(path)
+    path.write_text(json.dumps({"tables": {}}))
+    with pytest.raises(CalibrationError, match="not an isouq calibration"):
+        Calibrator.load(path)
+
+
+# ---------------------------------------------------------------- files and models
+def test_save_load_round_trip(tmp_path, data):
+    rows, cols, y = data
+    cal = Calibrator.fit(rows, max_risk=0.4, delta=0.2, model_files={"/x/model.safetensors": "ab"})
+    back = Calibrator.load(cal.save(tmp_path / "cal.json"))
+    np.testing.assert_array_equal(back.predict(rows), cal.predict(rows))
+    assert back.threshold == cal.threshold and back.doc["model"] == cal.doc["model"]
+    assert cal.doc["split"]["fit_rows"] + cal.doc["split"]["risk_rows"] == len(rows)
+    flat = [{**r["scores"]} for r in rows[:5]]  # rows of `isouq score`/`ask` carry them flat
+    back.annotate(flat)
+    assert [r["p_correct"] for r in flat] == pytest.approx(list(cal.predict(rows[:5])))
+    assert all(r["withheld"] == (not r["p_correct"] >= cal.threshold) for r in flat)
+
+
+def test_a_calibration_of_another_model_is_refused_naming_both(data):
+    cal = Calibrator.fit(data[0], model_files={"/c/model.safetensors": "a" * 64})
+    with pytest.raises(CalibrationError, match=r"made for model 'm' \(weights model.safetensors "
+                                               r"aaaaaaaaaaaa….*not for 'other'"):
+        cal.check_model("other", {"/d/model.safetensors": "b" * 64})
+    cal.check_model("a/path/to/m", {"/e/model.safetensors": "a" * 64})  # same weights
+    plain = Calibrator.fit(data[0])
+    with pytest.raises(CalibrationError, match="made for model 'm', not for 'other'"):
+        plain.check_model("other")
+
+
+# ---------------------------------------------------------------- the command
+def _write_run(tmp_path, rows, name="qa_d__m"):
+    path = tmp_path / f"{name}.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / f"{name}.run.json").write_text(json.dumps(
+        {"model": {"name": "m", "files": {"/cache/model.safetensors": "c" * 64}}}))
+    return path
+
+
+def test_cli_calibrate_writes_every_file(tmp_path, capsys, monkeypatch):
+    import isouq.calibration as calibration
+
+    monkeypatch.setattr(calibration, "FEATURE_SETS",  # fewer candidates: a faster test
+                        {k: calibration.FEATURE_SETS[k] for k in ("p̄", "Epi.", "Epi. & Alea.")})
+    rows = synth_rows(80)
+    path = _write_run(tmp_path, rows)
+    gold = tmp_path / "gold"
+    gold.mkdir()
+    (gold / "d__m.gold.jsonl").write_text("".join(json.dumps(
+        {"key": r["key"], "dataset": "d", "model": "m", "gold_correct": r["correct"] ^ (i < 5)})
+        + "\n" for i, r in enumerate(rows)))
+    out = tmp_path / "cal"
+    assert main(["calibrate", str(path), "--out", str(out), "--labels", "hand",
+                 "--max-risk", "0.4", "--delta", "0.2"]) == 0
+    assert "cross-fitted: ECE" in capsys.readouterr().out
+    doc = json.loads((out / "results.json").read_text())
+    preds = [r["predictor"] for r in doc["tables"]["metrics"]]
+    assert preds[:2] == ["calibrated (selected per fold)", "base rate (constant)"]
+    assert "p̄ alone (Platt)" in preds and doc["labels"] == "hand"
+    cross = [json.loads(line) for line in (out / "crossfit.jsonl").read_text().splitlines()]
+    assert sorted(r["key"] for r in cross) == sorted(r["key"] for r in rows)
+    gold_of = {r["key"]: r["correct"] ^ (i < 5) for i, r in enumerate(rows)}
+    assert all(r["correct"] == gold_of[r["key"]] for r in cross)  # hand labels were used
+    y = np.array([r["correct"] for r in cross], dtype=int)
+    p = np.array([r["p_correct"] for r in cross])
+    assert doc["tables"]["metrics"][0]["brier"] == pytest.approx(np.mean((p - y) ** 2))
+    cal = Calibrator.load(out / "calibration.json")
+    assert cal.doc["model"]["sha256"] == {"model.safetensors": "c" * 64}
+    assert cal.doc["labels"]["source"] == "hand" and "risk_control" in doc["tables"]
+    assert all((out / f).is_file() for f in ("reliability.png", "risk_coverage.png"))
+
+
+def test_cli_calibrate_bad_input_is_one_line(tmp_path, capsys):
+    path = _write_run(tmp_path, synth_rows(15))
+    assert main(["calibrate", str(path), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "at least 20" in err
+    assert main(["calibrate", str(path), "--out", str(tmp_path / "o"), "--max-risk", "2"]) == 2
