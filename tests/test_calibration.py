@@ -286,3 +286,50 @@ def test_cli_calibrate_bad_input_is_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "at least 20" in err
     assert main(["calibrate", str(path), "--out", str(tmp_path / "o"), "--max-risk", "2"]) == 2
+
+
+# ---------------------------------------------------------------- where answers are made
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    import tiny
+
+    d = tmp_path_factory.mktemp("tinyllama")
+    tiny.causal_lm("llama-tied").save_pretrained(d)
+    tiny.tokenizer().save_pretrained(d)
+    return d
+
+
+def test_ask_and_score_add_p_correct_and_withheld(model_dir, tmp_path, capsys):
+    cal = Calibrator.fit(synth_rows(), model=None, max_risk=0.5, delta=0.2)
+    cal.doc["model"] = {"name": str(model_dir), "sha256": {}}
+    path = cal.save(tmp_path / "cal.json")
+    qs = ["what is the capital of france", "who wrote hamlet"]
+    base = ["ask", "--model", str(model_dir), "--max-new-tokens", "4", "--calibration", str(path)]
+    assert main([*base, "--json", *qs]) == 0
+    got = [json.loads(line) for line in capsys.readouterr().out.splitlines()
+           if line.startswith("{")]
+    want = cal.predict(got)  # from each row's own scores
+    assert [r["p_correct"] for r in got] == pytest.approx(list(want), nan_ok=True)
+    assert [r["withheld"] for r in got] == [not p >= cal.threshold for p in want]
+    assert main([*base, *qs]) == 0
+    out = capsys.readouterr().out
+    assert "P(ok)" in out and "withheld" in out and cal.describe() in out
+    inp = tmp_path / "in.jsonl"
+    inp.write_text("".join(json.dumps({"id": f"q{i}", "question": q, "answer": "paris"}) + "\n"
+                           for i, q in enumerate(qs)))
+    scores = tmp_path / "scores.jsonl"
+    assert main(["score", str(inp), "--out", str(scores), "--model", str(model_dir),
+                 "--calibration", str(path)]) == 0
+    rows = [json.loads(line) for line in scores.read_text().splitlines()]
+    assert [r["p_correct"] for r in rows] == pytest.approx(list(cal.predict(rows)))
+    assert all("withheld" in r for r in rows)
+
+
+def test_ask_refuses_another_models_calibration_naming_both(model_dir, tmp_path, capsys):
+    cal = Calibrator.fit(synth_rows(), model_files={"/c/model.safetensors": "a" * 64})
+    path = cal.save(tmp_path / "cal.json")
+    assert main(["ask", "--model", str(model_dir), "--calibration", str(path),
+                 "who wrote hamlet"]) == 2
+    err = capsys.readouterr().err
+    assert "made for model 'm' (weights model.safetensors aaaaaaaaaaaa…)" in err
+    assert f"not for '{model_dir}' (weights model.safetensors" in err
