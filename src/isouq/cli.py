@@ -327,6 +327,17 @@ def cmd_qa_mc(args) -> int:
     return 0
 
 
+def cmd_qa_short(args) -> int:
+    from .qa.short import run_short
+
+    configure()
+    path = run_short(args.model, args.out, limit=args.limit, seed=args.seed,
+                     methods=tuple(args.methods), k=args.k, batch_size=args.batch_size,
+                     device=args.device)
+    print(f"qa short complete: {path}")
+    return 0
+
+
 def cmd_qa_label(args) -> int:
     import getpass
 
@@ -502,6 +513,16 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     q.add_argument("--data", default=None, help="another mc_task.json (default: shipped)")
     q.add_argument("--device", default="cpu")
     q.set_defaults(func=cmd_qa_mc)
+    q = qsub.add_parser("short", help="TriviaQA short answers: few-shot prompt, alias-match labels")
+    q.add_argument("--model", default="smollm2", help="model to answer and score")
+    q.add_argument("--out", type=out_dir, required=True, help="output folder (resumable)")
+    q.add_argument("--limit", type=positive_int, default=1000, help="questions (seeded subset)")
+    q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--methods", nargs="+", default=["gradient", "naive_entropy", "p_true"])
+    q.add_argument("--k", type=positive_int, default=5, help="samples for naive entropy/P(True)")
+    q.add_argument("--batch-size", type=positive_int, default=8)
+    q.add_argument("--device", default="cpu")
+    q.set_defaults(func=cmd_qa_short)
     q = qsub.add_parser("label", help="hand-label answers of a QA run (gold labels)")
     q.add_argument("rows", help="a QA rows file, e.g. results/qa/qa_truthfulqa__smollm2.jsonl")
     q.add_argument("--out", type=out_file, required=True,

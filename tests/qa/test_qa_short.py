@@ -1,0 +1,92 @@
+"""`isouq qa short`: Kuhn et al.'s few-shot prompt, canonical example answers, alias-match labels."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from isouq.data.qa import QAItem
+from isouq.errors import InputError
+from isouq.qa import short
+from isouq.qa.runner import QAConfig
+from isouq.runio import read_jsonl
+
+from .conftest import scripted
+
+
+def test_shot_answer_picks_the_alias_the_others_contain():
+    assert short.shot_answer(["RMS Lusitania", "Lusitania", "Lusitania (ship)",
+                              "The Lusitania"]) == "Lusitania"
+    assert short.shot_answer(["🚁", "Helicopters", "Cargo helicopter", "Helicopter"]) == "Helicopter"
+    # ambiguous alias lists (two normalized forms tie) give no example
+    assert short.shot_answer(["Kit Carson", "Waa-Nibe", "Rope Thrower"]) is None
+    assert short.shot_answer(["One half", "Half", "0.5", "0.5 (number)"]) is None
+
+
+def test_few_shot_prompt_format():
+    items = [QAItem("a", "Q1?", ["Paris", "City of Paris"]), QAItem("b", "Q2?", ["x", "y"]),
+             QAItem("c", "Q3?", ["Blue", "Blue colour"])]
+    prefix = short.few_shot_prefix(items)
+    assert prefix == ("This is a bot that correctly answers questions. \n"
+                      "Question: Q1? Answer: Paris Question: Q3? Answer: Blue ")
+    assert short.short_prompt("Q4?", prefix) == prefix + "Question: Q4? Answer:"
+
+
+def test_alias_match():
+    assert short.alias_match(" The Beatles", ["Beatles", "Fab Four"])
+    assert short.alias_match("Paris, France", ["paris"])
+    assert not short.alias_match("Parisian", ["Paris"])
+    assert not short.alias_match("", ["Paris"])
+
+
+def _data(tmp_path):
+    p = tmp_path / "tq.jsonl"
+    rows = [{"id": "t0", "question": "What is the capital of France?", "answers": ["Paris"]},
+            {"id": "t1", "question": "Who wrote Hamlet?", "answers": ["Shakespeare"]}]
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return p
+
+
+def test_runner_labels_by_alias_and_refuses_another_prompt(tmp_path, tok, rule_lm):
+    lm = rule_lm(scripted(tok, " Paris", eos=True))
+
+    def loader(name):
+        return lm, tok, {"name": name}
+
+    cfg = QAConfig(dataset="triviaqa", data_path=str(_data(tmp_path)), model="rule", limit=None,
+                   methods=("naive_entropy",), k=2, k_p_true=1, max_new_tokens=4,
+                   judge_model=None)
+    path = short.ShortRunner(cfg, tmp_path / "out", loader=loader, progress=False).run()
+    rows = read_jsonl(path)
+    assert [r["answer"].strip() for r in rows] == ["Paris", "Paris"]
+    assert [r["correct"] for r in rows] == [1, 0]
+    assert {r["label_source"] for r in rows} == {"alias_match"}
+    assert rows[0]["prompt"].startswith(short.HEADER)
+    assert rows[0]["prompt"].endswith("Question: What is the capital of France? Answer:")
+    run = json.loads((tmp_path / "out" / "qa_triviaqa__rule.run.json").read_text())
+    assert run["config"]["extra"]["prompt"] == short.PROMPT_NAME
+    run["config"]["extra"]["prompt"] = "another"
+    (tmp_path / "out" / "qa_triviaqa__rule.run.json").write_text(json.dumps(run))
+    cfg2 = QAConfig(**{**cfg.__dict__, "methods": ("naive_entropy", "p_true"), "extra": {}})
+    with pytest.raises(InputError, match="other settings"):
+        short.ShortRunner(cfg2, tmp_path / "out", loader=loader, progress=False).run()
+
+
+def test_gradient_rows_carry_epistemic_log(tmp_path, tok, tiny_lm, monkeypatch):
+    # the tiny tokenizer spells the 10 real examples in > 512 tokens: one short example here
+    prefix = short.few_shot_prefix([QAItem("a", "Who wrote Hamlet?", ["x"])])
+    monkeypatch.setattr(short, "few_shot_prefix", lambda: prefix)
+    cfg = QAConfig(dataset="triviaqa", data_path=str(_data(tmp_path)), model="tiny", limit=None,
+                   methods=("gradient",), max_new_tokens=3, judge_model=None)
+    path = short.ShortRunner(cfg, tmp_path / "out", loader=lambda n: (tiny_lm, tok, {}),
+                             progress=False).run()
+    for r in read_jsonl(path):
+        s = r["scores"]
+        assert s["epistemic_log"] == pytest.approx(s["epistemic"] / s["mean_prob"] ** 2)
+        assert r["correct"] == int(short.alias_match(r["answer"], r["references"]))
+
+
+def test_judge_is_refused(tmp_path):
+    with pytest.raises(InputError, match="alias match"):
+        short.ShortRunner(QAConfig(dataset="triviaqa"), tmp_path)
