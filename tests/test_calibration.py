@@ -278,6 +278,14 @@ def test_cli_calibrate_writes_every_file(tmp_path, capsys, monkeypatch):
     assert cal.doc["model"]["sha256"] == {"model.safetensors": "c" * 64}
     assert cal.doc["labels"]["source"] == "hand" and "risk_control" in doc["tables"]
     assert all((out / f).is_file() for f in ("reliability.png", "risk_coverage.png"))
+    # `isouq report` shows it: a section with the tables and both figures
+    from isouq.report import build_report
+
+    build_report([out], tmp_path / "report")
+    md = (tmp_path / "report" / "tables.md").read_text(encoding="utf-8")
+    assert "## calibration" in md and "| calibrated (selected per fold) |" in md
+    assert "### Risk control" in md and "### Metrics" in md
+    assert (tmp_path / "report" / "calibration" / "risk_coverage.png").is_file()
 
 
 def test_cli_calibrate_bad_input_is_one_line(tmp_path, capsys):
