@@ -129,6 +129,9 @@ def test_bad_classes_are_clear_errors():
                        (torch.tensor([-1, 0, 0, 0]), "outside")):
         with pytest.raises(InputError, match=match):
             isouq.score_classifier(m, x, classes=bad)
+    for kw in (dict(check_independent=False), dict(method="functorch")):  # C from the batch
+        with pytest.raises(InputError, match="outside 0..4"):
+            isouq.score_classifier(m, x[:1], classes=torch.tensor([7]), **kw)
 
 
 def test_outputs_not_n_by_c_is_a_clear_error():

@@ -259,7 +259,15 @@ def _check_independent(row: torch.Tensor, alone: torch.Tensor) -> None:
         )
 
 
-def _resolve(spec: str | torch.Tensor, logits: torch.Tensor, n_classes: int) -> torch.Tensor | None:
+def _check_range(spec: str | torch.Tensor, n_logits: int) -> None:
+    n_classes = 2 if n_logits == 1 else n_logits
+    if isinstance(spec, torch.Tensor) and bool(((spec < 0) | (spec >= n_classes)).any()):
+        bad = spec[(spec < 0) | (spec >= n_classes)][0].item()
+        raise InputError(f"classes holds index {bad}, outside 0..{n_classes - 1} for a model "
+                         f"with {n_classes} classes")
+
+
+def _resolve(spec: str | torch.Tensor, logits: torch.Tensor) -> torch.Tensor | None:
     """The class of each row of ``logits`` (None for 'all')."""
     if isinstance(spec, str):
         if spec == "all":
@@ -270,7 +278,7 @@ def _resolve(spec: str | torch.Tensor, logits: torch.Tensor, n_classes: int) -> 
     return spec
 
 
-def _ghost_classifier(model, params, x, spec, batch_size: int, n_classes: int, alone):
+def _ghost_classifier(model, params, x, spec, batch_size: int, alone):
     """Logits (N, C') and G (N, K), one backward per column (K = 1 with selected classes)."""
     logits, G = [], []
     with GhostNorms(model, params, warn=False) as ghost:
@@ -280,9 +288,11 @@ def _ghost_classifier(model, params, x, spec, batch_size: int, n_classes: int, a
                                  "score_classifier")
                 check_finite(out.detach(), "the model's output",
                              "Check the model weights and inputs (θ* must be finite).")
-                if s == 0 and len(out) > 1:  # before any backward through a mixing layer
-                    _check_independent(out[0].detach(), alone[0])
-                cls = _resolve(spec, out.detach(), n_classes)
+                if s == 0:  # before any backward through a layer that mixes examples
+                    _check_range(spec, out.shape[1])
+                    if alone is not None:
+                        _check_independent(out[0].detach(), alone[0])
+                cls = _resolve(spec, out.detach())
                 if isinstance(spec, torch.Tensor):
                     cls = cls[s : s + len(out)]
                 cols = _log_columns(out, cls)
@@ -329,6 +339,7 @@ def score_classifier(
     prior_precision: float = 1.0,
     hessian: CurvatureKind = "ggn",
     method: Method = "auto",
+    check_independent: bool = True,
 ) -> Scores:
     """Epistemic and aleatoric uncertainty of a classifier at its trained θ*.
 
@@ -350,6 +361,8 @@ def score_classifier(
         prior_precision: λ of a Laplace covariance.
         hessian: curvature kind of a Laplace covariance ("ggn", "ef", "hessian").
         method: ``"auto"``, ``"ghost"`` (identity covariance only) or ``"functorch"``.
+        check_independent: compare example 0's output alone with its output in the batch
+            (one extra forward of one example) and refuse a model whose layers mix examples.
 
     Returns:
         Scores with ``probs`` (N, C), and, for ``classes="all"``, ``epistemic`` =
@@ -362,17 +375,15 @@ def score_classifier(
     n = x.shape[0]
     spec = _classes_spec(classes, n)
     with eval_mode(model):
-        with torch.no_grad():  # example 0 alone (or beside a copy of itself, for models
-            try:                # that refuse a batch of one, e.g. batch-statistics BatchNorm)
-                alone = model(x[:1])
-            except (RuntimeError, ValueError):
-                alone = _call_model(model, x[[0, 0]], tuple(x.shape))[:1]
-            alone = _logits_2d(alone, "score_classifier")
-        n_classes = 2 if alone.shape[1] == 1 else alone.shape[1]
-        if isinstance(spec, torch.Tensor) and bool(((spec < 0) | (spec >= n_classes)).any()):
-            bad = spec[(spec < 0) | (spec >= n_classes)][0].item()
-            raise InputError(f"classes holds index {bad}, outside 0..{n_classes - 1} for a model "
-                             f"with {n_classes} classes")
+        alone = None
+        if check_independent and n > 1:
+            with torch.no_grad():  # example 0 alone (or beside a copy of itself, for models
+                try:                # that refuse a batch of one, e.g. batch-statistics BatchNorm)
+                    alone = model(x[:1])
+                except (RuntimeError, ValueError):
+                    alone = _call_model(model, x[[0, 0]], tuple(x.shape))[:1]
+                alone = _logits_2d(alone, "score_classifier")
+                _check_range(spec, alone.shape[1])
         pspec = "last_layer" if covariance == "last_layer" and params is None else params
         sel = select_params(model, pspec, run_forward=lambda: model(x[:1]))
         cov = build_covariance(covariance, model=model, params=sel, data=data,
@@ -380,14 +391,14 @@ def score_classifier(
                                hessian=hessian)
         engine = _engine(model, sel, cov, method)
         if engine == "ghost":
-            logits, G = _ghost_classifier(model, sel, x, spec, batch_size or GHOST_BATCH, n_classes,
-                                          alone)
+            logits, G = _ghost_classifier(model, sel, x, spec, batch_size or GHOST_BATCH, alone)
             G = cov.scale * G
         else:
             logits = _logits_2d(forward_all(model, x, batch_size or GHOST_BATCH), "score_classifier")
-            if n > 1:
+            _check_range(spec, logits.shape[1])
+            if alone is not None:
                 _check_independent(logits[0], alone[0])
-        cls = _resolve(spec, logits, n_classes)
+        cls = _resolve(spec, logits)
         if engine != "ghost":
             G = _functorch_classifier(model, sel, x, logits, cls, cov, batch_size)
         probs = class_probs(logits)

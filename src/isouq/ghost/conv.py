@@ -9,7 +9,8 @@ positions, with the g groups folded into the batch, and the cost rule of ``facto
 cap) picks per layer and per batch:
 - Gram: ‖g_W‖² = ⟨B Bᵀ, U Uᵀ⟩ over positions (few positions, wide layers: late stages);
 - materialize: the per-example gradients (N, Cout, Cin/g, *kernel) from one weight-gradient
-  convolution with the batch folded into the groups (no unfolded copy of the input).
+  convolution with the batch folded into the groups (no unfolded copy of the input), or, for
+  small patches (``UNFOLD_MAX_PATCH``), one bmm with the unfolded input.
 Stride, padding (numbers, ``'same'``, ``'valid'``, any ``padding_mode``), dilation and groups
 (depthwise included) are handled; bias: g_b = Σₜ bₜ.
 """
@@ -27,6 +28,10 @@ from . import factors
 from .calls import Call
 from .factors import Contribution, Materialized, Pair
 from .registry import register_rule
+
+#: Materialize through the unfolded input (bmm) when a patch has at most this many values
+#: (Cin/g · kernel size), through the batch-folded weight-gradient convolution otherwise.
+UNFOLD_MAX_PATCH = 256
 
 
 def unfold(x: torch.Tensor, kernel: tuple[int, ...], dilation: tuple[int, ...],
@@ -81,13 +86,17 @@ def contributions(module: nn.modules.conv._ConvNd, call: Call) -> dict[str, Cont
         return out
     shape = Pair(torch.empty(N * g, L, a, device="meta", dtype=grad.dtype),
                  torch.empty(N * g, L, b, device="meta", dtype=grad.dtype), fold=g)
-    if factors.choose_gram([shape]):
+    gram = factors.choose_gram([shape])
+    if gram or b <= UNFOLD_MAX_PATCH:
         if any(pad):
             x = F.pad(x, [p for q in reversed(pad) for p in (q, q)])
         U = unfold(x, kernel, tuple(module.dilation), tuple(module.stride))  # (N, Cin·K, L)
         U = U.view(N, g, b, L).transpose(2, 3).reshape(N * g, L, b)
         B = grad.reshape(N, g, a, L).transpose(2, 3).reshape(N * g, L, a)
-        out["weight"] = Pair(B, U, fold=g)
+        pair = Pair(B, U, fold=g)
+        # small patches (the stem's 3 × 7 × 7): bmm of the unfolded input beats the grouped
+        # weight-gradient convolution, which CPU libraries run slowly with N·g groups
+        out["weight"] = pair if gram else Materialized(pair.materialize().view(N, Cout, -1))
         return out
     w = grad.new_empty(1).expand(N * Cout, Cin // g, *kernel)
     gw = torch.ops.aten.convolution_backward(

@@ -1,0 +1,239 @@
+"""Predicted-class scoring of a ResNet-style classifier: isouq against the floor, Opacus, a loop.
+
+Side by side in one process, per setting (input size × batch × classes), median seconds of
+--repeats after a warm-up and peak extra memory (CPU: resident set, VmHWM reset through
+/proc/self/clear_refs; CUDA: max_memory_allocated) of:
+- ``isouq``: ``score_classifier(model, x, classes="predicted")`` end to end (ghost engine);
+  ``isouq_nocheck`` without the one-example forward that checks examples are independent;
+- ``floor``: forward + backward of the same scalar Σᵢ log p_{cᵢ}(xᵢ) with every weight
+  frozen (activation gradients only): what any per-example method must at least pay;
+- ``isouq_gn`` / ``opacus_gn``: the same network with GroupNorm instead of BatchNorm (Opacus
+  refuses BatchNorm), isouq against Opacus ``GradSampleModule`` per-sample gradients of the
+  same scalar, squared norms included;
+- ``loop``: one forward + backward per example (weights require grad), squared norms.
+Every method's (N,) ‖∇θ log p_c‖² is checked against the loop's (rtol 1e-3).
+
+    python benchmarks/classifiers.py --out benchmarks/results/classifiers_cpu.json
+    python benchmarks/classifiers.py --quick          # small widths, a smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import platform
+import re
+import statistics
+import time
+
+import torch
+from torch import nn
+
+
+class BasicBlock(nn.Module):
+    """ResNet basic block: two 3×3 convs with a norm each, identity or 1×1 projection skip."""
+
+    def __init__(self, cin: int, cout: int, stride: int, norm):
+        super().__init__()
+        self.c1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.n1 = norm(cout)
+        self.c2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.n2 = norm(cout)
+        self.skip = None
+        if stride != 1 or cin != cout:
+            self.skip = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), norm(cout))
+
+    def forward(self, x):
+        h = torch.relu(self.n1(self.c1(x)))
+        h = self.n2(self.c2(h))
+        return torch.relu(h + (x if self.skip is None else self.skip(x)))
+
+
+def resnet(classes: int, *, norm: str = "batch", widths=(64, 128, 256, 512), blocks=(1, 1, 1, 1),
+           imagenet_stem: bool = True) -> nn.Module:
+    """A ResNet (ResNet-10 by default: one basic block per stage; (2, 2, 2, 2) is ResNet-18)."""
+    mk = nn.BatchNorm2d if norm == "batch" else (lambda c: nn.GroupNorm(min(32, c // 4), c))
+    w0 = widths[0]
+    if imagenet_stem:
+        stem = [nn.Conv2d(3, w0, 7, 2, 3, bias=False), mk(w0), nn.ReLU(), nn.MaxPool2d(3, 2, 1)]
+    else:
+        stem = [nn.Conv2d(3, w0, 3, 1, 1, bias=False), mk(w0), nn.ReLU()]
+    layers, cin = list(stem), w0
+    for i, (w, n) in enumerate(zip(widths, blocks, strict=True)):
+        for j in range(n):
+            layers.append(BasicBlock(cin, w, 2 if (j == 0 and i > 0) else 1, mk))
+            cin = w
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, classes)]
+    return nn.Sequential(*layers)
+
+
+def _trained_like(m: nn.Module) -> nn.Module:
+    """Non-trivial running statistics, so eval-mode BatchNorm is not the identity."""
+    g = torch.Generator().manual_seed(0)
+    for mod in m.modules():
+        if isinstance(mod, nn.BatchNorm2d):
+            mod.running_mean.copy_(0.1 * torch.randn(mod.num_features, generator=g))
+            mod.running_var.copy_(0.5 + torch.rand(mod.num_features, generator=g))
+    return m.eval()
+
+
+def _peak_kib() -> int:
+    return int(re.search(r"VmHWM:\s+(\d+)", open("/proc/self/status").read()).group(1))
+
+
+def _rss_kib() -> int:
+    return int(re.search(r"VmRSS:\s+(\d+)", open("/proc/self/status").read()).group(1))
+
+
+def measure(fn, repeats: int, device: str) -> tuple[float, float, torch.Tensor]:
+    """(median seconds, peak extra MiB, result) of fn() after one warm-up call."""
+    out = fn()
+    times, peaks = [], []
+    for _ in range(repeats):
+        if device == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            base = torch.cuda.memory_allocated()
+        else:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")
+            base = _rss_kib()
+        t = time.perf_counter()
+        out = fn()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t)
+        if device == "cuda":
+            peaks.append((torch.cuda.max_memory_allocated() - base) / 2**20)
+        else:
+            peaks.append((_peak_kib() - base) / 1024)
+    return statistics.median(times), max(peaks), out.detach().float().cpu()
+
+
+def _log_p(out: torch.Tensor, cls: torch.Tensor) -> torch.Tensor:
+    return torch.log_softmax(out, 1).gather(1, cls[:, None])[:, 0]
+
+
+def floor(model, x, cls):
+    flags = [(p, p.requires_grad) for p in model.parameters()]
+    for p, _ in flags:
+        p.requires_grad_(False)
+    try:
+        out = model(x)
+        h = out.detach().requires_grad_(False)
+        s = _log_p(out, cls)
+        if s.requires_grad:
+            s.sum().backward()
+        return h[:, 0]
+    finally:
+        for p, f in flags:
+            p.requires_grad_(f)
+
+
+def loop(model, x, cls):
+    params = [p for p in model.parameters()]
+    rows = []
+    for i in range(x.shape[0]):
+        s = _log_p(model(x[i : i + 1]), cls[i : i + 1])[0]
+        rows.append(sum(g.pow(2).sum() for g in torch.autograd.grad(s, params)))
+    return torch.stack(rows)
+
+
+def opacus_norms(gsm, x, cls):
+    gsm.zero_grad(set_to_none=True)
+    _log_p(gsm(x), cls).sum().backward()
+    sq = sum(p.grad_sample.reshape(x.shape[0], -1).pow(2).sum(1) for p in gsm.parameters())
+    for p in gsm.parameters():
+        p.grad_sample = None
+        p.grad = None
+    return sq
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=None, help="JSON file for the results")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--blocks", default="1,1,1,1", help="basic blocks per stage (2,2,2,2: ResNet-18)")
+    ap.add_argument("--quick", action="store_true", help="widths /4, one repeat: a smoke run")
+    ap.add_argument("--no-loop", action="store_true", help="skip the per-example loop")
+    a = ap.parse_args()
+
+    import isouq
+
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    torch.manual_seed(0)
+    widths = (16, 32, 64, 128) if a.quick else (64, 128, 256, 512)
+    blocks = tuple(int(b) for b in a.blocks.split(","))
+    repeats = 1 if a.quick else a.repeats
+    settings = [(32, 32, 10), (32, 32, 1000), (224, 8, 10), (224, 8, 1000)]
+    try:
+        import opacus
+    except ImportError:
+        opacus = None
+    rows = []
+    for size, batch, C in settings:
+        x = torch.randn(batch, 3, size, size, device=a.device)
+        stem = size >= 64
+        bn = _trained_like(resnet(C, widths=widths, blocks=blocks, imagenet_stem=stem)).to(a.device)
+        gn = resnet(C, norm="group", widths=widths, blocks=blocks, imagenet_stem=stem).to(a.device).eval()
+        with torch.no_grad():
+            cls_bn, cls_gn = bn(x).argmax(1), gn(x).argmax(1)
+        row = {"input": f"{size}x{size}", "batch": batch, "classes": C,
+               "n_params": sum(p.numel() for p in bn.parameters())}
+
+        def isouq_fn(m, check=True, x=x, batch=batch):
+            return lambda: isouq.score_classifier(m, x, classes="predicted", batch_size=batch,
+                                                  check_independent=check).epistemic_log
+
+        runs = {"floor": lambda bn=bn, x=x, c=cls_bn: floor(bn, x, c), "isouq": isouq_fn(bn),
+                "isouq_nocheck": isouq_fn(bn, check=False), "isouq_gn": isouq_fn(gn)}
+        if opacus is not None:
+            # Opacus hooks the model it wraps, and records only in train mode (GroupNorm: same output)
+            gsm = opacus.GradSampleModule(copy.deepcopy(gn).train(), loss_reduction="sum")
+            runs["opacus_gn"] = lambda gsm=gsm, x=x, c=cls_gn: opacus_norms(gsm, x, c)
+        if not a.no_loop:
+            runs["loop"] = lambda bn=bn, x=x, c=cls_bn: loop(bn, x, c)
+            runs["loop_gn"] = lambda gn=gn, x=x, c=cls_gn: loop(gn, x, c)
+        res = {}
+        for name, fn in runs.items():
+            sec, mib, out = measure(fn, repeats, a.device)
+            row[f"{name}_s"], row[f"{name}_peak_mib"] = round(sec, 4), round(mib, 1)
+            res[name] = out
+            print(f"{row['input']} N={batch} C={C} {name}: {sec:.3f} s, peak +{mib:.0f} MiB", flush=True)
+        if opacus is not None:
+            gsm._close()
+        for ours, ref in (("isouq", "loop"), ("isouq_gn", "loop_gn"), ("opacus_gn", "loop_gn")):
+            if ours in res and ref in res:
+                ok = torch.allclose(res[ours], res[ref], rtol=1e-3, atol=1e-8)
+                row[f"{ours}_matches_{ref}"] = bool(ok)
+        row["isouq_over_floor"] = round(row["isouq_s"] / row["floor_s"], 3)
+        row["isouq_nocheck_over_floor"] = round(row["isouq_nocheck_s"] / row["floor_s"], 3)
+        if "opacus_gn_s" in row:
+            row["opacus_gn_over_isouq_gn"] = round(row["opacus_gn_s"] / row["isouq_gn_s"], 3)
+        if "loop_s" in row:
+            row["loop_over_isouq"] = round(row["loop_s"] / row["isouq_s"], 3)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    meta = {"benchmark": "classifiers", "device": a.device, "torch": torch.__version__,
+            "threads": torch.get_num_threads(), "cpu": platform.processor() or platform.machine(),
+            "cpu_count": os.cpu_count(), "widths": widths, "blocks": blocks, "repeats": repeats,
+            "opacus": getattr(opacus, "__version__", None),
+            "command": "python benchmarks/classifiers.py " + " ".join(
+                f"--{k.replace('_', '-')} {v}" for k, v in vars(a).items()
+                if v not in (None, False) and k != "out"),
+            "caveat": "CPU shared with other jobs: absolute seconds are noisy; ratios were "
+                      "measured side by side in one process"}
+    if a.out:
+        os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
+        with open(a.out, "w") as f:
+            json.dump({"meta": meta, "rows": rows}, f, indent=1)
+        print("wrote", a.out)
+
+
+if __name__ == "__main__":
+    main()
