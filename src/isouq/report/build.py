@@ -3,6 +3,7 @@ report.json and the PNGs, all in one directory."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections import Counter
@@ -13,6 +14,7 @@ from ..evaluation import common_rows_tables, label_tables, study_tables
 from ..evaluation.rows import usable_rows
 from ..runio import dumps, versions
 from .document import Section
+from .evidence_section import evidence_section, split_evidence_rows
 from .html import render_html
 from .inputs import Inputs, collect
 from .paper_qa import paper_qa_tables
@@ -30,7 +32,7 @@ def _write(path: Path, text: str) -> None:
 
 def report_json(
     inputs: Inputs, sections: list[Section], study: dict | None, options: dict, header: dict,
-    left_out: list[str] | None = None,
+    left_out: list[str] | None = None, evidence: dict[str, dict] | None = None,
 ) -> dict:
     """The machine-readable report: every table (raw rows, ours and the paper's) per section."""
     doc: dict = {
@@ -57,13 +59,17 @@ def report_json(
                            for t in sec.raw},
             })
     if study is not None:
-        sec = sections[-1]
+        sec = next(s for s in sections if s.id.startswith("qa-study"))
         doc["sections"].append({
             "id": sec.id, "kind": "qa", "title": sec.title,
             "source": [str(f) for f in inputs.qa_files], "left_out": list(left_out or []),
             "tables": study,
             "paper": paper_qa_tables(), "figures": [f.path.as_posix() for f in sec.figures],
         })
+    for sec in sections:  # TruthfulQA MC1 and TriviaQA short answers (issue 25)
+        if sec.id in (evidence or {}):
+            doc["sections"].append({"id": sec.id, "kind": "qa_evidence", "title": sec.title,
+                                    "notes": list(sec.notes), "tables": evidence[sec.id]})
     return doc
 
 
@@ -93,6 +99,8 @@ def build_report(
     """
     started = time.time()
     found = collect(inputs)
+    rest, evidence_rows = split_evidence_rows(found.qa_rows)  # MC1 / short: their own sections
+    found = dataclasses.replace(found, qa_rows=tuple(rest))
     options = {"n_bootstrap": n_bootstrap, "n_splits": n_splits,
                "n_paired_bootstrap": n_paired_bootstrap, "seed": seed,
                "log_epistemic": log_epistemic}
@@ -118,11 +126,18 @@ def build_report(
         sections.append(qa_section(qa_rows, study, found.qa_files, out, taken,
                                    options=options, skipped=found.skipped, left_out=left_out,
                                    gold_files=found.gold_files))
+    evidence: dict[str, dict] = {}
+    for kind, ev_rows in evidence_rows.items():
+        if ev_rows:
+            sec, tables = evidence_section(kind, ev_rows, taken, n_bootstrap=n_bootstrap,
+                                           seed=seed)
+            sections.append(sec)
+            evidence[sec.id] = tables
     header = {"created": time.strftime("%Y-%m-%dT%H:%M:%S"), "versions": versions()}
     _write(out / "tables.md", sections_markdown(sections, title))
     _write(out / "tables.tex", sections_latex(sections, title))
     _write(out / "report.json", dumps(report_json(found, sections, study, options, header,
-                                                      left_out),
+                                                      left_out, evidence),
                                       indent=2, ensure_ascii=False))
     shown = {"created": header["created"], "isouq": header["versions"].get("isouq", "?"),
              "sections": str(len(sections)), "built in": f"{time.time() - started:.1f} s"}

@@ -1,0 +1,194 @@
+"""Tables of the QA evidence settings with exact or lexical labels (issue 25): TruthfulQA MC1
+(``qa mc``) and TriviaQA short answers (``qa short``).
+
+Per (dataset, model):
+- ``counts``: questions, correct answers, accuracy;
+- ``metrics``: per method (a logistic regression on its score(s), as in the QA study,
+  :func:`auroc.method_runs`), AUROC, PRR and AURAC as the mean over out-of-bag bootstrap runs
+  with a 95% interval (2.5 and 97.5 percentiles of the runs);
+- ``raw_auroc``: each score used as it is, oriented as a confidence (p̄, max_prob, P(True) as
+  they are; epistemic, epistemic_log, aleatoric and the entropies negated): 0.5 = chance,
+  above = the score ranks correct answers as more trustworthy, below = the reverse; 95%
+  percentile bootstrap interval over questions and the direction the interval supports;
+- ``paired``: each of our methods vs each baseline, ΔAUROC over the same bootstrap runs (paired),
+  its 95% interval and two-sided bootstrap p, Benjamini–Hochberg adjusted over the table.
+
+p̄ (mean token probability) is a baseline here: ‖∇θ p̄‖² = p̄² ‖∇θ log p̄‖² carries p̄.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+import numpy as np
+
+from .auroc import METRICS, auroc, method_runs
+from .rows import check_classes, group_rng, group_rows, to_float
+from .significance import bh_adjust
+
+OURS: dict[str, tuple[str, ...]] = {
+    "Epi.": ("epistemic",),
+    "Epi. log": ("epistemic_log",),
+    "Alea.": ("aleatoric",),
+    "Epi. & Alea.": ("epistemic", "aleatoric"),
+    "Epi. & p̄": ("epistemic", "mean_prob"),
+}
+MC_BASELINES: dict[str, tuple[str, ...]] = {
+    "p̄": ("mean_prob",),
+    "Max prob.": ("max_prob",),
+    "Option ent.": ("option_entropy",),
+    "P(True)": ("p_true",),
+}
+SHORT_BASELINES: dict[str, tuple[str, ...]] = {
+    "p̄": ("mean_prob",),
+    "Naive Ent.": ("naive_entropy",),
+    "P(True)": ("p_true",),
+}
+#: scores that are confidences (higher = more likely correct); the others are uncertainties
+CONFIDENCES: tuple[str, ...] = ("mean_prob", "max_prob", "p_true")
+RAW_SCORES: tuple[str, ...] = ("epistemic", "epistemic_log", "aleatoric", "mean_prob",
+                               "max_prob", "option_entropy", "naive_entropy", "p_true")
+
+
+def _ci(v: np.ndarray) -> tuple[float | None, float | None, float | None]:
+    v = v[np.isfinite(v)]
+    if not v.size:
+        return None, None, None
+    lo, hi = np.percentile(v, [2.5, 97.5])
+    return to_float(v.mean()), to_float(lo), to_float(hi)
+
+
+def raw_auroc_ci(correct: np.ndarray, confidence: np.ndarray, *, n_bootstrap: int = 1000,
+                 rng: np.random.Generator | None = None) -> dict:
+    """AUROC of a confidence for correctness with a percentile bootstrap interval.
+
+    Args:
+        correct: (n,) 0/1.
+        confidence: (n,) higher = more likely correct; NaN rows are dropped.
+        n_bootstrap: resamples of the questions (with replacement).
+        rng: random generator (default: seed 0).
+
+    Returns:
+        {"n", "auroc", "ci_low", "ci_high", "direction"}: direction "higher = correct" when the
+        interval lies above 0.5, "higher = wrong" below, "none" when it holds 0.5.
+    """
+    rng = rng or np.random.default_rng(0)
+    ok = np.isfinite(confidence)
+    y, s = np.asarray(correct)[ok].astype(int), np.asarray(confidence, dtype=float)[ok]
+    a = auroc(y, s)
+    boots = []
+    for _ in range(n_bootstrap):
+        i = rng.integers(0, y.size, y.size)
+        if 0 < y[i].sum() < y.size:
+            boots.append(auroc(y[i], s[i]))
+    lo, hi = (np.percentile(boots, [2.5, 97.5]) if boots else (np.nan, np.nan))
+    direction = "higher = correct" if lo > 0.5 else "higher = wrong" if hi < 0.5 else "none"
+    return {"n": int(y.size), "auroc": to_float(a), "ci_low": to_float(lo),
+            "ci_high": to_float(hi), "direction": direction}
+
+
+def evidence_tables(
+    rows: Iterable[Mapping],
+    baselines: Mapping[str, Sequence[str]],
+    *,
+    ours: Mapping[str, Sequence[str]] = OURS,
+    n_bootstrap: int = 300,
+    n_raw_bootstrap: int = 1000,
+    seed: int = 0,
+    alpha: float = 0.05,
+) -> dict[str, list[dict]]:
+    """QA rows of one setting -> {"counts", "metrics", "raw_auroc", "paired"} (module doc).
+
+    Args:
+        rows: rows with ``key``, ``model``, ``dataset``, ``correct`` (0/1) and ``scores``.
+        baselines: method name -> score name(s) of the setting's baselines.
+        ours: method name -> score name(s) of the gradient methods.
+        n_bootstrap: out-of-bag runs per (dataset, model) for the fitted metrics.
+        n_raw_bootstrap: resamples for the raw AUROC intervals.
+        seed: seed of every draw.
+        alpha: BH false-discovery rate of ``paired``.
+
+    Returns:
+        Table name -> list of dict rows. Raises DataError (``rows.check_classes``) when a group
+        lacks two correct or two incorrect answers.
+    """
+    groups = group_rows(rows)
+    check_classes(groups)
+    methods = {**ours, **baselines}
+    runs = method_runs(groups, n_bootstrap=n_bootstrap, seed=seed, methods=methods)
+    counts, metrics, raw, paired = [], [], [], []
+    for (ds, model), g in groups.items():
+        counts.append({"dataset": ds, "model": model, "n": g.n, "correct": int(g.correct.sum()),
+                       "accuracy": to_float(g.correct.mean())})
+        for name in methods:
+            r = runs.get((ds, model, name))
+            if r is None:
+                continue
+            row: dict = {"dataset": ds, "model": model, "method": name, "n": int(r["n"])}
+            for m in METRICS:
+                row[m], row[f"{m}_low"], row[f"{m}_high"] = _ci(r[m])
+            metrics.append(row)
+        rng = group_rng(seed, "raw", ds, model)
+        for score in RAW_SCORES:
+            x = g.score(score)
+            if not np.isfinite(x).any():
+                continue
+            conf = x if score in CONFIDENCES else -x
+            raw.append({"dataset": ds, "model": model, "score": score,
+                        "oriented": "as is" if score in CONFIDENCES else "negated",
+                        **raw_auroc_ci(g.correct, conf, n_bootstrap=n_raw_bootstrap, rng=rng)})
+        for a in ours:
+            for b in baselines:
+                ra, rb = runs.get((ds, model, a)), runs.get((ds, model, b))
+                if ra is None or rb is None:
+                    continue
+                d = ra["auroc"] - rb["auroc"]
+                d = d[np.isfinite(d)]
+                if not d.size:
+                    continue
+                lo, hi = np.percentile(d, [2.5, 97.5])
+                p = min(1.0, 2 * (min((d <= 0).sum(), (d >= 0).sum()) + 1) / (d.size + 1))
+                paired.append({"dataset": ds, "model": model, "method": a, "baseline": b,
+                               "runs": int(d.size), "delta_auroc": to_float(d.mean()),
+                               "ci_low": to_float(lo), "ci_high": to_float(hi), "p": p})
+    reject, p_adj = bh_adjust([r["p"] for r in paired], alpha)
+    for r, rej, pa in zip(paired, reject, p_adj, strict=True):
+        r["p_bh"] = to_float(pa)
+        r["significant"] = bool(rej)
+        r["direction"] = ("↑" if r["delta_auroc"] > 0 else "↓") if rej else ""
+    return {"counts": counts, "metrics": metrics, "raw_auroc": raw, "paired": paired}
+
+
+def verdict(tables: Mapping[str, list[dict]], ours: Sequence[str] = tuple(OURS)) -> list[str]:
+    """Plain-language findings, one line per (dataset, model), from :func:`evidence_tables`:
+    the correct answers, the best method by AUROC, whether any gradient method beats the best
+    baseline significantly (BH) and the raw direction of epistemic and epistemic_log."""
+    lines = []
+    for c in tables["counts"]:
+        ds, model = c["dataset"], c["model"]
+        mets = [m for m in tables["metrics"] if m["dataset"] == ds and m["model"] == model
+                and m["auroc"] is not None]
+        if not mets:
+            continue
+        best = max(mets, key=lambda m: m["auroc"])
+        base = [m for m in mets if m["method"] not in ours]
+        best_base = max(base, key=lambda m: m["auroc"]) if base else None
+        pair = [p for p in tables["paired"] if p["dataset"] == ds and p["model"] == model
+                and best_base is not None and p["baseline"] == best_base["method"]]
+        wins = [p["method"] for p in pair if p["significant"] and p["delta_auroc"] > 0]
+        losses = [p["method"] for p in pair if p["significant"] and p["delta_auroc"] < 0]
+        raw = {r["score"]: r for r in tables["raw_auroc"]
+               if r["dataset"] == ds and r["model"] == model}
+        dirs = "; ".join(
+            f"raw {s} {raw[s]['auroc']:.3f} [{raw[s]['ci_low']:.3f}, {raw[s]['ci_high']:.3f}]"
+            f" ({'no direction' if raw[s]['direction'] == 'none' else 'negated: ' + raw[s]['direction']})"
+            for s in ("epistemic", "epistemic_log") if s in raw and raw[s]["auroc"] is not None)
+        line = (f"{model} on {ds}: {c['correct']} of {c['n']} correct; best AUROC {best['method']}"
+                f" {best['auroc']:.3f} [{best['auroc_low']:.3f}, {best['auroc_high']:.3f}]")
+        if best_base is not None:
+            line += (f"; best baseline {best_base['method']} {best_base['auroc']:.3f}; "
+                     + (f"significantly above it: {', '.join(wins)}" if wins
+                        else "no gradient method significantly above it")
+                     + (f"; significantly below it: {', '.join(losses)}" if losses else ""))
+        lines.append(line + (f"; {dirs}" if dirs else "") + ".")
+    return lines

@@ -1,0 +1,87 @@
+"""Report sections of the QA evidence settings (issue 25): TruthfulQA MC1 rows (``qa mc``) and
+TriviaQA short-answer rows (``qa short``), kept apart from the open-question QA study."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+from ..errors import DataError
+from ..evaluation.evidence import MC_BASELINES, OURS, SHORT_BASELINES, evidence_tables, verdict
+from .document import Block, Section, unique_slug
+from .tables import format_p, format_value, make_table
+
+MC_DATASET = "truthfulqa_mc1"
+SHORT_LABEL = "alias_match"
+TITLES = {"mc": "TruthfulQA MC1: exact labels (qa mc)",
+          "short": "TriviaQA short answers: alias-match labels (qa short)"}
+
+
+def split_evidence_rows(rows: Iterable[Mapping]) -> tuple[list[dict], dict[str, list[dict]]]:
+    """(rows of the open-question study, {"mc": MC1 rows, "short": short-answer rows})."""
+    rest, ev = [], {"mc": [], "short": []}
+    for r in rows:
+        if r.get("dataset") == MC_DATASET and "option_mean_prob" in r:
+            ev["mc"].append(dict(r))
+        elif r.get("label_source") == SHORT_LABEL:
+            ev["short"].append(dict(r))
+        else:
+            rest.append(r)
+    return rest, ev
+
+
+def _interval(v, lo, hi) -> str:
+    if v is None:
+        return "–"
+    return f"{format_value(v)} [{format_value(lo)}, {format_value(hi)}]"
+
+
+def _wide(metrics: Sequence[Mapping], metric: str) -> list[dict]:
+    out: dict[tuple, dict] = {}
+    for m in metrics:
+        row = out.setdefault((m["dataset"], m["model"]), {"model": m["model"], "n": m["n"]})
+        row[m["method"]] = _interval(m[metric], m[f"{metric}_low"], m[f"{metric}_high"])
+    return list(out.values())
+
+
+def evidence_section(kind: str, rows: Sequence[Mapping], taken: set[str], *,
+                     n_bootstrap: int = 300, seed: int = 0) -> tuple[Section, dict]:
+    """(Section, tables) of one setting ("mc" or "short"); DataError when no model has two
+    correct and two incorrect answers (the section then says so instead of tables)."""
+    baselines = MC_BASELINES if kind == "mc" else SHORT_BASELINES
+    sid = unique_slug(f"qa-evidence-{kind}", taken)
+    models = list(dict.fromkeys(str(r["model"]) for r in rows))
+    meta = {"rows": str(len(rows)), "models": ", ".join(models)}
+    try:
+        tables = evidence_tables(rows, baselines, n_bootstrap=n_bootstrap, seed=seed)
+    except DataError as e:
+        return Section(id=sid, title=TITLES[kind], source="", meta=meta,
+                       notes=(f"Not yet evaluable: {e}",)), {}
+    notes = [
+        "Methods are fitted as in the QA study (a logistic regression on each method's "
+        "score(s), out-of-bag bootstrap runs); AUROC/PRR/AURAC are the mean over runs with the "
+        "2.5–97.5 percentiles of the runs. p̄ is a baseline: ‖∇θ p̄‖² = p̄²‖∇θ log p̄‖².",
+        "Raw AUROC: the score used as it is, oriented as a confidence (uncertainties negated); "
+        "below 0.5 means the score ranks correct answers as less trustworthy.",
+        *verdict(tables),
+    ]
+    cols = ["model", "n", *OURS, *baselines]
+    blocks = [
+        Block(ours=make_table("evidence_counts", tables["counts"],
+                              title="Questions and correct answers")),
+        Block(ours=make_table("evidence_auroc", _wide(tables["metrics"], "auroc"),
+                              title="AUROC [95% interval] per model and method", columns=cols)),
+        Block(ours=make_table("evidence_prr", _wide(tables["metrics"], "prr"),
+                              title="PRR [95% interval]", columns=cols)),
+        Block(ours=make_table("evidence_aurac", _wide(tables["metrics"], "aurac"),
+                              title="AURAC [95% interval]", columns=cols)),
+        Block(ours=make_table("evidence_raw_auroc", tables["raw_auroc"],
+                              title="Raw AUROC of each score (direction)")),
+        Block(ours=make_table("evidence_paired", tables["paired"],
+                              title="Ours vs baselines: ΔAUROC over paired runs, BH-adjusted",
+                              formatters={"p": format_p, "p_bh": format_p})),
+    ]
+    sec = Section(id=sid, title=TITLES[kind], source=", ".join(models), meta=meta,
+                  details={"options": {"n_bootstrap": str(n_bootstrap), "seed": str(seed)}},
+                  notes=tuple(notes), blocks=tuple(blocks),
+                  raw=tuple(make_table(name, t) for name, t in tables.items()))
+    return sec, tables

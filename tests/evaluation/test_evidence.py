@@ -1,0 +1,94 @@
+"""Evidence tables of the MC1 / short-answer settings and their report sections."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from sklearn.metrics import roc_auc_score
+
+from isouq.errors import DataError
+from isouq.evaluation.evidence import MC_BASELINES, evidence_tables, raw_auroc_ci, verdict
+
+
+def _rows(n=120, seed=0, model="m"):
+    rng = np.random.default_rng(seed)
+    correct = rng.integers(0, 2, n)
+    rows = []
+    for i, c in enumerate(correct):
+        pbar = float(np.clip(0.3 + 0.4 * c + rng.normal(0, 0.15), 0.01, 0.99))  # informative
+        epi = float(rng.lognormal(0, 1))  # noise
+        rows.append({"key": f"k{i}", "model": model, "dataset": "truthfulqa_mc1",
+                     "correct": int(c), "option_mean_prob": [pbar, 0.1],
+                     "scores": {"epistemic": epi, "epistemic_log": epi / pbar**2,
+                                "aleatoric": float(rng.uniform(0, 0.25)), "mean_prob": pbar,
+                                "max_prob": float(rng.uniform(0.3, 1)),
+                                "option_entropy": float(rng.uniform(0, 1.5)),
+                                "p_true": float(rng.uniform())}})
+    return rows
+
+
+def test_raw_auroc_matches_sklearn_and_orients_uncertainties():
+    rows = _rows()
+    t = evidence_tables(rows, MC_BASELINES, n_bootstrap=30, n_raw_bootstrap=200)
+    y = np.array([r["correct"] for r in rows])
+    raw = {r["score"]: r for r in t["raw_auroc"]}
+    for s in ("mean_prob", "p_true"):
+        x = np.array([r["scores"][s] for r in rows])
+        assert raw[s]["auroc"] == pytest.approx(roc_auc_score(y, x))
+    e = np.array([r["scores"]["epistemic"] for r in rows])
+    assert raw["epistemic"]["auroc"] == pytest.approx(roc_auc_score(y, -e))
+    assert raw["mean_prob"]["direction"] == "higher = correct"
+    assert raw["mean_prob"]["ci_low"] < raw["mean_prob"]["auroc"] < raw["mean_prob"]["ci_high"]
+    assert t["counts"] == [{"dataset": "truthfulqa_mc1", "model": "m", "n": 120,
+                            "correct": int(y.sum()), "accuracy": pytest.approx(y.mean())}]
+
+
+def test_paired_comparisons_are_bh_adjusted_and_find_the_informative_baseline():
+    t = evidence_tables(_rows(n=300), MC_BASELINES, n_bootstrap=100, n_raw_bootstrap=50)
+    pairs = {(p["method"], p["baseline"]): p for p in t["paired"]}
+    assert len(pairs) == 5 * 4
+    noise_vs_pbar = pairs[("Epi.", "p̄")]
+    assert noise_vs_pbar["delta_auroc"] < 0 and noise_vs_pbar["significant"]
+    assert all(p["p_bh"] >= p["p"] - 1e-12 for p in t["paired"])
+    line = verdict(t)[0]
+    assert "best AUROC" in line and "significantly below it" in line
+
+
+def test_raw_direction_reverse_and_none():
+    y = np.array([0, 1] * 50)
+    assert raw_auroc_ci(y, -y + 0.01 * np.arange(100))["direction"] == "higher = wrong"
+    flat = raw_auroc_ci(y, np.zeros(100))
+    assert flat["auroc"] == 0.5 and flat["direction"] == "none"
+
+
+def test_one_class_is_an_error():
+    rows = _rows(n=10)
+    for r in rows:
+        r["correct"] = 1
+    with pytest.raises(DataError):
+        evidence_tables(rows, MC_BASELINES, n_bootstrap=5)
+
+
+def test_report_puts_mc_and_short_rows_in_their_own_sections(tmp_path):
+    from isouq.report.build import build_report
+
+    short = _rows(n=80, seed=1, model="s")
+    for r in short:
+        r |= {"dataset": "triviaqa", "label_source": "alias_match"}
+        del r["option_mean_prob"]
+        r["scores"] = {k: r["scores"][k] for k in ("epistemic", "epistemic_log", "aleatoric",
+                                                   "mean_prob", "p_true")}
+        r["scores"]["naive_entropy"] = 1.0
+    (tmp_path / "in").mkdir()
+    for name, rows in (("mc.jsonl", _rows(n=80)), ("short.jsonl", short)):
+        (tmp_path / "in" / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    build_report([tmp_path / "in"], tmp_path / "out", n_bootstrap=20)
+    doc = json.loads((tmp_path / "out" / "report.json").read_text())
+    kinds = [(s["id"], s["kind"]) for s in doc["sections"]]
+    assert kinds == [("qa-evidence-mc", "qa_evidence"), ("qa-evidence-short", "qa_evidence")]
+    mc = doc["sections"][0]["tables"]
+    assert {r["method"] for r in mc["metrics"]} >= {"Epi.", "Epi. log", "p̄", "Max prob."}
+    md = (tmp_path / "out" / "tables.md").read_text()
+    assert "TruthfulQA MC1" in md and "TriviaQA short answers" in md
