@@ -1,7 +1,8 @@
 """Predicted-class scoring of a ResNet-style classifier: isouq against the floor, Opacus, a loop.
 
 Side by side in one process, per setting (input size × batch × classes), median seconds of
---repeats after a warm-up and peak extra memory (CPU: resident set, VmHWM reset through
+--repeats after a warm-up (methods run round robin, so a change of load hits all alike) and
+peak extra memory (CPU: resident set, VmHWM reset through
 /proc/self/clear_refs; CUDA: max_memory_allocated) of:
 - ``isouq``: ``score_classifier(model, x, classes="predicted")`` end to end (ghost engine);
   ``isouq_nocheck`` without the one-example forward that checks examples are independent;
@@ -87,9 +88,9 @@ def _rss_kib() -> int:
     return int(re.search(r"VmRSS:\s+(\d+)", open("/proc/self/status").read()).group(1))
 
 
-def measure(fn, repeats: int, device: str) -> tuple[float, float, torch.Tensor]:
-    """(median seconds, peak extra MiB, result) of fn() after one warm-up call."""
-    out = fn()
+def measure(fn, repeats: int, device: str, warm: bool = True) -> tuple[float, float, torch.Tensor]:
+    """(median seconds, peak extra MiB, result) of fn() (after one warm-up call if ``warm``)."""
+    out = fn() if warm else None
     times, peaks = [], []
     for _ in range(repeats):
         if device == "cuda":
@@ -199,11 +200,17 @@ def main() -> None:
         if not a.no_loop:
             runs["loop"] = lambda bn=bn, x=x, c=cls_bn: loop(bn, x, c)
             runs["loop_gn"] = lambda gn=gn, x=x, c=cls_gn: loop(gn, x, c)
-        res = {}
-        for name, fn in runs.items():
-            sec, mib, out = measure(fn, repeats, a.device)
+        res, secs, mibs = {}, {k: [] for k in runs}, {k: [] for k in runs}
+        for name, fn in runs.items():  # warm-up
+            res[name] = fn().detach().float().cpu()
+        for _ in range(repeats):  # round robin: a change of load hits every method alike
+            for name, fn in runs.items():
+                sec, mib, _ = measure(fn, 1, a.device, warm=False)
+                secs[name].append(sec)
+                mibs[name].append(mib)
+        for name in runs:
+            sec, mib = statistics.median(secs[name]), max(mibs[name])
             row[f"{name}_s"], row[f"{name}_peak_mib"] = round(sec, 4), round(mib, 1)
-            res[name] = out
             print(f"{row['input']} N={batch} C={C} {name}: {sec:.3f} s, peak +{mib:.0f} MiB", flush=True)
         if opacus is not None:
             gsm._close()

@@ -55,7 +55,7 @@ def force(request, monkeypatch):
     """Each branch of the cost rule; convolutions materialize by bmm or by a grouped conv."""
     from isouq.ghost import conv
 
-    monkeypatch.setattr(factors, "choose_gram", lambda pairs: request.param == "gram")
+    monkeypatch.setattr(factors, "choose_gram", lambda pairs, **kw: request.param == "gram")
     if request.param == "materialize_by_conv":
         monkeypatch.setattr(conv, "UNFOLD_MAX_PATCH", 0)
     return request.param

@@ -17,6 +17,7 @@ Stride, padding (numbers, ``'same'``, ``'valid'``, any ``padding_mode``), dilati
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import torch
@@ -65,6 +66,30 @@ def _padded(module: nn.modules.conv._ConvNd, x: torch.Tensor) -> tuple[torch.Ten
     return x, tuple(module.padding)
 
 
+def _patches(module, full: torch.Tensor, N: int, g: int, b: int, L: int) -> torch.Tensor:
+    """Unfolded input per example and group: (N·g, L, b)."""
+    U = unfold(full, tuple(module.kernel_size), tuple(module.dilation), tuple(module.stride))
+    return U.view(N, g, b, L).transpose(2, 3).reshape(N * g, L, b)
+
+
+def _patch_gram(module, full: torch.Tensor, out_sizes: tuple[int, ...]) -> torch.Tensor:
+    """U Uᵀ over output positions (N·g, L, L) without unfolding: from the channel Gram
+    P[p, p'] = Σ_c x[c, p] x[c, p'] of the padded input, UUᵀ[t, t'] = Σ_k P[t·s + k·δ, t'·s + k·δ]
+    over kernel offsets k (s stride, δ dilation): Lp² C/g + L² K work instead of L² C/g · K."""
+    N, C = full.shape[:2]
+    g, sp = module.groups, tuple(full.shape[2:])
+    X = full.reshape(N, g, C // g, -1).transpose(2, 3).reshape(N * g, -1, C // g)
+    P = torch.bmm(X, X.transpose(1, 2)).view(N * g, *sp, *sp)
+    R = None
+    for offs in itertools.product(*(range(k) for k in module.kernel_size)):
+        idx = tuple(slice(o * dl, o * dl + st * (n - 1) + 1, st) for o, dl, st, n in
+                    zip(offs, module.dilation, module.stride, out_sizes, strict=True))
+        blk = P[(slice(None), *idx, *idx)]
+        R = blk if R is None else R + blk
+    L = math.prod(out_sizes)
+    return R.reshape(N * g, L, L)
+
+
 @register_rule(nn.Conv1d, nn.Conv2d, nn.Conv3d)
 def contributions(module: nn.modules.conv._ConvNd, call: Call) -> dict[str, Contribution]:
     """weight: Pair over positions (fold = groups) or materialized; bias: (N, Cout)."""
@@ -84,19 +109,24 @@ def contributions(module: nn.modules.conv._ConvNd, call: Call) -> dict[str, Cont
         out["bias"] = Materialized(grad.reshape(N, Cout, -1).sum(-1))
     if module.weight is None:
         return out
+    Lp = math.prod(n + 2 * q for n, q in zip(x.shape[2:], pad, strict=True))
     shape = Pair(torch.empty(N * g, L, a, device="meta", dtype=grad.dtype),
                  torch.empty(N * g, L, b, device="meta", dtype=grad.dtype), fold=g)
-    gram = factors.choose_gram([shape])
+    gram_cost = Lp * Lp * (Cin // g) + L * L * (math.prod(kernel) + a)
+    gram = factors.choose_gram([shape], gram_cost=gram_cost)
     if gram or b <= UNFOLD_MAX_PATCH:
-        if any(pad):
-            x = F.pad(x, [p for q in reversed(pad) for p in (q, q)])
-        U = unfold(x, kernel, tuple(module.dilation), tuple(module.stride))  # (N, Cin·K, L)
-        U = U.view(N, g, b, L).transpose(2, 3).reshape(N * g, L, b)
+        full = x if not any(pad) else F.pad(x, [p for q in reversed(pad) for p in (q, q)])
         B = grad.reshape(N, g, a, L).transpose(2, 3).reshape(N * g, L, a)
-        pair = Pair(B, U, fold=g)
+        if gram:
+            placeholder = torch.empty((), dtype=grad.dtype, device=grad.device).expand(N * g, L, b)
+            out["weight"] = Pair(B, placeholder, fold=g,
+                                 right_gram=_patch_gram(module, full, tuple(grad.shape[2:])),
+                                 right_fn=lambda: _patches(module, full, N, g, b, L))
+            return out
         # small patches (the stem's 3 × 7 × 7): bmm of the unfolded input beats the grouped
         # weight-gradient convolution, which CPU libraries run slowly with N·g groups
-        out["weight"] = pair if gram else Materialized(pair.materialize().view(N, Cout, -1))
+        gw = torch.bmm(B.transpose(1, 2), _patches(module, full, N, g, b, L))
+        out["weight"] = Materialized(gw.view(N, Cout, -1))
         return out
     w = grad.new_empty(1).expand(N * Cout, Cin // g, *kernel)
     gw = torch.ops.aten.convolution_backward(

@@ -16,6 +16,7 @@ materializing Σₖ LₖᵀRₖ (cost ~ N T a b, memory N a b), whichever is che
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -32,6 +33,14 @@ class Pair:
     right: torch.Tensor
     index_size: int | None = None  # a, when ``left`` holds indices
     fold: int = 1  # groups folded into dim 0: N·fold rows, example-major
+    # a rule may give R Rᵀ (N·fold, T, T) directly, and build R only if asked (right_fn; then
+    # ``right`` may be a zero-stride placeholder of R's shape and dtype)
+    right_gram: torch.Tensor | None = None
+    right_fn: Callable[[], torch.Tensor] | None = None
+
+    def dense_right(self) -> torch.Tensor:
+        """R itself (built now when the rule gave it lazily)."""
+        return self.right_fn() if self.right_fn is not None else self.right
 
     @property
     def is_index(self) -> bool:
@@ -61,15 +70,16 @@ class Pair:
                 return torch.gather(t, 1, order)
             return torch.gather(t, 1, order.unsqueeze(-1).expand(-1, -1, t.shape[-1]))
 
-        return Pair(take(self.left), take(self.right), self.index_size, self.fold)
+        return Pair(take(self.left), take(self.dense_right()), self.index_size, self.fold)
 
     def materialize(self) -> torch.Tensor:
         """(N·fold, a, b) per-example (per-group) gradients."""
-        N, T, b = self.right.shape
+        right = self.dense_right()
+        N, T, b = right.shape
         if not self.is_index:
-            return torch.bmm(self.left.transpose(1, 2), self.right)
-        out = self.right.new_zeros(N, self.index_size, b)
-        return out.scatter_add_(1, self.left.unsqueeze(-1).expand(N, T, b), self.right)
+            return torch.bmm(self.left.transpose(1, 2), right)
+        out = right.new_zeros(N, self.index_size, b)
+        return out.scatter_add_(1, self.left.unsqueeze(-1).expand(N, T, b), right)
 
 
 @dataclass
@@ -115,7 +125,10 @@ def _gram_sq_norm(pairs: list[Pair], cache: dict | None = None) -> torch.Tensor:
         for q in pairs[k:]:
             left = _dense_gram(p.left, q.left, cache) if not (p.is_index or q.is_index) \
                 else _left_gram(p, q)
-            right = _dense_gram(p.right, q.right, cache)
+            if q is p and p.right_gram is not None:
+                right = p.right_gram
+            else:
+                right = _dense_gram(p.dense_right(), q.dense_right(), cache)
             N = left.shape[0]  # batched dot product ⟨left_n, right_n⟩ (faster than einsum)
             term = torch.bmm(left.reshape(N, 1, -1), right.reshape(N, -1, 1)).view(N)
             term = term if q is p else 2 * term
@@ -123,13 +136,19 @@ def _gram_sq_norm(pairs: list[Pair], cache: dict | None = None) -> torch.Tensor:
     return total
 
 
-def choose_gram(pairs: list[Pair]) -> bool:
-    """The cost rule, decided per parameter per batch (T may change between batches)."""
+def choose_gram(pairs: list[Pair], gram_cost: float | None = None) -> bool:
+    """The cost rule, decided per parameter per batch (T may change between batches).
+
+    ``gram_cost`` (per example) replaces the Gram form's default cost when a rule computes
+    R Rᵀ its own way (convolutions: from the input's channel Gram).
+    """
     N = pairs[0].right.shape[0]
     a, b = pairs[0].shape
     Ts = [p.right.shape[1] for p in pairs]
     gram = sum(Tp * Tq * ((1 if (p.is_index and q.is_index) else a) + b)
                for p, Tp in zip(pairs, Ts, strict=False) for q, Tq in zip(pairs, Ts, strict=False))
+    if gram_cost is not None:
+        gram = gram_cost
     mat = sum(T * (b if p.is_index else a * b) for p, T in zip(pairs, Ts, strict=False)) + a * b
     fits = N * a * b * pairs[0].right.element_size() <= MATERIALIZE_BYTES
     return gram <= mat or not fits
