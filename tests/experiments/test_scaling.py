@@ -133,6 +133,10 @@ def test_quick_run_one_row_per_size_and_resumes(tmp_path, monkeypatch):
     hmc8 = next(r for r in rows if r["key"] == "hmc:8")
     assert hmc8["settings"]["num_samples"] == 60 and hmc8["reference"]["thinning"] == 1
     assert hmc8["map"]["grad_norm"] < 1e-3
+    # each size's HMC checkpoint is removed once its row is written; the folder is git-ignored
+    assert hmc8["reference"]["resumed_at"] == 0 and hmc8["reference"]["leapfrog_steps"] > 0
+    assert not list((tmp_path / "checkpoints").glob("hmc_w*"))
+    assert (tmp_path / "checkpoints" / ".gitignore").read_text() == "*\n"
 
     # a second run skips every finished size and rebuilds the same tables
     def boom(*a, **k):

@@ -26,6 +26,12 @@ the figures are rebuilt from every finished row after each size. Sizes run cheap
 the budget is spent, nor one whose predicted time (from the finished sizes of its study,
 time ∝ D^α) would overrun it; each run's record (budget, sizes run, sizes left) is kept in
 ``out/runs.jsonl``. The torch side (MAP, GN) runs on ``device``; JAX picks its own.
+
+Within a size, the HMC run is checkpointed after every segment of a few minutes
+(``out/checkpoints/hmc_w{width}/``: sampler state, RNG keys, adaptation, draws so far; see
+:mod:`isouq.reference.checkpoint`): a killed run re-run with the same command resumes where
+it stopped, with exactly the draws of an uninterrupted run. One process at a time may write
+an ``out`` (a second one is refused).
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import shutil
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -43,7 +50,7 @@ import torch
 
 from ..data.synthetic import Problem, make_problem
 from ..errors import InputError
-from ..runio import JsonlWriter, check_resume, read_jsonl, write_results
+from ..runio import JsonlWriter, check_resume, exclusive, read_jsonl, write_results
 from . import toy_models as tm
 from .validation import compare
 
@@ -206,8 +213,22 @@ def _base_row(job: Job, problem: Problem, fingerprint: dict, device: str) -> dic
 # --------------------------------------------------------------------------- one size
 
 
-def run_hmc_size(job: Job, settings: dict, device: str = "cpu") -> dict:
-    """Study A at one size: MAP, HMC reference, GN at θ*; a JSON-ready ``sizes.jsonl`` row."""
+def checkpoint_dir(out: Path, job: Job) -> Path:
+    """Where the HMC run of ``job`` keeps its checkpoint: ``out/checkpoints/hmc_w{width}``.
+
+    ``out/checkpoints`` holds a ``.gitignore`` (the saved draws are ~1 GB from MLP(256,256)
+    up); the directory of a size is removed once its row is in ``sizes.jsonl``.
+    """
+    return Path(out) / "checkpoints" / f"{job.study}_w{job.width}"
+
+
+def run_hmc_size(job: Job, settings: dict, device: str = "cpu",
+                 checkpoint: Path | None = None) -> dict:
+    """Study A at one size: MAP, HMC reference, GN at θ*; a JSON-ready ``sizes.jsonl`` row.
+
+    checkpoint: directory of the HMC checkpoint (``hmc_reference(checkpoint=...)``): a killed
+    run resumes there, with exactly the draws an uninterrupted run would have made.
+    """
     from ..reference import flat_params, hmc_reference
 
     t0 = time.perf_counter()
@@ -224,7 +245,7 @@ def run_hmc_size(job: Job, settings: dict, device: str = "cpu") -> dict:
                         num_samples=settings["num_samples"], num_chains=settings["num_chains"],
                         kernel=settings["kernel"], init=init,
                         init_jitter=0.0 if init is None else 0.1, thinning=thin,
-                        memory_budget_bytes=HMC_MEMORY_BUDGET)
+                        memory_budget_bytes=HMC_MEMORY_BUDGET, checkpoint=checkpoint)
     t_ref = time.perf_counter() - t0 - t_map
     sc = gn_scores(model, problem.grid, device)
     d = ref.diagnostics
@@ -237,10 +258,13 @@ def run_hmc_size(job: Job, settings: dict, device: str = "cpu") -> dict:
         "ess_median": d.get("ess_median"), "accept_prob": d["accept_prob"],
         "divergences": d["divergences"], "step_size": float(np.mean(d["step_size"])),
         "num_steps_mean": d["num_steps_mean"], "chain_method": d["chain_method"],
+        "leapfrog_steps": d["leapfrog_steps"], "resumed_at": d["resumed_at"],
         "warnings": d["warnings"]}
     row["map"] = fit.to_dict()
-    row["seconds"] = {"map": t_map, "reference": t_ref, "gn": sc["seconds"],
-                      "total": time.perf_counter() - t0}
+    # sampling time summed over every session of a resumed run (``reference`` is this one's)
+    row["seconds"] = {"map": t_map, "reference": t_ref, "reference_sampling": d["seconds"],
+                      "gn": sc["seconds"],
+                      "total": t_map + d["seconds"] + d["seconds_predictive"] + sc["seconds"]}
     return row
 
 
@@ -592,30 +616,32 @@ def run(
     record = {"key": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
               "budget_minutes": budget_minutes, "device": device, "ran": [],
               "already_done": [], "not_started": {}}
-    for job in jobs:
-        if writer.done(job.key):
-            record["already_done"].append(job.key)
-            continue
-        elapsed = time.time() - started
-        predicted = predict_seconds(job, read_jsonl(writer.path))
-        why = budget_decision(elapsed, budget_s, predicted)
-        if why is not None:
-            pred = "" if predicted is None else f", predicted {predicted / 60:.0f} min"
-            record["not_started"][job.key] = why + pred
-            print(f"{NAME}: not starting {job.key}: {why}{pred}", flush=True)
-            continue
-        print(f"{NAME}: {job.key} ({job.spec.n_params:,} params) starting at "
-              f"{elapsed / 60:.1f} min", flush=True)
-        if job.study == "hmc":
-            row = run_hmc_size(job, fingerprints["hmc"], device)
-        else:
-            row = run_vi_size(job, fingerprints["vi"], out, device)
-        row["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
-        writer.write(row)
-        record["ran"].append(job.key)
-        print(f"{NAME}: {job.key} done in {row['seconds']['total']:.0f} s: GN vs ref "
-              f"rho {row['gn_rho']:.3f}, r {row['gn_r']:.3f}", flush=True)
-        rebuild(out, started, settings, seed)
+    with exclusive(writer.path):
+        for job in jobs:
+            if writer.done(job.key):
+                record["already_done"].append(job.key)
+                continue
+            elapsed = time.time() - started
+            predicted = predict_seconds(job, read_jsonl(writer.path))
+            why = budget_decision(elapsed, budget_s, predicted)
+            if why is not None:
+                pred = "" if predicted is None else f", predicted {predicted / 60:.0f} min"
+                record["not_started"][job.key] = why + pred
+                print(f"{NAME}: not starting {job.key}: {why}{pred}", flush=True)
+                continue
+            print(f"{NAME}: {job.key} ({job.spec.n_params:,} params) starting at "
+                  f"{elapsed / 60:.1f} min", flush=True)
+            if job.study == "hmc":
+                row = run_hmc_size(job, fingerprints["hmc"], device, checkpoint_dir(out, job))
+            else:
+                row = run_vi_size(job, fingerprints["vi"], out, device)
+            row["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+            writer.write(row)
+            shutil.rmtree(checkpoint_dir(out, job), ignore_errors=True)
+            record["ran"].append(job.key)
+            print(f"{NAME}: {job.key} done in {row['seconds']['total']:.0f} s: GN vs ref "
+                  f"rho {row['gn_rho']:.3f}, r {row['gn_r']:.3f}", flush=True)
+            rebuild(out, started, settings, seed)
     record["elapsed_minutes"] = round((time.time() - started) / 60, 2)
     JsonlWriter(out / "runs.jsonl").write(record)
     return rebuild(out, started, settings, seed)
