@@ -49,15 +49,24 @@ FORMAT_VERSION = 1
 SCORES: tuple[str, ...] = ("epistemic", "aleatoric", "mean_prob", "epistemic_log")
 #: scores that span orders of magnitude: used as log(x) (log(x + shift) when the fit rows hold 0)
 LOG_SCORES: tuple[str, ...] = (*LOG_FEATURES, "epistemic_log")
-#: candidate feature sets: each score alone, the study's gradient methods, and all three
-FEATURE_SETS: dict[str, tuple[str, ...]] = {
-    "p̄": ("mean_prob",),
-    **{m: METHODS[m] for m in GRADIENT_METHODS},  # "Alea.", "Epi.", "Epi. & Alea."
-    "Epi. (log p̄)": ("epistemic_log",),
-    "Epi. & Alea. & p̄": ("epistemic", "aleatoric", "mean_prob"),
-}
+
+
+def _feature_sets() -> dict[str, tuple[str, ...]]:
+    """p̄, the study's gradient methods (named as in ``evaluation.rows.METHODS``), epistemic_log
+    and all three scores together; each feature tuple once."""
+    sets: dict[str, tuple[str, ...]] = {}
+    for name, feats in [("p̄", ("mean_prob",)), *((m, METHODS[m]) for m in GRADIENT_METHODS),
+                        ("Epi. log", ("epistemic_log",)),
+                        ("Epi. & Alea. & p̄", ("epistemic", "aleatoric", "mean_prob"))]:
+        if tuple(feats) not in sets.values() and set(feats) <= set(SCORES):
+            sets[name] = tuple(feats)
+    return sets
+
+
+#: candidate feature sets: each score alone, the study's combination, and all three scores
+FEATURE_SETS: dict[str, tuple[str, ...]] = _feature_sets()
 #: the single-score feature sets (reported beside the selected map)
-SINGLE_SCORES: tuple[str, ...] = ("p̄", "Alea.", "Epi.", "Epi. (log p̄)")
+SINGLE_SCORES: tuple[str, ...] = tuple(n for n, f in FEATURE_SETS.items() if len(f) == 1)
 MAP_KINDS: tuple[str, ...] = ("platt", "isotonic")
 #: label sources: name -> field of a row (``hand`` reads gold rows instead)
 LABEL_FIELDS: dict[str, str] = {"judge": "correct", "lexical": "lexical_correct"}
