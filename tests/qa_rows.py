@@ -17,6 +17,7 @@ def synth_rows(
     not at all. ``both_classes``: the first four rows of every (dataset, model) are two wrong
     and two correct answers, whatever the draw (a report needs both classes per model)."""
     rng = np.random.default_rng(seed)
+    rng_p = np.random.default_rng(seed + 1000)  # p̄ from its own stream: the others unchanged
     rows = []
     for ds in datasets:
         for mi, model in enumerate(models):
@@ -35,6 +36,7 @@ def synth_rows(
                         "naive_entropy": float(rng.normal()),
                         "semantic_entropy": float(rng.normal()),
                         "p_true": float(rng.random()),
+                        "mean_prob": float(rng_p.uniform(0.05, 1.0)),
                     },
                     "passes": {"gradient": 1, "naive_entropy": 10, "semantic_entropy": 10,
                                "p_true": 6},

@@ -15,14 +15,15 @@ def test_study_tables_on_synthetic_rows(rows):
     t = study_tables(rows, **FAST)
     assert set(t) == TABLES
     auroc = {r["method"]: r for r in t["auroc"]}
-    assert list(auroc) == ["Naive Ent.", "Sem. Ent.", "P(True)", "Alea.", "Epi.", "Epi. & Alea."]
+    assert list(auroc) == ["Naive Ent.", "Sem. Ent.", "P(True)", "p̄", "Alea.", "Epi.",
+                           "Epi. log", "Epi. & Alea."]
     for ds in ("TruthfulQA", "TriviaQA"):
         assert auroc["Alea."][ds] > 0.8 and auroc["Epi. & Alea."][ds] > 0.8
         assert abs(auroc["P(True)"][ds] - 0.5) < 0.1
         assert auroc["Alea."][f"{ds} ±"] > 0
     assert len(t["auroc_per_model"]) == 6
-    assert len(t["metrics_per_model"]) == 36
-    assert len(t["significance"]) == 18 and len(t["significance_wide"]) == 6
+    assert len(t["metrics_per_model"]) == 48  # 6 groups x 8 methods
+    assert len(t["significance"]) == 32 and len(t["significance_wide"]) == 8
     assert t["significance_wide"][0]["vs P(True)"].endswith("↑")
     assert len(t["paired_bootstrap"]) == 2 and len(t["correlation"]) == 8
     assert len(t["lomo"]) == 10 and len(t["cost"]) == 24

@@ -79,13 +79,13 @@ def test_qa_tables_shapes(study):
                             "correlation", "lomo", "cost", "passes", "prr", "aurac"]
     auroc = tables["auroc"]
     assert auroc.columns == ("method", "TruthfulQA", "TriviaQA")
-    assert [r[0] for r in auroc.rows] == ["Naive Ent.", "Sem. Ent.", "P(True)", "Alea.", "Epi.",
-                                          "Epi. & Alea."]
+    assert [r[0] for r in auroc.rows] == ["Naive Ent.", "Sem. Ent.", "P(True)", "p̄", "Alea.",
+                                          "Epi.", "Epi. log", "Epi. & Alea."]
     assert all(" ± " in c for r in auroc.rows for c in r[1:])
     assert {j for _, j in auroc.bold} == {1, 2}  # one best per dataset column (or ties)
     assert len(tables["auroc_per_model"].rows) == 6
     sig = tables["significance"]
-    assert len(sig.rows) == 6
+    assert len(sig.rows) == 8  # 4 gradient methods x 2 datasets
     assert all(sig.rows[i][j].endswith(("↑", "↓")) for i, j in sig.bold)
     assert [r[1] for r in tables["lomo"].rows].count("Mean (Std)") == 2
     cost = tables["cost"]

@@ -5,10 +5,13 @@ A row (one per question, as the QA pipeline writes it to JSONL)::
     {"key": str, "model": str, "dataset": str, "question": str, "answer": str,
      "correct": 0 | 1 | null,                      # null = unjudged, the row is dropped
      "scores": {"epistemic": float, "aleatoric": float, "normalized_epistemic": float,
+                "mean_prob": float, "epistemic_log": float,
                 "naive_entropy": float, "semantic_entropy": float, "p_true": float},
      "passes": {"gradient": 1, ...}, "seconds": {"gradient": float, ...}}
 
 Any score may be missing or null; a method is evaluated on the rows that have all its features.
+``epistemic_log`` = ‖∇θ log p̄‖² is derived as epistemic / mean_prob² (the same identity the
+scorer uses) for rows written before it was recorded.
 """
 
 from __future__ import annotations
@@ -28,14 +31,19 @@ METHODS: dict[str, tuple[str, ...]] = {
     "Naive Ent.": ("naive_entropy",),
     "Sem. Ent.": ("semantic_entropy",),
     "P(True)": ("p_true",),
+    "p̄": ("mean_prob",),
     "Alea.": ("aleatoric",),
     "Epi.": ("epistemic",),
+    "Epi. log": ("epistemic_log",),
     "Epi. & Alea.": ("epistemic", "aleatoric"),
 }
-GRADIENT_METHODS: tuple[str, ...] = ("Alea.", "Epi.", "Epi. & Alea.")
-BASELINES: tuple[str, ...] = ("Naive Ent.", "Sem. Ent.", "P(True)")
+#: the paper's three (the first three, in the paper's tables) and ‖∇θ log p̄‖²
+GRADIENT_METHODS: tuple[str, ...] = ("Alea.", "Epi.", "Epi. & Alea.", "Epi. log")
+#: p̄ (mean token probability; the maximum sequence probability of LM-Polygraph, length-
+#: normalized) costs nothing beyond the forward pass and is the baseline to beat
+BASELINES: tuple[str, ...] = ("Naive Ent.", "Sem. Ent.", "P(True)", "p̄")
 #: scores that span orders of magnitude and are log-transformed when ``log_epistemic=True``.
-LOG_FEATURES: tuple[str, ...] = ("epistemic", "normalized_epistemic")
+LOG_FEATURES: tuple[str, ...] = ("epistemic", "normalized_epistemic", "epistemic_log")
 REQUIRED_FIELDS: tuple[str, ...] = ("key", "model", "dataset", "correct", "scores")
 
 
@@ -138,10 +146,23 @@ def group_rows(rows: Iterable[Mapping]) -> dict[tuple[str, str], QAGroup]:
             model=k[1],
             keys=tuple(g["keys"]),
             correct=np.asarray(g["correct"], dtype=int),
-            scores={s: np.asarray(v, dtype=float) for s, v in g["scores"].items()},
+            scores=with_epistemic_log({s: np.asarray(v, dtype=float)
+                                       for s, v in g["scores"].items()}),
         )
         for k, g in acc.items()
     }
+
+
+def with_epistemic_log(scores: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``scores`` with ``epistemic_log`` = epistemic / mean_prob² filled in where it is missing
+    and both are known (∇θ log p̄ = ∇θ p̄ / p̄; rows written before it was recorded)."""
+    if "epistemic" not in scores or "mean_prob" not in scores:
+        return scores
+    epi, p = scores["epistemic"], scores["mean_prob"]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        derived = np.where(p > 0, epi / p**2, np.nan)
+    have = scores.get("epistemic_log", np.full(epi.shape, np.nan))
+    return {**scores, "epistemic_log": np.where(np.isfinite(have), have, derived)}
 
 
 def check_classes(groups: Mapping[tuple[str, str], QAGroup], min_per_class: int = 2) -> None:

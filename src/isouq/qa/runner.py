@@ -424,6 +424,7 @@ class QARunner:
             share = (time.perf_counter() - t) / n
             for i in range(n):
                 scores[i] |= {"epistemic": float(sc.epistemic[i]),
+                              "epistemic_log": float(sc.epistemic_log[i]),
                               "aleatoric": float(sc.aleatoric[i]),
                               "normalized_epistemic": float(sc.normalized_epistemic[i]),
                               "mean_prob": float(sc.mean_prob[i])}
