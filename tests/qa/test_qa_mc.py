@@ -162,3 +162,30 @@ def test_bad_mc_file(tmp_path):
         read_truthfulqa_mc(bad)
     with pytest.raises(DataError, match="does not exist"):
         read_truthfulqa_mc(tmp_path / "none.json")
+
+
+def test_semgrad_of_the_chosen_option_and_backfill(tiny_lm, tok, tmp_path):
+    from isouq.qa.semgrad import semgrad_scores
+    from isouq.runio import JsonlWriter, latest_by_key
+
+    path = _mc_file(tmp_path, [(QUESTION, OPTIONS, 0)])
+    item = read_truthfulqa_mc(path)[0]
+    row = mc.score_question(tiny_lm, tok, item, p_true=False)
+    want = semgrad_scores(tiny_lm, tok, row["prompt"], row["options"][row["chosen"]])
+    assert row["scores"]["semgrad"] == pytest.approx(want.semgrad)
+    assert row["scores"]["lm_head_grad"] == pytest.approx(want.lm_head)
+    assert row["scores"]["hybridgrad"] == pytest.approx(want.hybrid)
+    # a row written before SemGrad existed gets it in a revision on the next run
+    out = tmp_path / "out"
+    old = mc.score_question(tiny_lm, tok, item, semgrad=False)
+    assert "semgrad" not in old["scores"]
+    settings = dict(mc.SETTINGS, data=str(path))
+    JsonlWriter(mc.rows_path(out, "tiny")).write(
+        {"key": item.key, "model": "tiny", **old, "settings": settings})
+    mc.run_mc("tiny", out, data=str(path), loader=lambda n: (tiny_lm, tok, "tiny"),
+              progress=False)
+    rows = read_jsonl(mc.rows_path(out, "tiny"))
+    assert len(rows) == 2 and rows[1]["revision"] == 1
+    (latest,) = latest_by_key(rows)
+    assert latest["scores"]["semgrad"] == pytest.approx(want.semgrad)
+    assert latest["scores"]["p_true"] == old["scores"]["p_true"]

@@ -84,6 +84,7 @@ def test_gradient_rows_carry_epistemic_log(tmp_path, tok, tiny_lm, monkeypatch):
     for r in read_jsonl(path):
         s = r["scores"]
         assert s["epistemic_log"] == pytest.approx(s["epistemic"] / s["mean_prob"] ** 2)
+        assert s["semgrad"] > 0 and s["lm_head_grad"] > 0 and "hybridgrad" in s
         assert r["correct"] == int(short.alias_match(r["answer"], r["references"]))
 
 

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 
 from .auroc import METRICS, auroc, method_runs
-from .rows import check_classes, group_rng, group_rows, to_float
+from .rows import QAGroup, check_classes, group_rng, group_rows, to_float
 from .significance import bh_adjust
 
 OURS: dict[str, tuple[str, ...]] = {
@@ -33,21 +33,30 @@ OURS: dict[str, tuple[str, ...]] = {
     "Epi. & Alea.": ("epistemic", "aleatoric"),
     "Epi. & p̄": ("epistemic", "mean_prob"),
 }
+#: the critique (Li et al. 2026, ``qa.semgrad``): compared with ours like the baselines
+CRITIQUE: dict[str, tuple[str, ...]] = {
+    "SemGrad": ("semgrad",),
+    "lm_head grad": ("lm_head_grad",),
+    "HybridGrad": ("hybridgrad",),
+}
 MC_BASELINES: dict[str, tuple[str, ...]] = {
     "p̄": ("mean_prob",),
     "Max prob.": ("max_prob",),
     "Option ent.": ("option_entropy",),
     "P(True)": ("p_true",),
+    **CRITIQUE,
 }
 SHORT_BASELINES: dict[str, tuple[str, ...]] = {
     "p̄": ("mean_prob",),
     "Naive Ent.": ("naive_entropy",),
     "P(True)": ("p_true",),
+    **CRITIQUE,
 }
 #: scores that are confidences (higher = more likely correct); the others are uncertainties
 CONFIDENCES: tuple[str, ...] = ("mean_prob", "max_prob", "p_true")
 RAW_SCORES: tuple[str, ...] = ("epistemic", "epistemic_log", "aleatoric", "mean_prob",
-                               "max_prob", "option_entropy", "naive_entropy", "p_true")
+                               "max_prob", "option_entropy", "naive_entropy", "p_true",
+                               "semgrad", "lm_head_grad", "hybridgrad")
 
 
 def _ci(v: np.ndarray) -> tuple[float | None, float | None, float | None]:
@@ -85,6 +94,32 @@ def raw_auroc_ci(correct: np.ndarray, confidence: np.ndarray, *, n_bootstrap: in
     direction = "higher = correct" if lo > 0.5 else "higher = wrong" if hi < 0.5 else "none"
     return {"n": int(y.size), "auroc": to_float(a), "ci_low": to_float(lo),
             "ci_high": to_float(hi), "direction": direction}
+
+
+def raw_auroc_rows(g: QAGroup, *, n_bootstrap: int = 1000, seed: int = 0) -> list[dict]:
+    """One row per score of ``RAW_SCORES`` the group has: its raw AUROC as a confidence
+    (:func:`raw_auroc_ci`), with how it was oriented.
+
+    Args:
+        g: the judged rows of one (dataset, model).
+        n_bootstrap: resamples of the questions for the interval.
+        seed: seed of the resampling (one stream per group).
+
+    Returns:
+        Dict rows {"dataset", "model", "score", "oriented", "n", "auroc", "ci_low", "ci_high",
+        "direction"}.
+    """
+    rng = group_rng(seed, "raw", g.dataset, g.model)
+    out = []
+    for score in RAW_SCORES:
+        x = g.score(score)
+        if not np.isfinite(x).any():
+            continue
+        conf = x if score in CONFIDENCES else -x
+        out.append({"dataset": g.dataset, "model": g.model, "score": score,
+                    "oriented": "as is" if score in CONFIDENCES else "negated",
+                    **raw_auroc_ci(g.correct, conf, n_bootstrap=n_bootstrap, rng=rng)})
+    return out
 
 
 def evidence_tables(
@@ -128,15 +163,7 @@ def evidence_tables(
             for m in METRICS:
                 row[m], row[f"{m}_low"], row[f"{m}_high"] = _ci(r[m])
             metrics.append(row)
-        rng = group_rng(seed, "raw", ds, model)
-        for score in RAW_SCORES:
-            x = g.score(score)
-            if not np.isfinite(x).any():
-                continue
-            conf = x if score in CONFIDENCES else -x
-            raw.append({"dataset": ds, "model": model, "score": score,
-                        "oriented": "as is" if score in CONFIDENCES else "negated",
-                        **raw_auroc_ci(g.correct, conf, n_bootstrap=n_raw_bootstrap, rng=rng)})
+        raw += raw_auroc_rows(g, n_bootstrap=n_raw_bootstrap, seed=seed)
         for a in ours:
             for b in baselines:
                 ra, rb = runs.get((ds, model, a)), runs.get((ds, model, b))

@@ -17,7 +17,9 @@ Per question (``isouq qa mc``):
    ∇p̄ / p̄), aleatoric (1/T) Σ pₜ(1 − pₜ), p̄ itself; baselines: the option distribution
    softmax(ℓ̄) over the K options (length-normalized log-likelihoods), its maximum probability and
    entropy (nats), and P(True) of the chosen option with the other options, in the file's order,
-   as the brainstormed answers (``baselines.p_true.p_true_given``; no sampling).
+   as the brainstormed answers (``baselines.p_true.p_true_given``; no sampling). Beside them
+   the critique's scores (Li et al. 2026, ``qa.semgrad``): SemGrad, the lm_head-gradient
+   baseline and HybridGrad of the chosen option.
 
 Rows go to ``OUT/mc1_truthfulqa__<model>.jsonl`` (one per question, resumable; a resume with
 other settings is an error) and the run's config to ``OUT/mc1_truthfulqa__<model>.run.json``.
@@ -147,10 +149,33 @@ def option_distribution(mean_logprob: torch.Tensor) -> tuple[float, float]:
     return float(q.max()), float(ent)
 
 
-def score_question(model, tokenizer, item, *, p_true: bool = True) -> dict:
+def semgrad_fields(model, tokenizer, prompt: str, continuation_text: str) -> dict:
+    """SemGrad, the lm_head baseline and HybridGrad of the chosen option (``qa.semgrad``):
+    {"scores": {...}, "semgrad": {token_offset, mean_entropy}, "seconds": s}."""
+    from .semgrad import semgrad_scores
+
+    t0 = time.perf_counter()
+    sg = semgrad_scores(model, tokenizer, prompt, continuation_text)
+    return {"scores": {"semgrad": sg.semgrad, "lm_head_grad": sg.lm_head,
+                       "hybridgrad": sg.hybrid},
+            "semgrad": {"token_offset": sg.token_offset, "mean_entropy": sg.mean_entropy},
+            "seconds": time.perf_counter() - t0}
+
+
+def with_semgrad(model, tokenizer, row: dict) -> dict:
+    """A row written before SemGrad was added, with its SemGrad scores (revision + 1)."""
+    sg = semgrad_fields(model, tokenizer, row["prompt"], row["options"][row["chosen"]])
+    return {**row, "scores": {**row["scores"], **sg["scores"]}, "semgrad": sg["semgrad"],
+            "seconds": {**row["seconds"], "semgrad": sg["seconds"]},
+            "passes": {**row["passes"], "semgrad": 1},
+            "revision": int(row.get("revision", 0)) + 1}
+
+
+def score_question(model, tokenizer, item, *, p_true: bool = True, semgrad: bool = True) -> dict:
     """One MC1 question -> its row (without ``key``/``model``/``settings``); see module doc.
 
-    item: an ``isouq.data.qa.MCItem``.
+    item: an ``isouq.data.qa.MCItem``; ``semgrad``: add SemGrad, the lm_head baseline and
+    HybridGrad of the chosen option (one more forward and backward pass).
     """
     from ..sequences import score_sequences
     from .baselines.p_true import p_true_given
@@ -188,6 +213,11 @@ def score_question(model, tokenizer, item, *, p_true: bool = True) -> dict:
         seconds["p_true"] = time.perf_counter() - t0
         scores["p_true"] = value
         extra["p_true_mass"] = {"p_a": pa, "p_b": pb}
+    if semgrad:
+        sg = semgrad_fields(model, tokenizer, prompt, conts[chosen])
+        scores.update(sg["scores"])
+        seconds["semgrad"] = sg["seconds"]
+        extra["semgrad"] = sg["semgrad"]
     return {
         "dataset": DATASET,
         "question": item.question,
@@ -202,7 +232,8 @@ def score_question(model, tokenizer, item, *, p_true: bool = True) -> dict:
         "scores": scores,
         "gradient_pass_mean_prob": float(seq.mean_prob[0]),
         **extra,
-        "passes": {"options": 1, "gradient": 1, **({"p_true": 1} if p_true else {})},
+        "passes": {"options": 1, "gradient": 1, **({"p_true": 1} if p_true else {}),
+                   **({"semgrad": 1} if semgrad else {})},
         "seconds": seconds,
     }
 
@@ -238,7 +269,10 @@ def run_mc(model_name: str, out: str | Path, *, limit: int | None = None, data: 
         have = {r["key"]: r for r in latest_by_key(read_jsonl(path))}
         check_resume(list(have.values()), lambda r: settings, path.name)
         todo = [it for it in items if it.key not in have]
-        if not todo:
+        # rows written before SemGrad was added get it in a revision
+        old = [have[it.key] for it in items
+               if it.key in have and "semgrad" not in have[it.key]["scores"]]
+        if not todo and not old:
             return path
         if loader is None:
             from ..models import check_loadable, load_model
@@ -259,8 +293,12 @@ def run_mc(model_name: str, out: str | Path, *, limit: int | None = None, data: 
         if progress:
             from tqdm.auto import tqdm
 
-            bar = tqdm(total=len(items), initial=len(items) - len(todo),
+            bar = tqdm(total=len(items), initial=len(items) - len(todo) - len(old),
                        desc=f"mc1 {model_name}", unit="question")
+        for row in old:
+            writer.write(with_semgrad(model, tok, row))
+            if bar is not None:
+                bar.update(1)
         for it in todo:
             row = score_question(model, tok, it)
             writer.write({"key": it.key, "model": model_name, **row, "settings": settings,

@@ -17,7 +17,8 @@ words, which the dataset's answer aliases grade exactly enough:
 - Label: ``alias_match`` = some answer alias occurs, as whole words, in the answer after SQuAD
   normalization (``judge.contains_answer``); the exact match is kept beside it in ``lexical``.
 - Scores: as ``qa run`` (gradient: epistemic, aleatoric, p̄; naive entropy and P(True) on K
-  shared samples), plus ``epistemic_log`` = epistemic / p̄² (‖∇θ log p̄‖²).
+  shared samples), plus ``epistemic_log`` = epistemic / p̄² (‖∇θ log p̄‖²) and, with the
+  gradient method, the critique's SemGrad, lm_head-gradient and HybridGrad (``qa.semgrad``).
 
 Rows: ``OUT/qa_triviaqa__<model>.jsonl`` (the ``qa run`` schema; ``label_source`` =
 ``"alias_match"``), resumable; the prompt is part of the run's content settings.
@@ -25,6 +26,7 @@ Rows: ``OUT/qa_triviaqa__<model>.jsonl`` (the ``qa run`` schema; ``label_source`
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from ..errors import InputError
@@ -118,6 +120,7 @@ class ShortRunner(QARunner):
 
     def _chunk(self, model, tok, info, chunk, prompts, judge, ent, old=None, *, say=None):
         rows = super()._chunk(model, tok, info, chunk, prompts, judge, ent, old, say=say)
+        gens = self._greedy(model, tok, chunk, prompts) if "gradient" in self.cfg.methods else None
         out = []
         for i, (it, row) in enumerate(zip(chunk, rows, strict=True)):
             s = row["scores"]
@@ -127,6 +130,16 @@ class ShortRunner(QARunner):
                 ok = alias_match(row["answer"], list(it.answers))
                 row = {**row, "correct": int(ok), "label_source": LABEL,
                        "lexical": {**row["lexical"], LABEL: ok}, "prompt": prompts[i]}
+            if gens is not None and "semgrad" not in s and gens[i].token_ids:
+                from .semgrad import semgrad_scores
+
+                t0 = time.perf_counter()
+                sg = semgrad_scores(model, tok, prompts[i], gens[i].token_ids)
+                s.update({"semgrad": sg.semgrad, "lm_head_grad": sg.lm_head,
+                          "hybridgrad": sg.hybrid})
+                row = {**row, "semgrad": {"token_offset": sg.token_offset,
+                                          "mean_entropy": sg.mean_entropy},
+                       "seconds": {**row["seconds"], "semgrad": time.perf_counter() - t0}}
             out.append(row)
         return out
 

@@ -64,7 +64,8 @@ def evidence_section(kind: str, rows: Sequence[Mapping], taken: set[str], *,
         "below 0.5 means the score ranks correct answers as less trustworthy.",
         *verdict(tables),
     ]
-    cols = ["model", "n", *OURS, *baselines]
+    present = {m["method"] for m in tables["metrics"]}
+    cols = ["model", "n", *(c for c in (*OURS, *baselines) if c in present)]
     blocks = [
         Block(ours=make_table("evidence_counts", tables["counts"],
                               title="Questions and correct answers")),
