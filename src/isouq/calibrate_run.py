@@ -203,7 +203,7 @@ def run_calibration(
                   "gold": found["gold_files"] if labels == "hand" else []},
         tables=tables, figures=[f.name for f in figures],
         extra={"model": name, "labels": labels,
-               "answers": f"{lab['n']} ({lab['correct']} correct)",
+               "answers": f"{lab['n']} answers, {lab['correct']} correct",
                "datasets": ", ".join(cal.doc.get("datasets") or []),
                "selected": f"{cal.map.kind} on {cal.map.name}",
                "calibration": "calibration.json", "crossfit": "crossfit.jsonl",
@@ -298,7 +298,7 @@ def summary(results: str | os.PathLike) -> str:
                 f"AUROC {auroc}")
 
     return "\n".join([
-        f"calibration of {doc['model']} ({doc['labels']} labels, {doc['answers']} answers) -> "
+        f"calibration of {doc['model']} ({doc['labels']} labels, {doc['answers']}) -> "
         f"{results.parent / 'calibration.json'}; map: {doc['selected']}",
         f"cross-fitted: {fmt(cal)}",
         f"base rate:    {fmt(base)}",

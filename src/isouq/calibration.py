@@ -613,9 +613,10 @@ class Calibrator:
     def describe(self) -> str:
         """One line: model, map, labels and threshold."""
         lab = self.doc["labels"]
+        of = ", ".join(self.doc.get("datasets") or [])
         line = (f"P(ok) = calibrated P(correct) for {self.model} ({self.map.kind} on "
-                f"{self.map.name}; {lab['source']} labels, {lab['n']} answers of "
-                f"{', '.join(self.doc.get('datasets') or ['?'])})")
+                f"{self.map.name}; {lab['source']} labels, {lab['n']} answers"
+                f"{f' of {of}' if of else ''})")
         rc = self.doc.get("risk_control")
         if rc is not None:
             if rc["threshold"] is None:
