@@ -81,8 +81,18 @@ def test_report_puts_mc_and_short_rows_in_their_own_sections(tmp_path):
         r["scores"] = {k: r["scores"][k] for k in ("epistemic", "epistemic_log", "aleatoric",
                                                    "mean_prob", "p_true")}
         r["scores"]["naive_entropy"] = 1.0
+    for r in short:
+        r["lexical_correct"] = r["correct"]
+    # hand labels of 10 short answers: 2 the alias match calls correct are wrong, 1 the reverse
+    gold = [{"key": r["key"], "dataset": "triviaqa", "model": "s",
+             "gold_correct": bool(r["correct"]), "labeler": "t"} for r in short[:10]]
+    ones = [g for g in gold if g["gold_correct"]]
+    zeros = [g for g in gold if not g["gold_correct"]]
+    for g in ones[:2] + zeros[:1]:
+        g["gold_correct"] = not g["gold_correct"]
     (tmp_path / "in").mkdir()
-    for name, rows in (("mc.jsonl", _rows(n=80)), ("short.jsonl", short)):
+    for name, rows in (("mc.jsonl", _rows(n=80)), ("short.jsonl", short),
+                       ("short.gold.jsonl", gold)):
         (tmp_path / "in" / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
     build_report([tmp_path / "in"], tmp_path / "out", n_bootstrap=20)
     doc = json.loads((tmp_path / "out" / "report.json").read_text())
@@ -92,3 +102,6 @@ def test_report_puts_mc_and_short_rows_in_their_own_sections(tmp_path):
     assert {r["method"] for r in mc["metrics"]} >= {"Epi.", "Epi. log", "p̄", "Max prob."}
     md = (tmp_path / "out" / "tables.md").read_text()
     assert "TruthfulQA MC1" in md and "TriviaQA short answers" in md
+    q = {r["labels"]: r for r in doc["sections"][1]["tables"]["label_quality"]}
+    assert q["alias match"]["n"] == 10
+    assert (q["alias match"]["false yes"], q["alias match"]["false no"]) == (2, 1)

@@ -130,7 +130,7 @@ def build_report(
     for kind, ev_rows in evidence_rows.items():
         if ev_rows:
             sec, tables = evidence_section(kind, ev_rows, taken, n_bootstrap=n_bootstrap,
-                                           seed=seed)
+                                           seed=seed, gold_rows=found.gold_rows)
             sections.append(sec)
             evidence[sec.id] = tables
     header = {"created": time.strftime("%Y-%m-%dT%H:%M:%S"), "versions": versions()}

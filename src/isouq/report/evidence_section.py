@@ -43,19 +43,41 @@ def _wide(metrics: Sequence[Mapping], metric: str) -> list[dict]:
     return list(out.values())
 
 
+def label_quality(rows: Sequence[Mapping], gold_rows: Sequence[Mapping]) -> list[dict]:
+    """The short answers' alias-match labels (and the F1 ≥ 0.5 lexical label) against hand
+    labels: n, κ, accuracy, false yes (labelled correct, gold wrong), false no."""
+    from ..evaluation.labels import label_agreement
+
+    out = []
+    for r in label_agreement(rows, gold_rows):
+        name = {"judge": "alias match", "lexical": "token F1 ≥ 0.5"}.get(r["labels"], r["labels"])
+        out.append({"dataset": r["dataset"], "model": r["model"], "labels": name, "n": r["n"],
+                    "gold correct": r["gold correct"], "kappa": r["kappa"],
+                    "accuracy": r["accuracy"], "false yes": r["false positive"],
+                    "false no": r["gold correct"] - r["true positive"]})
+    return out
+
+
 def evidence_section(kind: str, rows: Sequence[Mapping], taken: set[str], *,
-                     n_bootstrap: int = 300, seed: int = 0) -> tuple[Section, dict]:
+                     n_bootstrap: int = 300, seed: int = 0,
+                     gold_rows: Sequence[Mapping] = ()) -> tuple[Section, dict]:
     """(Section, tables) of one setting ("mc" or "short"); DataError when no model has two
-    correct and two incorrect answers (the section then says so instead of tables)."""
+    correct and two incorrect answers (the section then says so instead of tables).
+    ``gold_rows``: hand labels (``isouq qa label``); for short answers, the label quality."""
     baselines = MC_BASELINES if kind == "mc" else SHORT_BASELINES
     sid = unique_slug(f"qa-evidence-{kind}", taken)
     models = list(dict.fromkeys(str(r["model"]) for r in rows))
     meta = {"rows": str(len(rows)), "models": ", ".join(models)}
+    quality = label_quality(rows, gold_rows) if kind == "short" and gold_rows else []
     try:
         tables = evidence_tables(rows, baselines, n_bootstrap=n_bootstrap, seed=seed)
     except DataError as e:
-        return Section(id=sid, title=TITLES[kind], source="", meta=meta,
-                       notes=(f"Not yet evaluable: {e}",)), {}
+        blocks = (Block(ours=make_table("label_quality", quality,
+                                        title="Labels against hand labels")),) if quality else ()
+        return Section(id=sid, title=TITLES[kind], source="", meta=meta, blocks=blocks,
+                       notes=(f"Not yet evaluable: {e}",)), {"label_quality": quality}
+    if quality:
+        tables["label_quality"] = quality
     notes = [
         "Methods are fitted as in the QA study (a logistic regression on each method's "
         "score(s), out-of-bag bootstrap runs); AUROC/PRR/AURAC are the mean over runs with the "
@@ -81,6 +103,9 @@ def evidence_section(kind: str, rows: Sequence[Mapping], taken: set[str], *,
                               title="Ours vs baselines: ΔAUROC over paired runs, BH-adjusted",
                               formatters={"p": format_p, "p_bh": format_p})),
     ]
+    if quality:
+        blocks.insert(1, Block(ours=make_table("label_quality", quality,
+                                               title="Labels against hand labels")))
     sec = Section(id=sid, title=TITLES[kind], source=", ".join(models), meta=meta,
                   details={"options": {"n_bootstrap": str(n_bootstrap), "seed": str(seed)}},
                   notes=tuple(notes), blocks=tuple(blocks),
