@@ -22,6 +22,7 @@ EXPERIMENTS = {
     "scaling": "isouq.experiments.scaling",
     "proxy-bias-2d": "isouq.experiments.proxy_bias_2d",
     "proxy-bias-text": "isouq.experiments.proxy_bias_text",
+    "classifiers": "isouq.experiments.classifiers",
 }
 
 
@@ -32,7 +33,8 @@ EXTRA_MODULES = {
     "reference": ("jax", "numpyro"),
 }
 EXPERIMENT_EXTRAS = {"validation": "reference,report", "scaling": "reference,report",
-                     "proxy-bias-2d": "report", "proxy-bias-text": "llm,report"}
+                     "proxy-bias-2d": "report", "proxy-bias-text": "llm,report",
+                     "classifiers": "report"}
 
 
 def require_extras(extras: str, what: str) -> None:
