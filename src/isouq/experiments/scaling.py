@@ -606,8 +606,10 @@ def run(
     writer = JsonlWriter(out / "sizes.jsonl")
     check_resume(read_jsonl(writer.path), lambda r: fingerprints.get(r["study"]), "sizes.jsonl")
     jobs = plan(studies, widths)
+    # a run of one study (or some sizes) keeps the other study's settings in results.json
+    kept = {r["study"]: r["settings"] for r in read_jsonl(writer.path)}
     settings = {"quick": quick, "device": device, "study": study, "widths": widths,
-                "budget_minutes": budget_minutes, "studies": fingerprints,
+                "budget_minutes": budget_minutes, "studies": {**kept, **fingerprints},
                 "cost_exponent": COST_EXPONENT, "vi_float32_above_params": VI_FLOAT32_ABOVE,
                 "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
                 "note": "paper §4.1.2 describes HMC on 'binary rings', but its parameter counts "

@@ -96,7 +96,13 @@ DIFF_NOTE_AT = 0.15
 
 
 def versus_paper(epistemic: list[dict], aleatoric: list[dict]) -> list[dict]:
-    """Ours beside the paper's number, per problem and metric (multiclass: 'overall')."""
+    """Ours beside the paper's number, per problem and metric (multiclass: 'overall').
+
+    Rows from several seeds (:func:`aggregate`: ``{metric}_std``, ``n_seeds``) add ``std``,
+    ``n_seeds`` and ``outside_2sd`` (the paper's number lies outside mean ± 2 std over
+    seeds); the note is then given only there (a difference inside the seed spread is not
+    evidence of one). One seed: the note where |ours − paper| > :data:`DIFF_NOTE_AT`.
+    """
     ours = {r["problem"]: r for r in epistemic + aleatoric
             if r["class"] in ("all", "overall") and "gn_r" in r}
     ours_al = {r["problem"]: r for r in aleatoric if r["class"] in ("all", "overall")}
@@ -110,11 +116,63 @@ def versus_paper(epistemic: list[dict], aleatoric: list[dict]) -> list[dict]:
                 if metric == "problem" or mine.get(metric) is None:
                     continue
                 diff = float(mine[metric]) - want
-                rows.append({"problem": ref["problem"], "metric": metric,
-                             "ours": float(mine[metric]), "paper": want, "diff": diff,
-                             "note": DIFF_NOTES.get(ref["problem"], "")
-                             if abs(diff) > DIFF_NOTE_AT else ""})
+                row = {"problem": ref["problem"], "metric": metric,
+                       "ours": float(mine[metric]), "paper": want, "diff": diff}
+                std = mine.get(f"{metric}_std")
+                if std is not None and mine.get("n_seeds", 1) >= 2:
+                    outside = bool(abs(diff) > 2 * float(std))
+                    row.update(std=float(std), n_seeds=int(mine["n_seeds"]),
+                               outside_2sd=outside)
+                    flag = outside
+                else:
+                    flag = abs(diff) > DIFF_NOTE_AT
+                row["note"] = DIFF_NOTES.get(ref["problem"], "") if flag else ""
+                rows.append(row)
     return rows
+
+
+#: Columns that identify a table row (not averaged over seeds).
+ID_COLUMNS = ("problem", "class", "model", "n_params", "n_train")
+
+
+def aggregate(rows: list[dict]) -> list[dict]:
+    """Mean ± std over seeds of per-seed rows (each with ``seed``), per (problem, class).
+
+    Returns one row per (problem, class) in first-seen order: the identifying columns, every
+    numeric column as its mean over the seeds where it is finite, ``{column}_std`` (sample
+    std, ddof = 1; NaN with one value) and ``n_seeds``.
+    """
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["problem"], r.get("class")), []).append(r)
+    out = []
+    for g in groups.values():
+        row = {k: g[0][k] for k in ID_COLUMNS if k in g[0]}
+        for k in g[0]:
+            if k in ID_COLUMNS or k == "seed":
+                continue
+            vals = [r.get(k) for r in g]
+            if not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                       for v in vals if v is not None):
+                continue
+            v = np.array([x for x in vals if x is not None], dtype=float)
+            v = v[np.isfinite(v)]
+            row[k] = float(v.mean()) if v.size else float("nan")
+            row[f"{k}_std"] = float(v.std(ddof=1)) if v.size > 1 else float("nan")
+        row["n_seeds"] = len(g)
+        out.append(row)
+    return out
+
+
+def seed_key(name: str, seed: int) -> str:
+    """Row key in ``problems.jsonl``: the problem name for seed 0, ``"name@seed3"`` else."""
+    return name if seed == 0 else f"{name}@seed{seed}"
+
+
+def parse_key(key: str) -> tuple[str, int]:
+    """(problem, seed) of a row key (:func:`seed_key`)."""
+    name, _, s = key.partition("@seed")
+    return name, int(s) if s else 0
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -127,6 +185,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--grid-n", type=int, default=None, help="grid points per axis (2D)")
     p.add_argument("--prior-precision", type=float, default=1.0)
     p.add_argument("--kernel", choices=["hmc", "nuts"], default="hmc")
+    p.add_argument("--seeds", type=int, default=None, metavar="N",
+                   help="run N seeds (--seed, --seed+1, …): data, MAP and chains re-drawn "
+                        "per seed; tables give mean ± std over seeds and mark where the "
+                        "paper's number falls outside ±2 std")
 
 
 # --------------------------------------------------------------------------- statistics
@@ -342,11 +404,17 @@ def run(
     grid_n: int | None = None,
     prior_precision: float = 1.0,
     kernel: str = "hmc",
+    seeds: int | None = None,
 ) -> Path:
     """Run the validation and write ``out/results.json``; returns its path.
 
     quick: 300 warmup + 300 draws per chain on a 30×30 grid (a few minutes on 2 cores);
     otherwise 1000 + 1000 on 60×60. Explicit arguments override either.
+    seeds: number of seeds (``seed``, ``seed`` + 1, …); each re-draws the data, the MAP's
+    initialisation and the chains. With ≥ 2 seeds the ``epistemic``, ``aleatoric`` and
+    ``hessian`` tables hold mean and ``*_std`` over seeds (:func:`aggregate`), the per-seed
+    rows go to ``*_per_seed`` and ``versus_paper`` marks ``outside_2sd``. Every (problem,
+    seed) is one resumable row; seed 0's rows are those of a plain run.
     """
     started = time.time()
     out = Path(out)
@@ -355,49 +423,71 @@ def run(
     bad = [n for n in names if n not in known]
     if bad:
         raise InputError(f"unknown problem(s) {bad}; choose from {', '.join(known)}")
+    if seeds is not None and seeds < 1:
+        raise InputError(f"seeds must be ≥ 1 (the number of seeds to run), got {seeds}")
+    seed_list = [seed + i for i in range(seeds or 1)]
     hmc = {"num_warmup": num_warmup or (300 if quick else 1000),
            "num_samples": num_samples or (300 if quick else 1000),
            "num_chains": num_chains, "kernel": kernel}
     gn = grid_n or (30 if quick else 60)
-    def fingerprint(name: str) -> dict:
-        return {"seed": seed, "prior_precision": prior_precision,
+
+    def fingerprint(name: str, s: int) -> dict:
+        return {"seed": s, "prior_precision": prior_precision,
                 "grid_n": None if "regression" in name else gn, **hmc}
+
+    def expected(row: dict) -> dict | None:
+        name, s = parse_key(row["key"])
+        return fingerprint(name, s) if name in names and s in seed_list else None
 
     out.mkdir(parents=True, exist_ok=True)
     writer = JsonlWriter(out / "problems.jsonl")
-    check_resume(read_jsonl(writer.path),
-                 lambda r: fingerprint(r["key"]) if r["key"] in names else None, "problems.jsonl")
+    check_resume(read_jsonl(writer.path), expected, "problems.jsonl")
     for name in names:
-        if writer.done(name):
-            print(f"validation: {name} already in problems.jsonl, skipped", flush=True)
-            continue
-        fp = fingerprint(name)
-        t0 = time.time()
-        res = run_problem(name, known[name], seed=seed, grid_n=fp["grid_n"],
-                          prior_precision=prior_precision, hmc=hmc, device=device)
-        figure = plot_problem(res, out).name
-        writer.write({"key": name, "settings": fp, "epistemic": res["epistemic"],
-                      "aleatoric": res["aleatoric"], "diagnostics": res["diagnostics"],
-                      "hessian": res["hessian"], "figure": figure,
-                      "seconds": round(time.time() - t0, 1)})
-        print(f"validation: {name} done ({time.time() - started:.0f} s)", flush=True)
+        for s in seed_list:
+            key = seed_key(name, s)
+            if writer.done(key):
+                print(f"validation: {key} already in problems.jsonl, skipped", flush=True)
+                continue
+            fp = fingerprint(name, s)
+            t0 = time.time()
+            res = run_problem(name, known[name], seed=s, grid_n=fp["grid_n"],
+                              prior_precision=prior_precision, hmc=hmc, device=device)
+            figure = plot_problem(res, out).name if s == seed_list[0] else None
+            writer.write({"key": key, "settings": fp, "epistemic": res["epistemic"],
+                          "aleatoric": res["aleatoric"], "diagnostics": res["diagnostics"],
+                          "hessian": res["hessian"], "figure": figure,
+                          "seconds": round(time.time() - t0, 1)})
+            print(f"validation: {key} done ({time.time() - started:.0f} s)", flush=True)
     done = {r["key"]: r for r in read_jsonl(writer.path)}
-    tables: dict[str, list[dict]] = {"epistemic": [], "aleatoric": [], "hessian": [],
-                                     "diagnostics": []}
+    per_seed: dict[str, list[dict]] = {"epistemic": [], "aleatoric": [], "hessian": [],
+                                       "diagnostics": []}
     figures = []
     for name in names:
-        r = done[name]
-        tables["epistemic"] += r["epistemic"]
-        tables["aleatoric"] += r["aleatoric"]
-        tables["diagnostics"].append(r["diagnostics"])
-        if r["hessian"]:
-            tables["hessian"].append(r["hessian"])
-        figures.append(r["figure"])
+        for s in seed_list:
+            r = done[seed_key(name, s)]
+            tag = {"seed": s} if len(seed_list) > 1 else {}
+            per_seed["epistemic"] += [{**x, **tag} for x in r["epistemic"]]
+            per_seed["aleatoric"] += [{**x, **tag} for x in r["aleatoric"]]
+            per_seed["diagnostics"].append({**r["diagnostics"], **tag})
+            if r["hessian"]:
+                per_seed["hessian"].append({**r["hessian"], **tag})
+            if r.get("figure"):
+                figures.append(r["figure"])
+    if len(seed_list) == 1:
+        tables = per_seed
+    else:
+        tables = {k: aggregate(per_seed[k]) for k in ("epistemic", "aleatoric", "hessian")}
+        tables["diagnostics"] = per_seed["diagnostics"]
+        tables.update({f"{k}_per_seed": per_seed[k] for k in ("epistemic", "aleatoric",
+                                                                "hessian")})
     tables["versus_paper"] = versus_paper(tables["epistemic"], tables["aleatoric"])
     settings = {"quick": quick, "device": device, "problems": names, "grid_n": gn,
                 "prior_precision": prior_precision, **hmc}
+    if len(seed_list) > 1:
+        settings["seeds"] = seed_list
     # the time the kept rows took, over resumed runs (rows from before per-problem timing: HMC)
-    took = sum(done[n].get("seconds", done[n]["diagnostics"]["hmc_seconds"]) for n in names)
+    took = sum(r.get("seconds", r["diagnostics"]["hmc_seconds"]) for r in done.values()
+               if parse_key(r["key"])[0] in names and parse_key(r["key"])[1] in seed_list)
     return write_results(out, "validation", settings=settings, seed=seed, started=started,
                          tables=tables, paper=PAPER, figures=figures,
                          extra={"compute_seconds": round(took, 1)})

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The scaling study's large HMC sizes in the background, resumable (docs/scaling.md).
+#
+#   scripts/scaling_hmc.sh                 # MLP(256,256) then MLP(512,512) into results/scaling
+#   WIDTHS="1028" scripts/scaling_hmc.sh   # another size
+#
+# Runs `isouq experiment scaling --study hmc --sizes $WIDTHS` at the kept study's settings
+# (1000 warmup + 1000 draws per chain, 2 chains, 50x50 grid, seed 0) with nice 19, appending
+# to $OUT/hmc_background.log. Each size checkpoints its sampler every few minutes under
+# $OUT/checkpoints/hmc_w<width>/ (git-ignored); kill it at any time and run this script again
+# to resume exactly where the last checkpoint left off. A finished size becomes one row of
+# $OUT/sizes.jsonl and results.json, tables.md and scaling.png are rebuilt.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-results/scaling}
+WIDTHS=${WIDTHS:-256 512}
+mkdir -p "$OUT"
+echo "== $(date -u +%FT%TZ) start: widths $WIDTHS (pid $$)" >> "$OUT/hmc_background.log"
+# shellcheck disable=SC2086
+nice -n 19 .venv/bin/isouq experiment scaling --study hmc --sizes $WIDTHS --out "$OUT" \
+    >> "$OUT/hmc_background.log" 2>&1
+echo "== $(date -u +%FT%TZ) finished" >> "$OUT/hmc_background.log"
