@@ -8,7 +8,7 @@ from isouq.runio import markdown_table
 
 FAST = {"n_bootstrap": 10, "n_splits": 4, "n_paired_bootstrap": 300}
 TABLES = {"auroc", "prr", "aurac", "auroc_per_model", "metrics_per_model", "significance",
-          "significance_wide", "paired_bootstrap", "correlation", "lomo", "cost"}
+          "significance_wide", "paired_bootstrap", "correlation", "lomo", "cost", "raw_auroc"}
 
 
 def test_study_tables_on_synthetic_rows(rows):
@@ -27,6 +27,15 @@ def test_study_tables_on_synthetic_rows(rows):
     assert t["significance_wide"][0]["vs P(True)"].endswith("↑")
     assert len(t["paired_bootstrap"]) == 2 and len(t["correlation"]) == 8
     assert len(t["lomo"]) == 10 and len(t["cost"]) == 24
+    # raw scores: the synthetic aleatoric is higher for wrong answers (negated: above 0.5),
+    # p_true is noise (no direction claimed); epistemic_log derived from epistemic / p̄²
+    raw = {(r["dataset"], r["model"], r["score"]): r for r in t["raw_auroc"]}
+    for (ds, m, score), r in raw.items():
+        if score == "aleatoric":
+            assert r["direction"] == "higher = correct" and r["oriented"] == "negated"
+            assert r["score_direction"] == "higher = wrong"
+        assert r["ci_low"] <= r["auroc"] <= r["ci_high"]
+    assert {s for (_, _, s) in raw} >= {"epistemic", "epistemic_log", "mean_prob", "p_true"}
     for table in t.values():
         assert markdown_table(table).startswith("|")
 

@@ -16,7 +16,7 @@ from .conftest import FAST, gold_rows
 LABEL_TABLES = ("label_agreement", "auroc_by_labels", "raw_auroc_by_labels")
 
 STUDY_TABLES = {"auroc", "prr", "aurac", "auroc_per_model", "metrics_per_model", "significance",
-                "significance_wide", "paired_bootstrap", "correlation", "lomo", "cost"}
+                "significance_wide", "paired_bootstrap", "correlation", "lomo", "cost", "raw_auroc"}
 
 
 def test_writes_every_output(report_dir):

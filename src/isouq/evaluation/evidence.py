@@ -107,7 +107,9 @@ def raw_auroc_rows(g: QAGroup, *, n_bootstrap: int = 1000, seed: int = 0) -> lis
 
     Returns:
         Dict rows {"dataset", "model", "score", "oriented", "n", "auroc", "ci_low", "ci_high",
-        "direction"}.
+        "direction", "score_direction"}: ``direction`` of the oriented confidence,
+        ``score_direction`` of the score as it is (e.g. "higher = wrong" for an epistemic score
+        whose larger values go with wrong answers; "none" when the interval holds 0.5).
     """
     rng = group_rng(seed, "raw", g.dataset, g.model)
     out = []
@@ -116,9 +118,13 @@ def raw_auroc_rows(g: QAGroup, *, n_bootstrap: int = 1000, seed: int = 0) -> lis
         if not np.isfinite(x).any():
             continue
         conf = x if score in CONFIDENCES else -x
-        out.append({"dataset": g.dataset, "model": g.model, "score": score,
-                    "oriented": "as is" if score in CONFIDENCES else "negated",
-                    **raw_auroc_ci(g.correct, conf, n_bootstrap=n_bootstrap, rng=rng)})
+        row = {"dataset": g.dataset, "model": g.model, "score": score,
+               "oriented": "as is" if score in CONFIDENCES else "negated",
+               **raw_auroc_ci(g.correct, conf, n_bootstrap=n_bootstrap, rng=rng)}
+        flip = {"higher = correct": "higher = wrong", "higher = wrong": "higher = correct"}
+        row["score_direction"] = (row["direction"] if score in CONFIDENCES
+                                  else flip.get(row["direction"], row["direction"]))
+        out.append(row)
     return out
 
 

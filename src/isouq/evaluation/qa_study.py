@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping
 from .auroc import method_by_dataset, method_runs, model_by_method, runs_long_table
 from .correlation import correlation_table
 from .cost import cost_table
+from .evidence import raw_auroc_rows
 from .rows import check_classes, group_rows, rows_scored_by_all
 from .significance import lift_from_splits, significance_wide, split_aurocs, ttests_from_splits
 from .transfer import lomo_from_groups
@@ -34,7 +35,10 @@ def study_tables(
       ``paired_bootstrap``: Epi. & Alea. vs Alea., ΔAUROC, 95% CI, p per dataset;
       ``correlation``: Spearman ρ(epistemic, p_true) per model/dataset and pooled, n, p;
       ``lomo``: leave-one-model-out AUROC (datasets with 3+ models; else empty);
-      ``cost``: passes, mean/std seconds per sample and speed-up of the gradient method.
+      ``cost``: passes, mean/std seconds per sample and speed-up of the gradient method;
+      ``raw_auroc``: each score as it is (no fit), oriented as a confidence, its AUROC with a
+        95% bootstrap interval and the direction the interval supports
+        (:func:`evidence.raw_auroc_rows`).
 
     ``log_epistemic`` log-transforms epistemic and normalized_epistemic before standardizing
     (they span orders of magnitude). Rows with ``correct`` null are dropped. Raises
@@ -59,6 +63,8 @@ def study_tables(
         "correlation": correlation_table(rows),
         "lomo": lomo_from_groups(groups, log_epistemic=log_epistemic),
         "cost": cost_table(rows),
+        "raw_auroc": [r for g in groups.values()
+                      for r in raw_auroc_rows(g, n_bootstrap=n_bootstrap, seed=seed)],
     }
 
 
