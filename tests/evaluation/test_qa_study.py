@@ -30,7 +30,7 @@ def test_study_tables_on_synthetic_rows(rows):
     # raw scores: the synthetic aleatoric is higher for wrong answers (negated: above 0.5),
     # p_true is noise (no direction claimed); epistemic_log derived from epistemic / p̄²
     raw = {(r["dataset"], r["model"], r["score"]): r for r in t["raw_auroc"]}
-    for (ds, m, score), r in raw.items():
+    for (_ds, _m, score), r in raw.items():
         if score == "aleatoric":
             assert r["direction"] == "higher = correct" and r["oriented"] == "negated"
             assert r["score_direction"] == "higher = wrong"
