@@ -67,7 +67,9 @@ def test_cli_json_from_arguments_file_and_stdin(model_dir, tmp_path, capsys, mon
 def test_cli_table(model_dir, capsys):
     assert main(["ask", "--model", str(model_dir), "--max-new-tokens", "4", *QUESTIONS[:2]]) == 0
     out = capsys.readouterr().out
-    assert "epist." in out and "who wrote hamlet" in out and "trust the answer less" in out
+    assert "epist." in out and "who wrote hamlet" in out and "epi. log" in out
+    # no direction claim without a calibration: a caution instead
+    assert "trust the answer less" not in out and "none of these is a probability" in out
 
 
 @pytest.mark.parametrize("argv, problem", [

@@ -26,10 +26,16 @@ from collections.abc import Sequence
 from .errors import DataError, InputError
 
 COLUMNS = (
-    "p̄ = mean probability of the answer's tokens (the model's confidence)\n"
-    "aleatoric = mean of p(1-p) over the tokens: ambiguity the model sees in the data\n"
-    "epistemic = ‖∇θ p̄‖²: how much p̄ would move if the weights moved (lack of knowledge);\n"
-    "            relative to the other rows, higher = trust the answer less"
+    "p̄ = mean probability of the answer's tokens (the model's own confidence)\n"
+    "aleatoric = mean of p(1-p) over the tokens: how spread the model's token choices are\n"
+    "epistemic = ‖∇θ p̄‖²: how far p̄ moves when the weights move; = p̄²·‖∇θ log p̄‖², so it\n"
+    "            also carries p̄ (a low-confidence answer gets a small value)\n"
+    "epi. log = ‖∇θ log p̄‖²: the same sensitivity without p̄'s scale"
+)
+CAUTION = (
+    "Caution: none of these is a probability of being right, and which direction predicts "
+    "errors depends on the model and the data (docs: What the scores mean); pass "
+    "--calibration FILE for P(correct)."
 )
 BASELINES = ("naive_entropy", "semantic_entropy", "p_true")
 """The QA study's sampling-based baselines, in the order ``add_baselines`` computes them."""
@@ -42,9 +48,12 @@ BASELINE_COLUMNS = {
 }
 NUMERIC = (  # table columns: (header, row field, width, format)
     ("p̄", "mean_prob", 6, ".3f"), ("alea.", "aleatoric", 6, ".3f"),
-    ("epist.", "epistemic", 9, ".3g"), ("naive H", "naive_entropy", 7, ".3f"),
+    ("epist.", "epistemic", 9, ".3g"), ("epi. log", "epistemic_log", 9, ".3g"),
+    ("naive H", "naive_entropy", 7, ".3f"),
     ("SE", "semantic_entropy", 6, ".3f"), ("P(True)", "p_true", 7, ".3f"),
+    ("p̄ pct", "mean_prob_percentile", 6, ".0f"),
     ("epi. pct", "epistemic_percentile", 8, ".0f"),
+    ("log pct", "epistemic_log_percentile", 7, ".0f"),
     ("alea. pct", "aleatoric_percentile", 9, ".0f"),
     ("P(ok)", "p_correct", 6, ".2f"), ("withheld", "withheld", 8, ""),
 )
@@ -65,7 +74,8 @@ def answer_and_score(model, tokenizer, questions: Sequence[str], *, max_new_toke
                      batch_size: int = 16) -> list[dict]:
     """Greedy answer and its uncertainty for each question.
 
-    Returns N dicts: question, answer, mean_prob, aleatoric, epistemic (‖∇θ p̄‖²),
+    Returns N dicts: question, answer, mean_prob, aleatoric, epistemic (‖∇θ p̄‖²), epistemic_log
+    (‖∇θ log p̄‖² = epistemic / p̄²),
     normalized_epistemic (‖∇θ p̄‖² / ‖θ*‖²), n_tokens, and seconds {"generation", "scoring"}
     (each row's share of its batch). An empty answer gets NaN scores.
     """
@@ -80,7 +90,7 @@ def answer_and_score(model, tokenizer, questions: Sequence[str], *, max_new_toke
     gens = generate_greedy(model, tokenizer, prompts, max_new_tokens=max_new_tokens,
                            batch_size=batch_size)
     rows = [{"question": q, "answer": g.text, "mean_prob": float("nan"),
-             "aleatoric": float("nan"), "epistemic": float("nan"),
+             "aleatoric": float("nan"), "epistemic": float("nan"), "epistemic_log": float("nan"),
              "normalized_epistemic": float("nan"), "n_tokens": 0,
              "seconds": {"generation": g.seconds, "scoring": 0.0}}
             for q, g in zip(questions, gens, strict=True)]
@@ -92,6 +102,7 @@ def answer_and_score(model, tokenizer, questions: Sequence[str], *, max_new_toke
         for j, i in enumerate(scored):
             rows[i].update(mean_prob=float(s.mean_prob[j]), aleatoric=float(s.aleatoric[j]),
                            epistemic=float(s.epistemic[j]),
+                           epistemic_log=float(s.epistemic_log[j]),
                            normalized_epistemic=float(s.normalized_epistemic[j]),
                            n_tokens=int(s.n_tokens[j]))
             rows[i]["seconds"]["scoring"] = (time.perf_counter() - t0) / len(scored)
@@ -173,13 +184,21 @@ def reference_rows(path, model: str) -> list[dict]:
 
 
 def add_percentiles(rows: Sequence[dict], reference: Sequence[dict]) -> None:
-    """Add ``{score}_percentile`` to each row for epistemic, aleatoric and each baseline the
-    rows carry: the share (in %) of the reference answers, among those that have the score,
-    whose score is ≤ the row's (NaN for an unscored answer)."""
+    """Add ``{score}_percentile`` to each row for p̄, epistemic, epistemic_log, aleatoric and
+    each baseline the rows carry: the share (in %) of the reference answers, among those that
+    have the score, whose score is ≤ the row's (NaN for an unscored answer). Reference rows
+    written before ``epistemic_log`` was recorded get it as epistemic / p̄²."""
     import numpy as np
 
-    for name in ("epistemic", "aleatoric", *BASELINES):
-        have = [r["scores"][name] for r in reference if name in r["scores"]]
+    def score_of(r: dict, name: str):
+        sc = r["scores"]
+        if name == "epistemic_log" and name not in sc and sc.get("mean_prob"):
+            if "epistemic" in sc:
+                return sc["epistemic"] / sc["mean_prob"] ** 2
+        return sc.get(name)
+
+    for name in ("mean_prob", "epistemic", "epistemic_log", "aleatoric", *BASELINES):
+        have = [v for r in reference if (v := score_of(r, name)) is not None]
         if not rows or name not in rows[0] or not have:
             continue
         ref = np.sort(np.array(have, dtype=float))
@@ -190,9 +209,13 @@ def add_percentiles(rows: Sequence[dict], reference: Sequence[dict]) -> None:
 
 
 def legend(rows: Sequence[dict]) -> str:
-    """What the table's columns mean: ``COLUMNS`` plus a line per baseline shown."""
+    """What the table's columns mean: ``COLUMNS``, a line per baseline shown, and, unless the
+    rows carry a calibrated ``p_correct``, the caution that no score is a probability."""
     extra = [BASELINE_COLUMNS[m] for m in BASELINES if rows and m in rows[0]]
-    return "\n".join([COLUMNS, *extra])
+    if rows and any("_percentile" in k for k in rows[0]):
+        extra.append("pct = percentile of the score among the reference answers of this model")
+    calibrated = bool(rows) and "p_correct" in rows[0]
+    return "\n".join([COLUMNS, *extra, *([] if calibrated else [CAUTION])])
 
 
 def print_table(rows: Sequence[dict]) -> None:
