@@ -18,9 +18,12 @@ tomllib = pytest.importorskip("tomllib")
 # every optional top-level module isouq imports somewhere (the extras' packages)
 OPTIONAL = ["scipy", "sklearn", "statsmodels", "matplotlib", "transformers", "tokenizers",
             "huggingface_hub", "gguf", "accelerate", "safetensors", "jax", "jaxlib", "numpyro",
-            "datasets"]
-# imported only behind their own message (Hugging Face hub datasets need internet anyway)
-UNDECLARED_OK = {"datasets"}
+            "datasets", "laplace"]
+# Imported only where their absence is handled (a message, or the comparison skipped), and
+# deliberately in no extra: Hugging Face `datasets` (hub data, needs internet anyway) and
+# laplace-torch (a peer baseline of `experiment classifiers`; it pulls torchvision from PyPI,
+# whose CUDA build breaks `import transformers` beside the CPU torch of constraints.txt).
+UNDECLARED_OK = {"datasets", "laplace"}
 IMPORT_TO_DIST = {"sklearn": "scikit-learn"}
 
 BLOCKER = f"""
