@@ -4,7 +4,7 @@
 
 Writes, from the rows of ``results/qa`` (no model is loaded):
 
-* ``OUT/<model>__<dataset>__<labels>/``: what ``isouq calibrate ROWS --labels L --max-risk 0.5
+* ``OUT/<model>__<dataset>__<labels>/``: what ``isouq calibrate ROWS --labels L --max-risk 0.7
   --delta 0.1`` writes (calibration.json, crossfit.jsonl, results.json, tables.md, PNGs);
   where the rows hold too few correct answers to set a map and a threshold on separate halves,
   the calibration is made without a threshold (noted in the summary);
@@ -31,8 +31,16 @@ from isouq.runio import write_results
 MODELS = ("smollm2", "gemma3-270m", "qwen2.5-coder-0.5b")
 DATASETS = ("truthfulqa", "triviaqa")
 LABELS = ("judge", "hand")
-ALPHA, DELTA = 0.5, 0.1
-ALPHAS = (0.3, 0.5, 0.7)
+ALPHA, DELTA = 0.7, 0.1  # the answers are mostly wrong (8-30% correct): α = 0.7 can be met
+ALPHAS = (0.5, 0.6, 0.7, 0.8)
+
+
+def short(e: Exception) -> str:
+    """The reason of a CalibrationError in a few words, for a table cell."""
+    text = str(e)
+    if "the map is fitted on" in text:
+        return "too few correct answers to fit a map on half of the rows (need 5)"
+    return text.split(" - ")[0].split("; ")[0][:100]
 
 
 def rows_file(qa: Path, dataset: str, model: str) -> Path:
@@ -47,7 +55,7 @@ def one(qa: Path, out: Path, model: str, dataset: str, labels: str) -> dict:
         path = run_calibration([rows_file(qa, dataset, model)], d, labels=labels,
                                max_risk=ALPHA, delta=DELTA)
     except CalibrationError as e:
-        note = f"no threshold: {e}"
+        note = f"no threshold: {short(e)}"
         path = run_calibration([rows_file(qa, dataset, model)], d, labels=labels)
     doc = json.loads(path.read_text())
     m = {r["predictor"]: r for r in doc["tables"]["metrics"]}
@@ -80,7 +88,7 @@ def withholding(qa: Path, model: str, dataset: str, labels: str) -> list[dict]:
                                  max_risk=alpha, delta=DELTA)
         except CalibrationError as e:
             out.append({"model": model, "dataset": dataset, "labels": labels, "alpha": alpha,
-                        "note": str(e)[:120]})
+                        "note": short(e)})
             continue
         rc = cal.doc["risk_control"]
         out.append({"model": model, "dataset": dataset, "labels": labels, "alpha": alpha,
@@ -102,7 +110,7 @@ def transfer(qa: Path, out: Path, model: str, labels: str) -> list[dict]:
             cal = Calibrator.fit(a["rows"], labels=labels, gold_rows=a["gold_rows"])
         except CalibrationError as e:
             table.append({"model": model, "labels": labels, "from": src, "to": dst,
-                          "note": str(e)[:120]})
+                          "note": short(e)})
             continue
         got = evaluate(cal, b["rows"], labels, b["gold_rows"])
         own = json.loads((out / f"{model}__{dst}__{labels}" / "results.json").read_text())

@@ -30,5 +30,8 @@ for spec in "triviaqa qwen2.5-coder-0.5b 100" "truthfulqa qwen2.5-coder-0.5b 100
   "$ISOUQ" qa run --dataset "$dataset" --model "$model" --limit "$limit" --batch-size 8 \
       "${methods[@]}" "$@" --out results/qa
 done
+# calibrations of every kept model from these rows (no model loaded; minutes): docs/calibration.md
+"$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo python3 )" \
+    scripts/calibration_results.py --qa results/qa --out results/calibration
 "$ISOUQ" report results/validation results/scaling results/scaling_vi_fan_in results/proxy_bias_2d \
-    results/proxy_bias_text results/qa --out results/report
+    results/proxy_bias_text results/qa results/calibration/summary --out results/report
