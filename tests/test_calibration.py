@@ -341,3 +341,34 @@ def test_ask_refuses_another_models_calibration_naming_both(model_dir, tmp_path,
     err = capsys.readouterr().err
     assert "made for model 'm' (weights model.safetensors aaaaaaaaaaaa…)" in err
     assert f"not for '{model_dir}' (weights model.safetensors" in err
+
+
+def test_label_sources_and_missing_hand_labels():
+    from isouq.calibration import labels_of
+
+    rows = synth_rows(40)
+    _, y = labels_of(rows, "lexical")
+    assert list(y) == [int(r["lexical_correct"]) for r in rows]
+    gold = [{"key": r["key"], "dataset": "d", "model": "m", "gold_correct": i % 3 == 0}
+            for i, r in enumerate(rows[:30])]
+    kept, y = labels_of(rows, "hand", gold)
+    assert [r["key"] for r in kept] == [r["key"] for r in rows[:30]]
+    assert list(y) == [int(i % 3 == 0) for i in range(30)]
+    with pytest.raises(CalibrationError, match="needs hand labels"):
+        labels_of(rows, "hand", [])
+
+
+def test_rows_of_isouq_score_with_their_meta_file(tmp_path, monkeypatch):
+    import isouq.calibration as calibration
+    from isouq.calibrate_run import run_calibration
+
+    monkeypatch.setattr(calibration, "FEATURE_SETS", {"p̄": ("mean_prob",)})
+    rows = [{"key": r["key"], "correct": r["correct"], **r["scores"]} for r in synth_rows(60)]
+    path = tmp_path / "scores.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "scores.jsonl.meta.json").write_text(json.dumps(
+        {"model": {"name": "tiny", "files": {"/w/model.safetensors": "d" * 64}}}))
+    run_calibration([path], tmp_path / "cal")
+    cal = Calibrator.load(tmp_path / "cal" / "calibration.json")
+    assert cal.model == "tiny" and cal.doc["model"]["sha256"] == {"model.safetensors": "d" * 64}
+    assert cal.doc["sources"][0]["rows"] == 60
