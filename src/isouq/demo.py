@@ -49,7 +49,7 @@ def run_toy(out: Path, seed: int = 0) -> Path:
 
     from .data.synthetic import make_problem
     from .estimators import score_classifier
-    from .experiments.toy_models import build, spec_for, train_map
+    from .models.toy import build, spec_for, train_map
 
     prob = make_problem("xor", seed=seed, grid_n=80)
     model = build(spec_for(prob, "mlp"), seed=seed)

@@ -19,7 +19,7 @@ from isouq.data import newsgroups as ng
 from isouq.errors import DataError, InputError
 from isouq.experiments import proxy_bias_2d as p2
 from isouq.experiments import proxy_bias_text as pt
-from isouq.experiments import toy_models as tm
+from isouq.models import toy as tm
 
 
 def _head(H: int = 5, C: int = 4, seed: int = 0) -> nn.Linear:

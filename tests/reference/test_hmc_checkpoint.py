@@ -10,7 +10,7 @@ import pytest
 import isouq.reference as R
 from isouq.data.synthetic import make_problem
 from isouq.errors import InputError
-from isouq.experiments import toy_models as tm
+from isouq.models import toy as tm
 from isouq.reference import hmc as hmc_mod
 from isouq.reference.checkpoint import kept_indices, read_meta, segments
 

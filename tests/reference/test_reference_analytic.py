@@ -8,7 +8,7 @@ import torch
 
 import isouq.reference as R
 from isouq.errors import InputError
-from isouq.experiments import toy_models as tm
+from isouq.models import toy as tm
 
 
 def _data(n=30, d=2, seed=0):

@@ -9,7 +9,7 @@ import torch
 import isouq.reference as R
 from isouq.data.synthetic import make_problem
 from isouq.errors import InputError, MemoryBudgetError
-from isouq.experiments import toy_models as tm
+from isouq.models import toy as tm
 from isouq.reference.predictive import ess_per_param
 
 

@@ -9,7 +9,7 @@ import torch
 import isouq.reference as R
 from isouq.data.synthetic import make_problem
 from isouq.errors import InputError
-from isouq.experiments import toy_models as tm
+from isouq.models import toy as tm
 
 
 @pytest.fixture(scope="module", params=["trace", "analytic_kl"])

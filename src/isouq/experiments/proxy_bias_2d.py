@@ -3,7 +3,7 @@
 For each binary problem with a decision boundary symmetric under x₂ → −x₂ (linear, XOR, rings):
 
 1. train a 2-hidden-layer tanh MLP (2→32→32→1, 1,185 parameters) to its MAP θ* under the prior
-   N(0, I/λ) (``toy_models.train_map``);
+   N(0, I/λ) (``models.toy.train_map``);
 2. split the training data by x₂ sign: top (x₂ > 0, "A") and bottom (x₂ ≤ 0, "B");
 3. empirical Fisher of the summed Bernoulli NLL on each half, H_A and H_B (P×P), damped by the
    prior precision λ (``covariance.curvature(kind="ef")`` + ``covariance.Dense``);
@@ -35,8 +35,8 @@ from ..covariance import Dense, curvature
 from ..data.synthetic import Problem, evaluation_grid, make_problem
 from ..errors import InputError
 from ..estimators import score_classifier
+from ..models import toy as tm
 from ..runio import write_results
-from . import toy_models as tm
 
 NAME = "proxy-bias-2d"
 

@@ -4,7 +4,7 @@ Two studies, one row per model size, on a dense evaluation grid over [−3, 3]²
 
 A. ``hmc``: 4-class rings (``multiclass_rings``, N = 400), softmax regression (12 parameters)
    then tanh MLP(w, w) for w = 8, 16, 32, 64, 128, 256, 512, 1028 (132 … 1,065,012 parameters;
-   the paper's counts imply 4 outputs). Per size: MAP θ* (``toy_models.train_map``), an HMC
+   the paper's counts imply 4 outputs). Per size: MAP θ* (``models.toy.train_map``), an HMC
    reference (``reference.hmc_reference``, several chains, R-hat / ESS of p(x) recorded), and
    GN = ``score_classifier(model, grid).epistemic`` at θ* (identity covariance).
 B. ``vi``: 4-class Gaussian clusters (``multiclass_clusters``, N = 4,000), MLP(w, w) for
@@ -50,8 +50,8 @@ import torch
 
 from ..data.synthetic import Problem, make_problem
 from ..errors import InputError
+from ..models import toy as tm
 from ..runio import JsonlWriter, check_resume, exclusive, read_jsonl, write_results
-from . import toy_models as tm
 from .validation import compare
 
 NAME = "scaling"

@@ -26,8 +26,8 @@ from scipy.stats import pearsonr, spearmanr
 
 from ..data.synthetic import Problem, make_problem
 from ..errors import InputError
+from ..models import toy as tm
 from ..runio import JsonlWriter, check_resume, read_jsonl, write_results
-from . import toy_models as tm
 
 #: (problem, model kind) in the paper's order.
 PROBLEMS: tuple[tuple[str, str], ...] = (

@@ -183,7 +183,7 @@ def spec_of(model: nn.Sequential) -> MLPSpec:
     if not lins or [type(m) for m in model] != expected:
         raise ModelError(
             "expected an nn.Sequential of Linear layers with Tanh between them "
-            "(isouq.experiments.toy_models.build); got a different architecture"
+            "(isouq.models.toy.build); got a different architecture"
         )
     spec = MLPSpec(lins[0].in_features, tuple(m.out_features for m in lins[:-1]),
                    lins[-1].out_features)

@@ -14,7 +14,7 @@ import time
 import torch
 
 from ..errors import InputError
-from ..experiments.toy_models import MLPSpec
+from ..models.toy import MLPSpec
 from .result import Reference
 
 

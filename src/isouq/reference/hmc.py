@@ -25,7 +25,7 @@ import torch
 from numpyro.infer import HMC, NUTS, init_to_sample
 
 from ..errors import InputError, MemoryBudgetError
-from ..experiments.toy_models import MLPSpec
+from ..models.toy import MLPSpec
 from .checkpoint import Checkpoint, Progress, kept_indices, segments
 from .model import bnn_model, resolve_inputs
 from .predictive import param_diagnostics, predictive_moments

@@ -1,6 +1,6 @@
-"""JAX mirror of the torch toy models (:mod:`isouq.experiments.toy_models`), for the references.
+"""JAX mirror of the torch toy models (:mod:`isouq.models.toy`), for the references.
 
-A model is an :class:`~isouq.experiments.toy_models.MLPSpec` plus a flat parameter vector θ
+A model is an :class:`~isouq.models.toy.MLPSpec` plus a flat parameter vector θ
 (D,) in ``torch.nn.utils.parameters_to_vector`` order: ``0.weight`` (out, in) row-major,
 ``0.bias``, ``2.weight``, … . :func:`forward` computes the same outputs as the torch model
 with those parameters; :func:`to_state_dict` / :func:`flat_params` move θ between the two.
@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from ..errors import InputError
-from ..experiments.toy_models import MLPSpec
+from ..models.toy import MLPSpec
 
 
 def unflatten(theta: jax.Array, spec: MLPSpec) -> list[tuple[jax.Array, jax.Array]]:
@@ -80,7 +80,7 @@ def to_state_dict(
     spec: MLPSpec,
     dtype: torch.dtype = torch.float32,
 ) -> dict[str, torch.Tensor]:
-    """A ``state_dict`` for ``toy_models.build(spec)`` from flat θ (D,) (e.g. a VI mean).
+    """A ``state_dict`` for ``toy.build(spec)`` from flat θ (D,) (e.g. a VI mean).
 
     >>> model = build(spec); model.load_state_dict(to_state_dict(ref.param_mean, spec))
     """

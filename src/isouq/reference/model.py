@@ -2,10 +2,10 @@
 
 Prior θ ~ N(0, diag(σ²)) on the flat parameter vector (one sample site ``"theta"``, shape (D,)):
 ``"isotropic"`` σ² = 1 / prior_precision for every parameter (the default), or ``"fan_in"``
-(weights' variance divided by their layer's fan-in; :func:`~isouq.experiments.toy_models.prior_std`).
+(weights' variance divided by their layer's fan-in; :func:`~isouq.models.toy.prior_std`).
 Likelihood Bernoulli(logits = z) for binary, Categorical(logits) for multiclass, N(f(x),
 noise_std²) for regression. With the isotropic prior the posterior is exactly
-:func:`isouq.experiments.toy_models.neg_log_posterior`.
+:func:`isouq.models.toy.neg_log_posterior`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import numpyro.distributions as dist
 import torch
 
 from ..errors import InputError
-from ..experiments.toy_models import MLPSpec, check_task, output_dim, prior_std
+from ..models.toy import MLPSpec, check_task, output_dim, prior_std
 from .jax_models import forward
 
 

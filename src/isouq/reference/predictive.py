@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from numpyro.diagnostics import effective_sample_size, split_gelman_rubin
 
-from ..experiments.toy_models import MLPSpec
+from ..models.toy import MLPSpec
 from .jax_models import predict_fn
 
 DEFAULT_BUDGET_BYTES = 256 * 2**20

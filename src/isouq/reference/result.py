@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..experiments.toy_models import MLPSpec
+from ..models.toy import MLPSpec
 
 
 @dataclass
@@ -43,7 +43,7 @@ class Reference:
     elbo: torch.Tensor | None = None
 
     def state_dict(self, dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
-        """``param_mean`` as a state_dict for ``toy_models.build(self.spec)``."""
+        """``param_mean`` as a state_dict for ``toy.build(self.spec)``."""
         from .jax_models import to_state_dict
 
         if self.spec is None:

@@ -21,7 +21,7 @@ from numpyro.infer.autoguide import AutoNormal
 from numpyro.optim import Adam
 
 from ..errors import InputError, MemoryBudgetError
-from ..experiments.toy_models import MLPSpec, build
+from ..models.toy import MLPSpec, build
 from .jax_models import flat_params
 from .model import bnn_model, resolve_inputs
 from .predictive import predictive_moments
@@ -102,7 +102,7 @@ def vi_reference(
     num_predictive_draws: draws of q for the predictive moments.
     dtype: ``"float64"`` or ``"float32"`` (use float32 for models with millions of parameters).
     prior: ``"isotropic"`` N(0, I / prior_precision) or ``"fan_in"`` (weights' variance divided
-        by their layer's fan-in; see :func:`isouq.experiments.toy_models.prior_std`).
+        by their layer's fan-in; see :func:`isouq.models.toy.prior_std`).
     elbo: the gradient estimator: ``"trace"`` (``Trace_ELBO``: one draw estimates the
         likelihood and KL(q‖p) alike) or ``"analytic_kl"`` (``TraceMeanField_ELBO``: the
         Gaussian KL in closed form, only the likelihood sampled; far less noise when D is large).
