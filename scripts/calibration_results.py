@@ -140,14 +140,15 @@ def figure(rows: list[dict], path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(10, 4))
+    fig, ax = plt.subplots(figsize=(11, 4.5))
     x = np.arange(len(rows))
     w = 0.27
     for i, (key, lab) in enumerate((("log-loss", "calibrated (cross-fitted)"),
                                     ("its log-loss", "best single score (Platt)"),
                                     ("base log-loss", "base rate"))):
         ax.bar(x + (i - 1) * w, [r[key] for r in rows], w, label=lab)
-    ax.set_xticks(x, [f"{r['model']}\n{r['dataset']}\n{r['labels']}" for r in rows], fontsize=7)
+    ax.set_xticks(x, [f"{r['model']}\n{r['dataset']}, {r['labels']}" for r in rows], fontsize=7,
+                  rotation=30, ha="right")
     ax.set_ylabel("cross-fitted log-loss (lower is better)")
     ax.legend(fontsize=8)
     fig.tight_layout()
