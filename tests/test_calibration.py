@@ -211,6 +211,9 @@ def test_an_older_or_foreign_file_is_refused(tmp_path, data):
     path.write_text(json.dumps({"tables": {}}))
     with pytest.raises(CalibrationError, match="not an isouq calibration"):
         Calibrator.load(path)
+    path.write_text(json.dumps({**doc, "map": {**doc["map"], "coef": []}}))
+    with pytest.raises(CalibrationError, match="is damaged"):
+        Calibrator.load(path)
 
 
 # ---------------------------------------------------------------- files and models
