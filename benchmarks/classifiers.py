@@ -2,8 +2,7 @@
 
 Side by side in one process, per setting (input size × batch × classes), median seconds of
 --repeats after a warm-up (methods run round robin, so a change of load hits all alike) and
-peak extra memory (CPU: resident set, VmHWM reset through
-/proc/self/clear_refs; CUDA: max_memory_allocated) of:
+peak extra memory of:
 - ``isouq``: ``score_classifier(model, x, classes="predicted")`` end to end (ghost engine);
   ``isouq_nocheck`` without the one-example forward that checks examples are independent;
 - ``floor``: forward + backward of the same scalar Σᵢ log p_{cᵢ}(xᵢ) with every weight
@@ -12,7 +11,9 @@ peak extra memory (CPU: resident set, VmHWM reset through
   refuses BatchNorm), isouq against Opacus ``GradSampleModule`` per-sample gradients of the
   same scalar, squared norms included;
 - ``loop``: one forward + backward per example (weights require grad), squared norms.
-Every method's (N,) ‖∇θ log p_c‖² is checked against the loop's (rtol 1e-3).
+isouq's (N,) ‖∇θ log p_c‖² is checked against the loop's, and Opacus's against isouq's on the
+GroupNorm twin (rtol 1e-3). Peak memory: on CPU, the highest running sum of the tensor
+allocations the torch profiler records during one call; on CUDA, max_memory_allocated.
 
     python benchmarks/classifiers.py --out benchmarks/results/classifiers_cpu.json
     python benchmarks/classifiers.py --quick          # small widths, a smoke run
@@ -25,7 +26,6 @@ import copy
 import json
 import os
 import platform
-import re
 import statistics
 import time
 
@@ -80,37 +80,36 @@ def _trained_like(m: nn.Module) -> nn.Module:
     return m.eval()
 
 
-def _peak_kib() -> int:
-    return int(re.search(r"VmHWM:\s+(\d+)", open("/proc/self/status").read()).group(1))
+def peak_mib(fn, device: str) -> float:
+    """Peak extra memory of one fn() call, MiB: CUDA max_memory_allocated; on CPU the highest
+    running sum of the tensor allocations and frees the torch profiler records."""
+    if device == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        fn()
+        torch.cuda.synchronize()
+        return (torch.cuda.max_memory_allocated() - base) / 2**20
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                profile_memory=True) as prof:
+        fn()
+    events = sorted(((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
+                     if e.name() == "[memory]"))
+    now = peak = 0
+    for _, nbytes in events:  # + allocation, − free, in time order
+        now += nbytes
+        peak = max(peak, now)
+    return peak / 2**20
 
 
-def _rss_kib() -> int:
-    return int(re.search(r"VmRSS:\s+(\d+)", open("/proc/self/status").read()).group(1))
-
-
-def measure(fn, repeats: int, device: str, warm: bool = True) -> tuple[float, float, torch.Tensor]:
-    """(median seconds, peak extra MiB, result) of fn() (after one warm-up call if ``warm``)."""
-    out = fn() if warm else None
-    times, peaks = [], []
-    for _ in range(repeats):
-        if device == "cuda":
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-            base = torch.cuda.memory_allocated()
-        else:
-            with open("/proc/self/clear_refs", "w") as f:
-                f.write("5")
-            base = _rss_kib()
-        t = time.perf_counter()
-        out = fn()
-        if device == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - t)
-        if device == "cuda":
-            peaks.append((torch.cuda.max_memory_allocated() - base) / 2**20)
-        else:
-            peaks.append((_peak_kib() - base) / 1024)
-    return statistics.median(times), max(peaks), out.detach().float().cpu()
+def seconds(fn, device: str) -> float:
+    if device == "cuda":
+        torch.cuda.synchronize()
+    t = time.perf_counter()
+    fn()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - t
 
 
 def _log_p(out: torch.Tensor, cls: torch.Tensor) -> torch.Tensor:
@@ -199,22 +198,19 @@ def main() -> None:
             runs["opacus_gn"] = lambda gsm=gsm, x=x, c=cls_gn: opacus_norms(gsm, x, c)
         if not a.no_loop:
             runs["loop"] = lambda bn=bn, x=x, c=cls_bn: loop(bn, x, c)
-            runs["loop_gn"] = lambda gn=gn, x=x, c=cls_gn: loop(gn, x, c)
-        res, secs, mibs = {}, {k: [] for k in runs}, {k: [] for k in runs}
-        for name, fn in runs.items():  # warm-up
+        res, secs = {}, {k: [] for k in runs}
+        for name, fn in runs.items():  # warm-up (the loop is long enough to need none)
             res[name] = fn().detach().float().cpu()
         for _ in range(repeats):  # round robin: a change of load hits every method alike
             for name, fn in runs.items():
-                sec, mib, _ = measure(fn, 1, a.device, warm=False)
-                secs[name].append(sec)
-                mibs[name].append(mib)
-        for name in runs:
-            sec, mib = statistics.median(secs[name]), max(mibs[name])
+                secs[name].append(seconds(fn, a.device))
+        for name, fn in runs.items():
+            sec, mib = statistics.median(secs[name]), peak_mib(fn, a.device)
             row[f"{name}_s"], row[f"{name}_peak_mib"] = round(sec, 4), round(mib, 1)
             print(f"{row['input']} N={batch} C={C} {name}: {sec:.3f} s, peak +{mib:.0f} MiB", flush=True)
         if opacus is not None:
             gsm._close()
-        for ours, ref in (("isouq", "loop"), ("isouq_gn", "loop_gn"), ("opacus_gn", "loop_gn")):
+        for ours, ref in (("isouq", "loop"), ("isouq_nocheck", "loop"), ("opacus_gn", "isouq_gn")):
             if ours in res and ref in res:
                 ok = torch.allclose(res[ours], res[ref], rtol=1e-3, atol=1e-8)
                 row[f"{ours}_matches_{ref}"] = bool(ok)
