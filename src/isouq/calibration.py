@@ -620,9 +620,12 @@ class Calibrator:
         """One line: model, map, labels and threshold."""
         lab = self.doc["labels"]
         of = ", ".join(self.doc.get("datasets") or [])
+        split = self.doc.get("split")
+        halves = (f": map on {split['fit_rows']}, threshold on {split['risk_rows']}"
+                  if split else "")
         line = (f"P(ok) = calibrated P(correct) for {self.model} ({self.map.kind} on "
                 f"{self.map.name}; {lab['source']} labels, {lab['n']} answers"
-                f"{f' of {of}' if of else ''})")
+                f"{f' of {of}' if of else ''}{halves})")
         rc = self.doc.get("risk_control")
         if rc is not None:
             if rc["threshold"] is None:
