@@ -545,7 +545,11 @@ class Calibrator:
             "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
             "isouq": _isouq_version(),
             "model": {"name": model, "sha256": weight_hashes(model_files)},
-            "labels": {"source": labels, "n": int(y.size), "correct": int(y.sum())},
+            "labels": {"source": labels, "n": int(y.size), "correct": int(y.sum()),
+                       # what the rows say made their 'correct' (e.g. judge, or lexical when
+                       # `isouq qa run --judge-model none`)
+                       "row_label_source": sorted({str(r["label_source"]) for r in rows
+                                                   if r.get("label_source")})},
             "datasets": sorted({str(r.get("dataset")) for r in rows if r.get("dataset")}),
             "features": list(fitted.features), "scores": list(SCORES),
             "map": fitted.to_dict(), "selection": table, "risk_control": risk,
