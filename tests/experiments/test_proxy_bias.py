@@ -19,6 +19,7 @@ from isouq.data import newsgroups as ng
 from isouq.errors import DataError, InputError
 from isouq.experiments import proxy_bias_2d as p2
 from isouq.experiments import proxy_bias_text as pt
+from isouq.experiments.proxy_bias_text import training as pt_training
 from isouq.models import toy as tm
 
 
@@ -356,11 +357,11 @@ def test_fine_tune_resumes_from_checkpoint(tmp_path, monkeypatch):
             raise KeyboardInterrupt
         return real(*a, **k)
 
-    monkeypatch.setattr(pt, "collate", interrupted)
+    monkeypatch.setattr(pt_training, "collate", interrupted)
     with pytest.raises(KeyboardInterrupt):
         pt.fine_tune(fresh(), ids, data.labels, cfg, pad_id=tok.pad_token_id, state_file=state,
                      checkpoint_every=2)
-    monkeypatch.setattr(pt, "collate", real)
+    monkeypatch.setattr(pt_training, "collate", real)
     resumed = fresh()
     info = pt.fine_tune(resumed, ids, data.labels, cfg, pad_id=tok.pad_token_id,
                         state_file=state, checkpoint_every=2)

@@ -37,6 +37,7 @@ from ..errors import InputError
 from ..estimators import score_classifier
 from ..models import toy as tm
 from ..runio import write_results
+from .settings import add_options, option, resolve
 
 NAME = "proxy-bias-2d"
 
@@ -272,45 +273,69 @@ def plot_problem(res: ProblemResult, path: Path) -> Path:
 # --------------------------------------------------------------------------- CLI convention
 
 
+@dataclass(frozen=True)
+class Settings:
+    """The experiment's settings; :data:`PRESETS` holds the full run and ``--quick``."""
+
+    grid_n: int = option(100, "grid points per axis")
+    coarse_grid_n: int = option(16, "per-axis size of the coarse grid for the second Welch test")
+    width: int = option(32, "hidden width (32: 1,185 params)")
+    prior_precision: float = option(1.0, "λ: MAP prior precision and the damping added to "
+                                    "H_A, H_B")
+    seeds: int = option(5, "repeat with seeds seed..seed+k-1 (new data and init) and add a "
+                        "mean ± SD table; figures and the main table use --seed")
+    adam_steps: int = option(1000, "MAP training: Adam steps before L-BFGS")
+    lbfgs_iter: int = option(2000, "MAP training: L-BFGS iterations")
+
+    def __post_init__(self) -> None:
+        for k in ("grid_n", "coarse_grid_n", "width", "seeds"):
+            if getattr(self, k) < 1:
+                raise InputError(f"{k} must be ≥ 1, got {getattr(self, k)}")
+        if self.prior_precision < 0:
+            raise InputError(f"prior_precision must be ≥ 0, got {self.prior_precision}")
+
+
+PRESETS = {"full": Settings(),
+           "quick": Settings(grid_n=30, seeds=1, adam_steps=300, lbfgs_iter=200)}
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options beyond the shared --out/--quick/--seed/--device."""
+    """Options beyond the shared --out/--quick/--seed/--device (:class:`Settings` fields)."""
     parser.add_argument("--problems", nargs="+", choices=list(PROBLEMS), default=None,
                         help="problems to run (default: all three)")
-    parser.add_argument("--grid-n", type=int, default=None,
-                        help="grid points per axis (default 100; --quick 30)")
-    parser.add_argument("--coarse-grid-n", type=int, default=16,
-                        help="per-axis size of the coarse grid for the second Welch test")
     parser.add_argument("--n-train", type=int, default=None,
                         help="training points per problem (default 300)")
-    parser.add_argument("--width", type=int, default=32, help="hidden width (32: 1,185 params)")
-    parser.add_argument("--prior-precision", type=float, default=1.0,
-                        help="λ: MAP prior precision and the damping added to H_A, H_B")
-    parser.add_argument("--seeds", type=int, default=None,
-                        help="repeat with seeds seed..seed+k-1 (new data and init) and add a "
-                             "mean ± SD table; figures and the main table use --seed "
-                             "(default 5; --quick 1)")
+    full, quick = PRESETS["full"], PRESETS["quick"]
+    add_options(parser, Settings, defaults={
+        k: f"{getattr(full, k)}; --quick {getattr(quick, k)}"
+        for k in ("grid_n", "seeds", "adam_steps", "lbfgs_iter")})
 
 
 def run(out: Path, *, quick: bool = False, seed: int = 0, device: str = "cpu",
-        **options) -> Path:
-    """Run the experiment into ``out`` (results.json, tables.md, one PNG per problem)."""
+        problems: list[str] | None = None, n_train: int | None = None, **options) -> Path:
+    """Run the experiment into ``out`` (results.json, tables.md, one PNG per problem).
+
+    options: fields of :class:`Settings`; each one given (not None) overrides the preset
+    (``--quick`` or the full run), so 0 is honoured; an unknown one is an InputError.
+    """
     started = time.time()
     out = Path(out)
+    cfg = resolve(PRESETS["quick" if quick else "full"], options)
     out.mkdir(parents=True, exist_ok=True)
-    names = list(options.get("problems") or PROBLEMS)
+    names = list(problems or PROBLEMS)
     settings = {
         "problems": {n: PROBLEMS[n] for n in names},
-        "grid_n": options.get("grid_n") or (30 if quick else 100),
-        "coarse_grid_n": options.get("coarse_grid_n") or 16,
-        "n_train": options.get("n_train"),
-        "width": options.get("width") or 32,
-        "prior_precision": options.get("prior_precision") or 1.0,
-        "adam_steps": 300 if quick else 1000,
-        "lbfgs_iter": 200 if quick else 2000,
+        "grid_n": cfg.grid_n,
+        "coarse_grid_n": cfg.coarse_grid_n,
+        "n_train": n_train,
+        "width": cfg.width,
+        "prior_precision": cfg.prior_precision,
+        "adam_steps": cfg.adam_steps,
+        "lbfgs_iter": cfg.lbfgs_iter,
     }
     from tqdm.auto import tqdm
 
-    n_seeds = max(1, int(options.get("seeds") or (1 if quick else 5)))
+    n_seeds = cfg.seeds
     settings["seeds"] = list(range(seed, seed + n_seeds))
     jobs = [(s, name) for s in settings["seeds"] for name in names]
     runs: dict[tuple[int, str], ProblemResult] = {}

@@ -52,6 +52,7 @@ from ..data.synthetic import Problem, make_problem
 from ..errors import InputError
 from ..models import toy as tm
 from ..runio import JsonlWriter, check_resume, exclusive, read_jsonl, write_results
+from .settings import HMCSettings, VISettings, add_options, resolve, split_options
 from .validation import compare
 
 NAME = "scaling"
@@ -62,11 +63,15 @@ HMC_WIDTHS: tuple[int, ...] = (0, 8, 16, 32, 64, 128, 256, 512, 1028)
 VI_WIDTHS: tuple[int, ...] = (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 PROBLEM = {"hmc": "multiclass_rings", "vi": "multiclass_clusters"}
 N_CLASSES = 4
-VI_N_TRAIN = 4000
+#: Presets of the references: the full study and ``--quick`` (explicit options override).
+HMC_PRESETS = {"full": HMCSettings(), "quick": HMCSettings(num_warmup=150, num_samples=150)}
+VI_PRESETS = {"full": VISettings(), "quick": VISettings(steps=400, draws=100)}
+GRID_N = {"full": 50, "quick": 20}
+VI_N_TRAIN = VISettings().n_train
 #: Above this many parameters VI runs in float32 (see ``vi_reference``).
 VI_FLOAT32_ABOVE = 1_000_000
 #: VI reference options and their defaults (a row's settings name only the ones changed).
-VI_OPTION_DEFAULTS = {"vi_prior": "isotropic", "vi_elbo": "trace"}
+VI_OPTION_DEFAULTS = {"vi_prior": VISettings().prior, "vi_elbo": VISettings().elbo}
 
 
 def vi_option(settings: dict | None, name: str) -> str:
@@ -487,7 +492,11 @@ def plot_elbo(rows: list[dict], out: Path) -> Path | None:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The experiment's own command-line options (besides --out/--quick/--seed/--device)."""
+    """The experiment's own command-line options (besides --out/--quick/--seed/--device).
+
+    The HMC and VI options are generated from :class:`HMCSettings` and :class:`VISettings`
+    (``--num-warmup``, …, ``--vi-steps``, …).
+    """
     p.add_argument("--sizes", nargs="+", type=int, default=None, metavar="W",
                    help="hidden widths of MLP(w,w), 0 = softmax regression (default: HMC "
                         f"{' '.join(map(str, HMC_WIDTHS))}; VI {' '.join(map(str, VI_WIDTHS))}"
@@ -496,51 +505,35 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--budget-minutes", type=float, default=None,
                    help="start no size once this run has used this long, nor one predicted "
                         "to overrun it")
-    p.add_argument("--num-warmup", type=int, default=None, help="HMC warmup per chain "
-                   "(default 1000; --quick 150)")
-    p.add_argument("--num-samples", type=int, default=None, help="HMC draws per chain "
-                   "(default 1000; --quick 150)")
-    p.add_argument("--num-chains", type=int, default=2, help="HMC chains")
-    p.add_argument("--hmc-init", choices=["prior", "map"], default="prior",
-                   help="HMC chains start at prior draws (default) or at θ* + 0.1·noise")
-    p.add_argument("--vi-steps", type=int, default=None, help="SVI steps (default 5000; "
-                   "--quick 400)")
-    p.add_argument("--vi-draws", type=int, default=None,
-                   help="draws of q for the VI predictive (default 400; --quick 100)")
-    p.add_argument("--vi-batch-size", type=int, default=128)
-    p.add_argument("--vi-lr", type=float, default=1e-2)
-    p.add_argument("--vi-n-train", type=int, default=VI_N_TRAIN)
-    p.add_argument("--vi-prior", choices=tm.PRIORS, default=VI_OPTION_DEFAULTS["vi_prior"],
-                   help="VI reference prior: isotropic N(0, I/λ) (default) or fan_in (weights' "
-                        "variance 1/(λ·fan_in), biases 1/λ)")
-    p.add_argument("--vi-elbo", choices=["trace", "analytic_kl"],
-                   default=VI_OPTION_DEFAULTS["vi_elbo"],
-                   help="SVI gradient estimator: trace (KL sampled too; default) or analytic_kl "
-                        "(closed-form Gaussian KL, less noise at large D)")
+    full, quick = HMC_PRESETS["full"], HMC_PRESETS["quick"]
+    add_options(p, HMCSettings, defaults={
+        "num_warmup": f"{full.num_warmup}; --quick {quick.num_warmup}",
+        "num_samples": f"{full.num_samples}; --quick {quick.num_samples}"})
+    full, quick = VI_PRESETS["full"], VI_PRESETS["quick"]
+    add_options(p, VISettings, prefix="vi-", defaults={
+        "steps": f"{full.steps}; --quick {quick.steps}",
+        "draws": f"{full.draws}; --quick {quick.draws}"})
     p.add_argument("--grid-n", type=int, default=None,
-                   help="grid points per axis (default 50; --quick 20)")
+                   help=f"grid points per axis (default {GRID_N['full']}; --quick "
+                        f"{GRID_N['quick']})")
     p.add_argument("--prior-precision", type=float, default=1.0)
 
 
-def study_settings(study: str, *, quick: bool, seed: int, grid_n: int | None,
-                   prior_precision: float, num_warmup: int | None, num_samples: int | None,
-                   num_chains: int, hmc_init: str, vi_steps: int | None, vi_draws: int | None,
-                   vi_batch_size: int, vi_lr: float, vi_n_train: int,
-                   vi_prior: str = "isotropic", vi_elbo: str = "trace") -> dict:
+def study_settings(study: str, *, seed: int, grid_n: int, prior_precision: float,
+                   hmc: HMCSettings, vi: VISettings) -> dict:
     """The settings that determine a study's rows (stored in each row, checked on resume)."""
-    common = {"problem": PROBLEM[study], "seed": seed, "grid_n": grid_n or (20 if quick else 50),
+    common = {"problem": PROBLEM[study], "seed": seed, "grid_n": grid_n,
               "prior_precision": prior_precision}
     if study == "hmc":
-        return {**common, "kernel": "hmc", "num_warmup": num_warmup or (150 if quick else 1000),
-                "num_samples": num_samples or (150 if quick else 1000),
-                "num_chains": num_chains, "init": hmc_init}
-    vi = {**common, "n_train": vi_n_train, "vi_steps": vi_steps or (400 if quick else 5000),
-          "vi_draws": vi_draws or (100 if quick else 400), "vi_batch_size": vi_batch_size,
-          "vi_lr": vi_lr}
-    chosen = {"vi_prior": vi_prior, "vi_elbo": vi_elbo}
+        return {**common, "kernel": hmc.kernel, "num_warmup": hmc.num_warmup,
+                "num_samples": hmc.num_samples, "num_chains": hmc.num_chains,
+                "init": hmc.init}
+    out = {**common, "n_train": vi.n_train, "vi_steps": vi.steps, "vi_draws": vi.draws,
+           "vi_batch_size": vi.batch_size, "vi_lr": vi.lr}
+    chosen = {"vi_prior": vi.prior, "vi_elbo": vi.elbo}
     # an option at its default is left out, so rows made before the option existed resume
-    vi.update({k: v for k, v in chosen.items() if v != VI_OPTION_DEFAULTS[k]})
-    return vi
+    out.update({k: v for k, v in chosen.items() if v != VI_OPTION_DEFAULTS[k]})
+    return out
 
 
 def rebuild(out: Path, started: float, settings: dict, seed: int) -> Path:
@@ -567,24 +560,17 @@ def run(
     sizes: list[int] | None = None,
     study: str = "both",
     budget_minutes: float | None = None,
-    num_warmup: int | None = None,
-    num_samples: int | None = None,
-    num_chains: int = 2,
-    hmc_init: str = "prior",
-    vi_steps: int | None = None,
-    vi_draws: int | None = None,
-    vi_batch_size: int = 128,
-    vi_lr: float = 1e-2,
-    vi_n_train: int = VI_N_TRAIN,
-    vi_prior: str = "isotropic",
-    vi_elbo: str = "trace",
     grid_n: int | None = None,
     prior_precision: float = 1.0,
+    **options,
 ) -> Path:
     """Run the sizes not yet in ``out/sizes.jsonl`` and rebuild ``out/results.json``.
 
-    quick: HMC sizes 0, 8 and VI 8, 16 with 150 + 150 HMC draws per chain, 400 SVI steps,
-    a 20×20 grid (about a minute on 2 cores). Explicit arguments override either mode.
+    quick: HMC sizes 0, 8 and VI 8, 16 with the ``"quick"`` presets (150 + 150 HMC draws
+    per chain, 400 SVI steps), a 20×20 grid (about a minute on 2 cores). ``options``: the
+    fields of :class:`HMCSettings` (``num_warmup``, ``num_samples``, ``num_chains``,
+    ``kernel``, ``hmc_init``) and of :class:`VISettings` with a ``vi_`` prefix (``vi_steps``,
+    …); each one given (not None) overrides the preset; an unknown one is an InputError.
     """
     started = time.time()
     out = Path(out)
@@ -592,17 +578,21 @@ def run(
         raise InputError(f"study must be 'hmc', 'vi' or 'both', got {study!r}")
     if budget_minutes is not None and budget_minutes <= 0:
         raise InputError(f"budget_minutes must be positive, got {budget_minutes}")
+    hmc_opts, vi_opts, unknown = split_options(options, (HMCSettings, ""), (VISettings, "vi-"))
+    if unknown:
+        raise InputError(f"unknown option(s) {sorted(unknown)} for the scaling experiment")
+    preset = "quick" if quick else "full"
+    hmc = resolve(HMC_PRESETS[preset], hmc_opts)
+    vi = resolve(VI_PRESETS[preset], vi_opts, prefix="vi-")
     studies = list(STUDIES) if study == "both" else [study]
     defaults = {"hmc": (0, 8) if quick else HMC_WIDTHS, "vi": (8, 16) if quick else VI_WIDTHS}
     for w in sizes or ():
         spec_for_width(w)
     widths = {s: tuple(sizes) if sizes else defaults[s] for s in studies}
-    kw = dict(quick=quick, seed=seed, grid_n=grid_n, prior_precision=prior_precision,
-              num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
-              hmc_init=hmc_init, vi_steps=vi_steps, vi_draws=vi_draws,
-              vi_batch_size=vi_batch_size, vi_lr=vi_lr, vi_n_train=vi_n_train,
-              vi_prior=vi_prior, vi_elbo=vi_elbo)
-    fingerprints = {s: study_settings(s, **kw) for s in studies}
+    grid = GRID_N[preset] if grid_n is None else grid_n
+    fingerprints = {s: study_settings(s, seed=seed, grid_n=grid,
+                                      prior_precision=prior_precision, hmc=hmc, vi=vi)
+                    for s in studies}
     writer = JsonlWriter(out / "sizes.jsonl")
     check_resume(read_jsonl(writer.path), lambda r: fingerprints.get(r["study"]), "sizes.jsonl")
     jobs = plan(studies, widths)

@@ -28,6 +28,7 @@ from ..data.synthetic import Problem, make_problem
 from ..errors import InputError
 from ..models import toy as tm
 from ..runio import JsonlWriter, check_resume, read_jsonl, write_results
+from .settings import HMCSettings, add_options, resolve
 
 #: (problem, model kind) in the paper's order.
 PROBLEMS: tuple[tuple[str, str], ...] = (
@@ -93,6 +94,12 @@ DIFF_NOTES = {
                   "dominate Pearson, not the ranking.",
 }
 DIFF_NOTE_AT = 0.15
+
+#: HMC presets: the full validation and ``--quick`` (explicit options override).
+HMC_PRESETS = {"full": HMCSettings(), "quick": HMCSettings(num_warmup=300, num_samples=300)}
+GRID_N = {"full": 60, "quick": 30}
+#: The HMC settings a row's fingerprint names (``init`` only when not the default "prior").
+HMC_KEYS = ("num_warmup", "num_samples", "num_chains", "kernel")
 
 
 def versus_paper(epistemic: list[dict], aleatoric: list[dict]) -> list[dict]:
@@ -179,12 +186,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """The experiment's own command-line options (besides --out/--quick/--seed/--device)."""
     p.add_argument("--problems", nargs="+", default=None, metavar="NAME",
                    help=f"subset of: {', '.join(n for n, _ in PROBLEMS)}")
-    p.add_argument("--num-warmup", type=int, default=None, help="HMC warmup per chain")
-    p.add_argument("--num-samples", type=int, default=None, help="HMC draws per chain")
-    p.add_argument("--num-chains", type=int, default=2)
-    p.add_argument("--grid-n", type=int, default=None, help="grid points per axis (2D)")
+    full, quick = HMC_PRESETS["full"], HMC_PRESETS["quick"]
+    add_options(p, HMCSettings, defaults={
+        "num_warmup": f"{full.num_warmup}; --quick {quick.num_warmup}",
+        "num_samples": f"{full.num_samples}; --quick {quick.num_samples}"})
+    p.add_argument("--grid-n", type=int, default=None,
+                   help=f"grid points per axis, 2D (default {GRID_N['full']}; --quick "
+                        f"{GRID_N['quick']})")
     p.add_argument("--prior-precision", type=float, default=1.0)
-    p.add_argument("--kernel", choices=["hmc", "nuts"], default="hmc")
     p.add_argument("--seeds", type=int, default=None, metavar="N",
                    help="run N seeds (--seed, --seed+1, …): data, MAP and chains re-drawn "
                         "per seed; tables give mean ± std over seeds and mark where the "
@@ -298,6 +307,11 @@ def run_problem(
     model = tm.build(spec, seed=seed)
     fit = tm.train_map(model, problem.X, problem.y, problem.task, prior_precision,
                        noise_std=problem.noise_std)
+    hmc = dict(hmc)
+    if hmc.pop("init", "prior") == "map":  # chains start at θ* + 0.1·noise
+        from ..reference import flat_params
+
+        hmc.update(init=flat_params(model), init_jitter=0.1)
     ref = hmc_reference(problem, spec, prior_precision=prior_precision, seed=seed, **hmc)
     sc = {k: v.detach().cpu().double().numpy() for k, v in
           _scores(model, problem, problem.grid, prior_precision, device).items()}
@@ -398,18 +412,18 @@ def run(
     seed: int = 0,
     device: str = "cpu",
     problems: list[str] | None = None,
-    num_warmup: int | None = None,
-    num_samples: int | None = None,
-    num_chains: int = 2,
     grid_n: int | None = None,
     prior_precision: float = 1.0,
-    kernel: str = "hmc",
     seeds: int | None = None,
+    **options,
 ) -> Path:
     """Run the validation and write ``out/results.json``; returns its path.
 
-    quick: 300 warmup + 300 draws per chain on a 30×30 grid (a few minutes on 2 cores);
-    otherwise 1000 + 1000 on 60×60. Explicit arguments override either.
+    quick: the ``"quick"`` preset, 300 warmup + 300 draws per chain on a 30×30 grid (a few
+    minutes on 2 cores); otherwise 1000 + 1000 on 60×60. ``options``: fields of
+    :class:`HMCSettings` (``num_warmup``, ``num_samples``, ``num_chains``, ``kernel``,
+    ``hmc_init``); each one given (not None) overrides the preset, an unknown one is an
+    InputError.
     seeds: number of seeds (``seed``, ``seed`` + 1, …); each re-draws the data, the MAP's
     initialisation and the chains. With ≥ 2 seeds the ``epistemic``, ``aleatoric`` and
     ``hessian`` tables hold mean and ``*_std`` over seeds (:func:`aggregate`), the per-seed
@@ -426,10 +440,12 @@ def run(
     if seeds is not None and seeds < 1:
         raise InputError(f"seeds must be ≥ 1 (the number of seeds to run), got {seeds}")
     seed_list = [seed + i for i in range(seeds or 1)]
-    hmc = {"num_warmup": num_warmup or (300 if quick else 1000),
-           "num_samples": num_samples or (300 if quick else 1000),
-           "num_chains": num_chains, "kernel": kernel}
-    gn = grid_n or (30 if quick else 60)
+    preset = "quick" if quick else "full"
+    hmc_settings = resolve(HMC_PRESETS[preset], options)
+    hmc = hmc_settings.to_dict(HMC_KEYS)
+    if hmc_settings.init != "prior":
+        hmc["init"] = hmc_settings.init
+    gn = GRID_N[preset] if grid_n is None else grid_n
 
     def fingerprint(name: str, s: int) -> dict:
         return {"seed": s, "prior_precision": prior_precision,
