@@ -203,3 +203,46 @@ def test_layers_fed_the_flattened_batch_are_read_per_example_with_seq_len():
     with GhostNorms(m, params) as ghost:  # without it: refused, never summed across examples
         with pytest.raises(ValueError, match="needs seq_len=T"):
             ghost.backward(s_of(m(x)))
+
+
+def _f64_truth_norm_weight(x, c, kind, eps):
+    x64 = x.double()
+    if kind == "layer":
+        xh = (x64 - x64.mean(-1, keepdim=True)) / torch.sqrt(
+            x64.var(-1, unbiased=False, keepdim=True) + eps)
+    else:
+        xh = x64 / torch.sqrt(x64.pow(2).mean(-1, keepdim=True) + eps)
+    return (xh * c.double()).sum(1).pow(2).sum(1)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_terms_are_exact_in_float32(dtype):
+    """bf16/fp16 layers: ∂y/∂w of a norm layer and the Gram/bias sums are formed in float32, so
+    the per-example norms equal a float64 computation from the same half-precision inputs
+    (a difference of two rounded half-precision outputs kept ~2-3 digits)."""
+    torch.manual_seed(0)
+    d, T, N = 96, 24, 3
+    x = torch.randn(N, T, d).to(dtype)
+    c = torch.randn(N, T, d).to(dtype)
+    for kind, mod in (("layer", nn.LayerNorm(d)), ("rms", nn.RMSNorm(d))):
+        with torch.no_grad():
+            mod.weight.copy_(1 + 3 * torch.randn(d))
+        mod = mod.to(dtype)
+        with GhostNorms(mod, {"weight": mod.weight}) as ghost:
+            s = (mod(x).float() * c.float()).sum((1, 2))
+            got = ghost.backward(s)
+        eps = mod.eps if mod.eps is not None else torch.finfo(dtype).eps
+        truth = _f64_truth_norm_weight(x, c, kind, eps)
+        assert got.dtype == torch.float32
+        torch.testing.assert_close(got.double(), truth, rtol=1e-5, atol=0)
+    lin = nn.Linear(d, 2 * d).to(dtype)
+    with GhostNorms(lin, dict(lin.named_parameters())) as ghost:
+        out = lin(x)
+        s = (out.float() * torch.randn(out.shape, generator=torch.Generator().manual_seed(1))
+             .to(dtype).float()).sum((1, 2))
+        res = ghost.backward_detailed(s)
+    b = torch.randn(out.shape, generator=torch.Generator().manual_seed(1)).to(dtype).double()
+    w_truth = torch.einsum("nto,nti->noi", b, x.double()).pow(2).sum((1, 2))
+    b_truth = b.sum(1).pow(2).sum(1)
+    torch.testing.assert_close(res.per_param.double(), torch.stack([w_truth, b_truth], 1),
+                               rtol=1e-5, atol=0)

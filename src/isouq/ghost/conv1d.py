@@ -5,7 +5,7 @@ from __future__ import annotations
 from torch import nn
 
 from .calls import Call, as_tokens
-from .factors import Contribution, Materialized, Pair
+from .factors import Contribution, Materialized, Pair, at_least_f32
 from .registry import register_rule
 
 
@@ -21,5 +21,5 @@ def contributions(module: nn.Module, call: Call) -> dict[str, Contribution]:
     B = as_tokens(call.grad)
     out: dict[str, Contribution] = {"weight": Pair(A, B)}
     if getattr(module, "bias", None) is not None:
-        out["bias"] = Materialized(B.sum(1))
+        out["bias"] = Materialized(at_least_f32(B).sum(1))
     return out

@@ -240,6 +240,7 @@ class GhostNorms:
             elif c:
                 col = sq_norms(c, self._cache)
             else:
-                col = torch.zeros(N, dtype=dtype, device=device)
-            cols.append(col.to(device=device, dtype=dtype))
+                col = torch.zeros(N, dtype=torch.promote_types(dtype, torch.float32),
+                                  device=device)
+            cols.append(col.to(device=device, dtype=torch.promote_types(dtype, torch.float32)))
         return torch.stack(cols, dim=1)

@@ -23,6 +23,13 @@ import torch
 
 #: Largest per-example gradient block (bytes) the cost rule may materialize for one parameter.
 MATERIALIZE_BYTES = int(os.environ.get("ISOUQ_GHOST_MATERIALIZE_BYTES", 256 * 2**20))
+#: dtypes whose products and sums are accumulated in float32 (a bf16 Gram loses digits)
+LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+def at_least_f32(t: torch.Tensor | None) -> torch.Tensor | None:
+    """``t`` in float32 when it is half or bfloat16 (indices and float32/64 unchanged)."""
+    return t.float() if t is not None and t.dtype in LOW_PRECISION else t
 
 
 @dataclass
@@ -154,13 +161,24 @@ def choose_gram(pairs: list[Pair], gram_cost: float | None = None) -> bool:
     return gram <= mat or not fits
 
 
+def _f32_pair(p: Pair) -> Pair:
+    """The pair with its dense factors in float32 when they are half precision."""
+    if p.right.dtype not in LOW_PRECISION and (p.is_index or p.left.dtype not in LOW_PRECISION):
+        return p
+    fn = p.right_fn
+    right = p.right if fn is not None else p.right.float()  # a lazy R: only its placeholder
+    return Pair(at_least_f32(p.left), right, p.index_size, p.fold, at_least_f32(p.right_gram),
+                None if fn is None else (lambda: fn().float()))
+
+
 def sq_norms(contribs: list[Contribution], cache: dict | None = None) -> torch.Tensor:
-    """‖Σₖ gᵢ⁽ᵏ⁾‖² per example (N,) for one parameter's contributions, exactly.
+    """‖Σₖ gᵢ⁽ᵏ⁾‖² per example (N,) for one parameter's contributions, exactly; half-precision
+    factors are multiplied and summed in float32 (the result is float32 or float64).
 
     ``cache`` (a dict shared over one backward) reuses Grams of inputs several layers share.
     """
-    pairs = [c for c in contribs if isinstance(c, Pair)]
-    mats = [c.grad for c in contribs if isinstance(c, Materialized)]
+    pairs = [_f32_pair(c) for c in contribs if isinstance(c, Pair)]
+    mats = [at_least_f32(c.grad) for c in contribs if isinstance(c, Materialized)]
     folds = {p.fold for p in pairs}
     if pairs and not mats and len(folds) == 1 and choose_gram(pairs):
         sq = _gram_sq_norm(pairs, cache)

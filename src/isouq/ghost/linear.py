@@ -5,7 +5,7 @@ from __future__ import annotations
 from torch import nn
 
 from .calls import Call, as_tokens
-from .factors import Contribution, Materialized, Pair
+from .factors import Contribution, Materialized, Pair, at_least_f32
 from .registry import register_rule
 
 
@@ -20,5 +20,5 @@ def contributions(module: nn.Linear, call: Call) -> dict[str, Contribution]:
         pair = pair.compacted(by="left")
     out: dict[str, Contribution] = {"weight": pair}
     if module.bias is not None:
-        out["bias"] = Materialized(B.sum(1))
+        out["bias"] = Materialized(at_least_f32(B).sum(1))
     return out

@@ -1,0 +1,68 @@
+"""Half precision: ghost norms in bfloat16/float16 against one backward per answer, same dtype,
+and against the float32 loop (the reference), on the same answers.
+
+    python benchmarks/half_precision.py --model smollm2 --n 16 --out benchmarks/results
+
+Writes ``OUT/half_precision.json``: per dtype, the largest and median relative difference of
+ghost from the same-dtype loop, and each method's median / largest relative error against the
+float32 loop and its Spearman ρ with it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="smollm2")
+    ap.add_argument("--n", type=int, default=16)
+    ap.add_argument("--dtypes", nargs="+", default=["bfloat16", "float16"])
+    ap.add_argument("--out", default="benchmarks/results")
+    a = ap.parse_args()
+    import torch
+    from scipy.stats import spearmanr
+
+    from isouq import score_sequences
+    from isouq.data.qa import load_dataset
+    from isouq.models import load_model
+    from isouq.qa.prompts import qa_prompts
+    from isouq.runtime import configure
+
+    configure()
+    model, tok, _ = load_model(a.model)
+    items = load_dataset("truthfulqa", limit=a.n)
+    prompts = qa_prompts(tok, [it.question for it in items])
+    answers = [" " + it.answers[0] for it in items]
+    ref = score_sequences(model, tok, prompts, answers, method="loop", batch_size=a.n).epistemic
+
+    def rel(x, y):
+        return ((x - y).abs() / y.abs()).double()
+
+    doc = {"benchmark": "half_precision", "model": a.model, "n": a.n, "dtypes": {}}
+    import copy
+
+    for name in a.dtypes:
+        m = copy.deepcopy(model).to(getattr(torch, name))  # rounded from the float32 weights
+        g = score_sequences(m, tok, prompts, answers, method="ghost", batch_size=a.n).epistemic
+        lo = score_sequences(m, tok, prompts, answers, method="loop", batch_size=a.n).epistemic
+        d = rel(g, lo)
+        doc["dtypes"][name] = {
+            "ghost_vs_loop_max": float(d.max()), "ghost_vs_loop_median": float(d.median()),
+            **{f"{k}_vs_f32_{s}": float(getattr(rel(v, ref), s)())
+               for k, v in (("ghost", g), ("loop", lo)) for s in ("median", "max")},
+            "ghost_spearman_f32": float(spearmanr(g, ref).statistic),
+            "loop_spearman_f32": float(spearmanr(lo, ref).statistic),
+        }
+        print(name, json.dumps(doc["dtypes"][name]), flush=True)
+        del m
+    Path(a.out).mkdir(parents=True, exist_ok=True)
+    path = Path(a.out) / "half_precision.json"
+    path.write_text(json.dumps(doc, indent=1), encoding="utf-8")
+    print(f"-> {path}")
+
+
+if __name__ == "__main__":
+    main()
