@@ -81,3 +81,11 @@ def test_two_seeds_reuse_a_plain_run_and_aggregate(tmp_path, monkeypatch):
     assert doc["settings"]["seeds"] == [0, 1] and len(doc["figures"]) == 1
     with pytest.raises(InputError, match="seeds must be"):
         V.run(tmp_path, seeds=0, **kw)
+
+
+def test_hmc_init_map_starts_the_chains_at_the_map():
+    hmc = {"num_warmup": 5, "num_samples": 5, "num_chains": 2, "kernel": "hmc", "init": "map"}
+    res = V.run_problem("binary_linear", "linear", seed=0, grid_n=4, prior_precision=1.0,
+                        hmc=hmc)
+    assert res["ref"].settings["init"] == "given" and res["ref"].settings["init_jitter"] == 0.1
+    assert hmc["init"] == "map"  # the caller's dict is not changed
