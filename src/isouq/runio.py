@@ -13,9 +13,10 @@ import gzip
 import json
 import os
 import platform
+import re
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -282,6 +283,25 @@ def write_results(
     return out / "results.json"
 
 
+def slug(text: str, *, lower: bool = False) -> str:
+    """A piece of a file name or an anchor: runs of other characters become '-' (letters,
+    digits and dots kept: 'qwen2.5-coder-0.5b'); ``lower``: lowercase letters and digits only
+    ('Proxy bias (2D)' -> 'proxy-bias-2d'). At most 80 characters."""
+    if lower:
+        return re.sub(r"[^a-z0-9]+", "-", str(text).lower()).strip("-")[:80]
+    return re.sub(r"[^A-Za-z0-9.]+", "-", str(text)).strip("-")[:80]
+
+
+def markdown_grid(columns: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    """A GitHub-flavoured Markdown table of string cells ('|' escaped, newlines flattened)."""
+    def cell(s: str) -> str:
+        return str(s).replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(cell(c) for c in columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
 def markdown_table(rows: list[dict], floatfmt: str = ".3g") -> str:
     """A GitHub-flavoured Markdown table from a list of dict rows (union of keys, in order)."""
     if not rows:
@@ -295,9 +315,7 @@ def markdown_table(rows: list[dict], floatfmt: str = ".3g") -> str:
             return format(v, floatfmt)
         return "" if v is None else str(v)
 
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    lines += ["| " + " | ".join(fmt(r.get(c)) for c in cols) + " |" for r in rows]
-    return "\n".join(lines) + "\n"
+    return markdown_grid(cols, ([fmt(r.get(c)) for c in cols] for r in rows))
 
 
 def tables_markdown(doc: dict) -> str:
@@ -309,7 +327,3 @@ def tables_markdown(doc: dict) -> str:
     return "".join(parts)
 
 
-def iter_chunks(n: int, size: int) -> Iterator[slice]:
-    """Slices covering range(n) in chunks of ``size``."""
-    for start in range(0, n, size):
-        yield slice(start, min(start + size, n))

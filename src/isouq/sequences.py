@@ -191,11 +191,13 @@ def summarize(p: torch.Tensor, mask: torch.Tensor):
     return mean, alea, T
 
 
-def _pad_id(tokenizer) -> int:
+def pad_id(tokenizer) -> int:
+    """The id that pads a batch: the tokenizer's pad token, else its EOS token, else 0 (padded
+    positions are masked, so which id it is never changes a score)."""
     for attr in ("pad_token_id", "eos_token_id"):
         v = getattr(tokenizer, attr, None)
-        if isinstance(v, int):
-            return v
+        if isinstance(v, Integral) and not isinstance(v, bool):
+            return int(v)
     return 0
 
 
@@ -273,7 +275,7 @@ def score_sequences(
         )
     if not hasattr(covariance, "quadratic"):
         raise InputError(f"covariance={covariance!r}: use 'identity' or a covariance object")
-    pad = _pad_id(tokenizer)
+    pad = pad_id(tokenizer)
     first = collate(enc[:1], pad, padding_side)
     sel = select_params(model, params, run_forward=lambda: token_probs(model, first))
     n = len(enc)

@@ -153,7 +153,7 @@ def read_jsonl(file: Path, split: str) -> Newsgroups:
     except (OSError, json.JSONDecodeError, KeyError) as e:
         raise DataError(
             f"{file} is not a 20 Newsgroups JSONL file ({type(e).__name__}: {e}); each line "
-            "needs 'text' and 'label' (see /work/shared/data/20newsgroups/SOURCE.md)"
+            "needs 'text' and 'label' (see the SOURCE.md beside the shipped 20newsgroups data)"
         ) from e
     if not texts:
         raise DataError(f"{file} holds no documents")

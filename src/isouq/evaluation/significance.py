@@ -217,9 +217,12 @@ def ttests_from_splits(
     return table
 
 
-def format_p(p: float | None) -> str:
-    """'<0.001', '0.005', or '' for a missing p-value."""
-    if p is None or not np.isfinite(p):
+def format_p(p) -> str:
+    """'<0.001', '0.005', '' for a missing p-value; text (a p-value already written as the
+    paper wrote it, '<.001') as it is."""
+    if isinstance(p, str):
+        return p
+    if p is None or isinstance(p, bool) or not np.isfinite(p):
         return ""
     return "<0.001" if p < 0.001 else f"{p:.3f}"
 

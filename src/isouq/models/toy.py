@@ -190,18 +190,6 @@ def spec_of(model: nn.Sequential) -> MLPSpec:
     return spec
 
 
-def class_probs(outputs: torch.Tensor, task: str) -> torch.Tensor:
-    """(N, C) class probabilities from model outputs (N, 1) or (N, C).
-
-    Binary: columns [1 − σ(z), σ(z)] (C = 2). Multiclass: softmax. Regression: an InputError.
-    """
-    if task == "binary":
-        p1 = torch.sigmoid(outputs[:, 0])
-        return torch.stack([1 - p1, p1], dim=1)
-    if task == "multiclass":
-        return torch.softmax(outputs, dim=1)
-    raise InputError(f"class_probs needs a classification task, got {task!r}")
-
 
 # --------------------------------------------------------------------------- objective
 

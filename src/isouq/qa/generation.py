@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from ..errors import InputError, ModelError
+from ..sequences import pad_id as tokenizer_pad_id
 from .packed_logits import (
     PrefixKV,
     cache_kwarg,
@@ -138,13 +139,6 @@ def model_device(model) -> torch.device:
         return torch.device("cpu")
 
 
-def _pad_id(tokenizer) -> int:
-    for tid in (tokenizer.pad_token_id, tokenizer.eos_token_id, 0):
-        if tid is not None:
-            return int(tid)
-    return 0  # pragma: no cover
-
-
 def eos_token_ids(model, tokenizer) -> set[int]:
     """EOS ids from the tokenizer and the model's generation config (chat models end turns with
     their own token, e.g. <|im_end|>, listed there)."""
@@ -245,7 +239,7 @@ def _decode(
     """
     n = len(prompt_ids)
     device = model_device(model)
-    pad = _pad_id(tokenizer)
+    pad = tokenizer_pad_id(tokenizer)
     ids, mask, pos = _left_pad(prompt_ids, pad, device)
     out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True,
                 **last_only_kwargs(model))
@@ -534,7 +528,7 @@ def option_probs(
     encoded = [encode_prompt(tokenizer, p) for p in prompts]
     order = sorted(range(len(prompts)), key=lambda i: encoded[i])
     out = torch.zeros((len(prompts), len(names)), dtype=torch.float64)
-    for chunk, logits in _logit_passes(model, encoded, order, _pad_id(tokenizer),
+    for chunk, logits in _logit_passes(model, encoded, order, tokenizer_pad_id(tokenizer),
                                        model_device(model), batch_size=batch_size,
                                        share_prefix=share_prefix, pack=pack, prefix=prefix):
         _check_finite(logits)

@@ -35,6 +35,7 @@ from pathlib import Path
 import torch
 
 from ..errors import InputError
+from ..models.info import has_chat_template
 from ..runio import (
     JsonlWriter,
     check_resume,
@@ -45,7 +46,8 @@ from ..runio import (
     read_jsonl,
     versions,
 )
-from .prompts import encode_prompt, has_chat_template, qa_prompt
+from ..sequences import pad_id as tokenizer_pad_id
+from .prompts import encode_prompt, qa_prompt
 
 DATASET = "truthfulqa_mc1"
 #: what defines a row's content: a resume with other values is an error
@@ -84,14 +86,6 @@ class OptionScores:
     n_tokens: torch.Tensor
 
 
-def _pad_id(tokenizer) -> int:
-    for attr in ("pad_token_id", "eos_token_id"):
-        v = getattr(tokenizer, attr, None)
-        if isinstance(v, int):
-            return v
-    return 0
-
-
 def option_scores(model, tokenizer, prompt: str, options: Sequence) -> OptionScores:
     """Token probabilities of each continuation after ``prompt``, in one batched forward.
 
@@ -114,7 +108,7 @@ def option_scores(model, tokenizer, prompt: str, options: Sequence) -> OptionSco
             raise InputError(f"option {i} is empty (no tokens); every option needs ≥ 1 token")
     P, K = len(p_ids), len(conts)
     L = P + max(len(c) for c in conts)
-    ids = torch.full((K, L), _pad_id(tokenizer), dtype=torch.long)
+    ids = torch.full((K, L), tokenizer_pad_id(tokenizer), dtype=torch.long)
     att = torch.zeros((K, L), dtype=torch.long)
     for i, c in enumerate(conts):
         ids[i, : P + len(c)] = torch.tensor(p_ids + c)
@@ -239,7 +233,7 @@ def score_question(model, tokenizer, item, *, p_true: bool = True, semgrad: bool
 
 
 def rows_path(out: str | Path, model: str) -> Path:
-    from .runner import slug
+    from ..runio import slug
 
     return Path(out) / f"mc1_truthfulqa__{slug(model)}.jsonl"
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..errors import InputError
+from ..models.info import has_chat_template
 
 BRIEF_PROMPT = "Answer the following question as briefly as possible.\n"
 """Farquhar et al.'s default brief instruction (``BRIEF_PROMPTS['default']``)."""
@@ -30,11 +31,6 @@ DEFAULT_STOP: tuple[str, ...] = ("\n", "Question:", "Context:")
 
 P_TRUE_CUE = "The possible answer is:"
 JUDGE_CUE = "Response:"
-
-
-def has_chat_template(tokenizer) -> bool:
-    """True when the tokenizer carries a chat template."""
-    return bool(getattr(tokenizer, "chat_template", None))
 
 
 def _use_chat(tokenizer, chat: bool | None) -> bool:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from ..runio import (
     latest_by_key,
     machine_label,
     read_jsonl,
+    slug,
     versions,
 )
 from .generation import Generation, Sampled
@@ -118,10 +118,6 @@ class QAConfig:
                 raise InputError(f"{name}={getattr(self, name)}: must be ≥ 1")
         if not self.temperature > 0:
             raise InputError(f"temperature={self.temperature}: sampling needs a temperature > 0")
-
-
-def slug(s: str) -> str:
-    return re.sub(r"[^A-Za-z0-9.]+", "-", str(s)).strip("-")[:80]
 
 
 def dataset_tag(dataset: str) -> str:
@@ -560,7 +556,3 @@ def agreement(rows: list[dict]) -> dict:
     return {"n": len(pairs), "kappa": cohen_kappa(a, b),
             "agreement": sum(x == y for x, y in pairs) / len(pairs),
             "judge_accuracy": sum(a) / len(a), "lexical_accuracy": sum(b) / len(b)}
-
-
-def load_run(path: str | Path) -> dict:
-    return json.loads(Path(path).read_text())

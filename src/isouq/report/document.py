@@ -6,9 +6,10 @@ holds :class:`Block` (our table beside the paper's), :class:`Figure` and plain-t
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from ..runio import slug
 
 
 @dataclass(frozen=True)
@@ -64,15 +65,9 @@ class Section:
     raw: tuple[Table, ...] = ()
 
 
-def slug(text: str) -> str:
-    """A lowercase id safe for HTML anchors and file names: 'Proxy bias (2D)' -> 'proxy-bias-2d'."""
-    s = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
-    return s or "section"
-
-
 def unique_slug(text: str, taken: set[str]) -> str:
     """``slug(text)``, suffixed -2, -3, ... until not in ``taken``; adds it to ``taken``."""
-    base = slug(text)
+    base = slug(text, lower=True) or "section"
     s, i = base, 2
     while s in taken:
         s, i = f"{base}-{i}", i + 1

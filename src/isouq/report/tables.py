@@ -11,6 +11,8 @@ import math
 import numbers
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
+from ..evaluation.significance import format_p as significance_format_p
+from ..runio import markdown_grid
 from .document import Block, Section, Table
 
 MISSING = "–"
@@ -52,10 +54,8 @@ def format_speedup(v) -> str:
 
 
 def format_p(p) -> str:
-    """A p-value: '<0.001', '0.005', or '–'."""
-    if not isinstance(p, numbers.Real) or isinstance(p, bool) or not math.isfinite(p):
-        return MISSING if p is None or isinstance(p, numbers.Real) else str(p)
-    return "<0.001" if p < 0.001 else f"{p:.3f}"
+    """A p-value cell: '<0.001', '0.005', '–' when missing (``significance.format_p``)."""
+    return significance_format_p(p) or MISSING
 
 
 def _number(v) -> float | None:
@@ -353,20 +353,16 @@ def align_columns(table: Table, order: Sequence[str]) -> Table:
 
 
 def _md_cell(s: str, bold: bool) -> str:
-    s = s.replace("|", "\\|").replace("\n", " ")
     return f"**{s}**" if bold and s and s != MISSING else s
 
 
 def to_markdown(table: Table) -> str:
-    """A GitHub-flavoured Markdown table; '_(no rows)_' when empty."""
+    """A GitHub-flavoured Markdown table, best cells in bold; '_(no rows)_' when empty."""
     if not table.rows:
         return "_(no rows)_\n"
-    lines = ["| " + " | ".join(_md_cell(c, False) for c in table.columns) + " |",
-             "|" + "---|" * len(table.columns)]
-    for i, row in enumerate(table.rows):
-        lines.append("| " + " | ".join(_md_cell(c, (i, j) in table.bold)
-                                        for j, c in enumerate(row)) + " |")
-    return "\n".join(lines) + "\n"
+    return markdown_grid(table.columns, ([_md_cell(c, (i, j) in table.bold)
+                                          for j, c in enumerate(row)]
+                                         for i, row in enumerate(table.rows)))
 
 
 def _md_block(block: Block) -> str:
