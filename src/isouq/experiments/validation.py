@@ -273,7 +273,7 @@ def ggn_eigenvalues(model: torch.nn.Module, problem: Problem, prior_precision: f
 
 def _scores(model, problem: Problem, grid: torch.Tensor, prior_precision: float, device: str):
     """GN and LA scores at θ* on the grid, as numpy arrays."""
-    from .. import score_classifier, score_regressor
+    from ..estimators import score_classifier, score_regressor
 
     model = model.to(device)
     g = grid.to(device)
