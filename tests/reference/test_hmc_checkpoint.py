@@ -12,7 +12,7 @@ from isouq.data.synthetic import make_problem
 from isouq.errors import InputError
 from isouq.models import toy as tm
 from isouq.reference import hmc as hmc_mod
-from isouq.reference.checkpoint import kept_indices, read_meta, segments
+from isouq.reference.checkpoint import copy_checkpoint, kept_indices, read_meta, segments
 
 # 2 warmup + 3 sampling segments of 7 iterations (one compiled length), thinning 4 (21 % 4 = 1)
 KW = dict(num_warmup=14, num_samples=21, num_chains=2, seed=3, thinning=4, keep_samples=True,
@@ -69,6 +69,20 @@ def test_interrupted_and_resumed_run_gives_exactly_the_same_draws(problem, unint
     again = R.hmc_reference(p, spec, checkpoint=ck, **KW)  # finished: read back, no sampling
     assert again.diagnostics["resumed_at"] == 35
     _same(uninterrupted, again)
+
+
+@pytest.mark.slow
+def test_a_copied_checkpoint_resumes_like_the_original(problem, uninterrupted, tmp_path,
+                                                         monkeypatch):
+    p, spec = problem
+    ck = tmp_path / "ck"
+    with monkeypatch.context() as m:
+        _interrupt_at(m, 4)
+        with pytest.raises(KeyboardInterrupt):
+            R.hmc_reference(p, spec, checkpoint=ck, **KW)
+    n = copy_checkpoint(ck, tmp_path / "copy")
+    assert n == sum(f.stat().st_size for f in (tmp_path / "copy").iterdir())
+    _same(uninterrupted, R.hmc_reference(p, spec, checkpoint=tmp_path / "copy", **KW))
 
 
 @pytest.mark.slow

@@ -191,10 +191,42 @@ class Checkpoint:
             (self.path / old_state).unlink(missing_ok=True)
 
 
+def copy_checkpoint(src: str | os.PathLike, dst: str | os.PathLike, tries: int = 5) -> int:
+    """Copy a consistent snapshot of a checkpoint (of a run that may still be writing it).
+
+    Copies the files ``src/meta.json`` names (its state file and parts) and then that meta,
+    into ``dst`` (replaced); if the running sampler moved on meanwhile (the state file is
+    gone), reads the meta again, up to ``tries`` times. Returns the bytes copied. A copy
+    placed back as a run's checkpoint directory resumes it like the original.
+    """
+    import shutil
+
+    src, dst = Path(src), Path(dst)
+    for _ in range(tries):
+        meta_bytes = (src / META).read_bytes()
+        meta = json.loads(meta_bytes)
+        names = [n for n in [meta["state"], *meta["parts"]] if n]
+        tmp = dst.with_name(dst.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        try:
+            for n in names:
+                shutil.copyfile(src / n, tmp / n)
+        except FileNotFoundError:
+            shutil.rmtree(tmp, ignore_errors=True)
+            time.sleep(1.0)
+            continue
+        (tmp / META).write_bytes(meta_bytes)
+        shutil.rmtree(dst, ignore_errors=True)
+        os.replace(tmp, dst)
+        return sum((dst / n).stat().st_size for n in [*names, META])
+    raise InputError(f"{src} changed during every one of {tries} tries; copy it again")
+
+
 def read_meta(path: str | os.PathLike) -> dict | None:
     """The ``meta.json`` of a checkpoint directory (progress, timings), or None if absent."""
     f = Path(path) / META
     return json.loads(f.read_text()) if f.exists() else None
 
 
-__all__ = ["Checkpoint", "Progress", "kept_indices", "read_meta", "segments"]
+__all__ = ["Checkpoint", "Progress", "copy_checkpoint", "kept_indices", "read_meta", "segments"]
