@@ -25,17 +25,14 @@ def main() -> None:
     import psutil
     import torch
 
+    from answers import truthfulqa_answers  # benchmarks/answers.py, beside this script
     from isouq import score_sequences
-    from isouq.data.qa import load_dataset
     from isouq.models import load_model
-    from isouq.qa.prompts import qa_prompts
     from isouq.runtime import configure
 
     configure()
     model, tok, _ = load_model(a.model)
-    items = load_dataset("truthfulqa", limit=a.n)
-    prompts = qa_prompts(tok, [it.question for it in items])
-    answers = [" " + it.answers[0] for it in items]
+    prompts, answers = truthfulqa_answers(tok, a.n)
     proc = psutil.Process()
     trace = []
     Path(a.out).mkdir(parents=True, exist_ok=True)

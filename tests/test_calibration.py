@@ -301,13 +301,8 @@ def test_cli_calibrate_bad_input_is_one_line(tmp_path, capsys):
 
 # ---------------------------------------------------------------- where answers are made
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    import tiny
-
-    d = tmp_path_factory.mktemp("tinyllama")
-    tiny.causal_lm("llama-tied").save_pretrained(d)
-    tiny.tokenizer().save_pretrained(d)
-    return d
+def model_dir(tiny_llama_dir):
+    return tiny_llama_dir
 
 
 def test_ask_and_score_add_p_correct_and_withheld(model_dir, tmp_path, capsys):

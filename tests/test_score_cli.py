@@ -13,7 +13,6 @@ import pytest
 import torch
 
 import isouq
-import tiny
 from isouq.cli import main
 from isouq.runio import read_jsonl
 from isouq.score_run import plan_batches
@@ -25,11 +24,8 @@ ANSWERS = ["paris", "shakespeare wrote hamlet", "because the sky is blue", "chee
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("tinyllama")
-    tiny.causal_lm("llama-tied").save_pretrained(d)
-    tiny.tokenizer().save_pretrained(d)
-    return d
+def model_dir(tiny_llama_dir):
+    return tiny_llama_dir
 
 
 def write_input(path: Path, n: int) -> Path:

@@ -16,11 +16,8 @@ from isouq.score_run import score_rows
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("tinyllama")
-    tiny.causal_lm("llama-tied").save_pretrained(d)
-    tiny.tokenizer().save_pretrained(d)
-    return d
+def model_dir(tiny_llama_dir):
+    return tiny_llama_dir
 
 
 def jsonl(path: Path, rows) -> Path:
