@@ -212,9 +212,13 @@ def verdict(tables: Mapping[str, list[dict]], ours: Sequence[str] = tuple(OURS))
         losses = [p["method"] for p in pair if p["significant"] and p["delta_auroc"] < 0]
         raw = {r["score"]: r for r in tables["raw_auroc"]
                if r["dataset"] == ds and r["model"] == model}
+        def said(r: Mapping) -> str:
+            d = r.get("score_direction", r["direction"])
+            return "no direction" if d == "none" else f"{r['score']}: {d}"
+
         dirs = "; ".join(
-            f"raw {s} {raw[s]['auroc']:.3f} [{raw[s]['ci_low']:.3f}, {raw[s]['ci_high']:.3f}]"
-            f" ({'no direction' if raw[s]['direction'] == 'none' else 'negated: ' + raw[s]['direction']})"
+            f"raw AUROC of −{s} {raw[s]['auroc']:.3f} [{raw[s]['ci_low']:.3f}, "
+            f"{raw[s]['ci_high']:.3f}] ({said(raw[s])})"
             for s in ("epistemic", "epistemic_log") if s in raw and raw[s]["auroc"] is not None)
         line = (f"{model} on {ds}: {c['correct']} of {c['n']} correct; best AUROC {best['method']}"
                 f" {best['auroc']:.3f} [{best['auroc_low']:.3f}, {best['auroc_high']:.3f}]")
