@@ -109,17 +109,17 @@ def answer_and_score(model, tokenizer, questions: Sequence[str], *, max_new_toke
     return rows
 
 
-def check_baselines(methods: Sequence[str], *, k: int, k_p_true: int) -> list[str]:
+def check_baselines(methods: Sequence[str], *, k: int, k_p_true: int,
+                    temperature: float = 1.0) -> list[str]:
     """The baselines asked for, in ``BASELINES`` order; an InputError for an unknown one or
-    settings they cannot run with."""
+    settings they cannot run with (the rule ``isouq qa run`` applies: ``check_sampling``)."""
+    from .qa.baselines import check_sampling
+
     unknown = sorted(set(methods) - set(BASELINES))
     if unknown:
         raise InputError(f"unknown baseline {unknown[0]!r}; choose from {', '.join(BASELINES)}")
     methods = [m for m in BASELINES if m in methods]
-    if k < 2 and {"naive_entropy", "semantic_entropy"} & set(methods):
-        raise InputError(f"k={k}: the entropies need at least 2 sampled answers (Farquhar: 10)")
-    if "p_true" in methods and not 1 <= k_p_true <= k:
-        raise InputError(f"k_p_true={k_p_true}: P(True) shows 1..k={k} of the sampled answers")
+    check_sampling(methods, k=k, k_p_true=k_p_true, temperature=temperature)
     return methods
 
 
@@ -137,7 +137,7 @@ def add_baselines(model, tokenizer, rows: Sequence[dict], methods: Sequence[str]
     from .qa.generation import sample_completions
     from .qa.prompts import qa_prompts
 
-    methods = check_baselines(methods, k=k, k_p_true=k_p_true)
+    methods = check_baselines(methods, k=k, k_p_true=k_p_true, temperature=temperature)
     if "semantic_entropy" in methods and judge is None:
         raise InputError("semantic entropy needs an entailment judge (--entailment-model)")
     if not methods or not rows:

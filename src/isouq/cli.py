@@ -56,15 +56,23 @@ def _require_for(args) -> None:
         require_extras("llm,report", "isouq qa run")
 
 
-def positive_int(text: str) -> int:
-    """argparse type of a count that must be ≥ 1."""
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"{n} must be ≥ 1")
-    return n
+def whole_number(low: int):
+    """argparse type of a count that must be ≥ ``low``."""
+
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if n < low:
+            raise argparse.ArgumentTypeError(f"{n} must be ≥ {low}")
+        return n
+
+    return parse
+
+
+positive_int = whole_number(1)
+non_negative_int = whole_number(0)
 
 
 def positive_float(text: str) -> float:
@@ -157,7 +165,8 @@ def cmd_ask(args) -> int:
             text = Path(args.file).read_text("utf-8")
         questions += [line for line in text.splitlines() if line.strip()]
     questions = check_questions(questions)  # before a model loads
-    baselines = check_baselines(args.baselines, k=args.k, k_p_true=args.k_p_true)
+    baselines = check_baselines(args.baselines, k=args.k, k_p_true=args.k_p_true,
+                                temperature=args.temperature)
     reference = None if args.reference is None else reference_rows(args.reference, args.model)
     cal = _calibration(args)
     check_loadable(args.model)
@@ -313,8 +322,8 @@ def cmd_qa_run(args) -> int:
                    temperature=args.temperature, max_new_tokens=args.max_new_tokens,
                    batch_size=args.batch_size,
                    judge_model=None if args.judge_model == "none" else args.judge_model,
-                   judge_prompt=args.judge_prompt, entailment_model=args.entailment_model, device=args.device,
-                   data_path=args.data)
+                   judge_prompt=args.judge_prompt, entailment_model=args.entailment_model,
+                   data_path=args.data, **_load_kw(args))
     path = QARunner(cfg, Path(args.out), env=env).run()
     print(f"qa run complete: {path}")
     return 0
@@ -423,7 +432,7 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
                         "semantic_entropy (K sampled answers per question; semantic entropy "
                         "also loads --entailment-model)")
     p.add_argument("--k", type=positive_int, default=10, help="samples for the baselines")
-    p.add_argument("--k-p-true", type=positive_int, default=5,
+    p.add_argument("--k-p-true", type=non_negative_int, default=5,
                    help="brainstormed answers shown to P(True)")
     p.add_argument("--temperature", type=positive_float, default=1.0,
                    help="sampling temperature of the baselines")
@@ -484,16 +493,16 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     q = qsub.add_parser("run", help="answers, scores, baselines and correctness per question")
     q.add_argument("--dataset", default="truthfulqa", help="truthfulqa, triviaqa, or a JSONL path")
     q.add_argument("--data", default=None, help="local file for the dataset (default: shipped)")
-    q.add_argument("--model", default="smollm2", help="model to answer and score")
-    q.add_argument("--device", default="cpu")
+    _model_args(q)
     q.add_argument("--limit", type=positive_int, default=200, help="questions (seeded subset)")
     q.add_argument("--seed", type=int, default=0)
     q.add_argument("--out", type=out_dir, required=True, help="output directory (resumable)")
     q.add_argument("--methods", nargs="+", default=["gradient", "naive_entropy",
                                                     "semantic_entropy", "p_true"])
     q.add_argument("--k", type=positive_int, default=10, help="samples for the entropies (Farquhar: 10)")
-    q.add_argument("--k-p-true", type=int, default=5, help="brainstormed answers (Farquhar: 5)")
-    q.add_argument("--temperature", type=float, default=1.0)
+    q.add_argument("--k-p-true", type=non_negative_int, default=5,
+                   help="brainstormed answers (Farquhar: 5; 0: none)")
+    q.add_argument("--temperature", type=positive_float, default=1.0)
     q.add_argument("--max-new-tokens", type=positive_int, default=50)
     q.add_argument("--batch-size", type=positive_int, default=8)
     q.add_argument("--judge-model", default="qwen2.5-coder-1.5b",

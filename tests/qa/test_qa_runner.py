@@ -214,8 +214,11 @@ def test_rows_feed_the_study(tmp_path, dataset, tiny_lm, tok):
 def test_bad_config():
     with pytest.raises(InputError, match="unknown method"):
         QAConfig(methods=("gradient", "magic")).check()
-    with pytest.raises(InputError, match="exceeds"):
+    with pytest.raises(InputError, match="k_p_true=5: P.True. shows 0..k=3"):
         QAConfig(k=3, k_p_true=5).check()
+    QAConfig(k_p_true=0).check()  # P(True) without brainstormed answers, as in isouq ask
+    with pytest.raises(InputError, match="temperature=0"):
+        QAConfig(temperature=0).check()
     with pytest.raises(InputError, match="k_p_true=-1"):
         QAConfig(k_p_true=-1).check()
     with pytest.raises(InputError, match="limit=0: ask for at least 1"):
@@ -381,3 +384,23 @@ def test_an_edited_question_is_answered_again_and_a_respelled_path_resumes(
     for k in before:
         if k != "q2":
             assert after[k] == before[k]
+
+
+def test_qa_run_takes_the_shared_model_options(tmp_path, monkeypatch, capsys):
+    """Every command that loads a model takes --model --device --dtype --trust-remote-code
+    --allow-pickle; qa run passes them to every model it loads, and checks --temperature and
+    --k-p-true as isouq ask does."""
+    from isouq import cli
+
+    seen = {}
+    monkeypatch.setattr(QARunner, "run", lambda self: seen.setdefault("cfg", self.cfg) and "x")
+    assert cli.main(["qa", "run", "--out", str(tmp_path), "--model", "m", "--dtype", "bfloat16",
+                     "--trust-remote-code", "--allow-pickle", "--k-p-true", "0"]) == 0
+    cfg = seen["cfg"]
+    assert (cfg.model, cfg.dtype, cfg.trust_remote_code, cfg.allow_pickle, cfg.k_p_true) == \
+        ("m", "bfloat16", True, True, 0)
+    for bad, problem in ((["--temperature", "0"], "0.0 must be > 0"),
+                         (["--k-p-true", "-1"], "-1 must be ≥ 0")):
+        with pytest.raises(SystemExit):
+            cli.main(["qa", "run", "--out", str(tmp_path), *bad])
+        assert problem in capsys.readouterr().err

@@ -35,7 +35,7 @@ from .prompts import DEFAULT_STOP, effective_judge_style
 METHODS = ("gradient", "naive_entropy", "semantic_entropy", "p_true")
 #: settings that define what the rows and the cached generations hold: resuming with others
 #: would mix rows (the limit, methods, judge, batch size and device may change)
-CONTENT_SETTINGS = ("seed", "k", "k_p_true", "temperature", "max_new_tokens")
+CONTENT_SETTINGS = ("seed", "k", "k_p_true", "temperature", "max_new_tokens", "dtype")
 #: recorded in run.json but not compared: the same dataset under another spelling of its path is
 #: the same run (the dataset's content is compared through ``dataset_sha`` and each row's text)
 SPELLING_SETTINGS = ("data_path",)
@@ -98,6 +98,9 @@ class QAConfig:
     judge_prompt: str = DEFAULT_JUDGE_PROMPT         # see prompts.JUDGE_STYLES
     entailment_model: str | None = None              # LLM or NLI classifier; default: the judge
     device: str = "cpu"
+    dtype: str | None = None                         # the models' dtype (default float32)
+    trust_remote_code: bool = False
+    allow_pickle: bool = False
     data_path: str | None = None
     extra: dict = field(default_factory=dict)
 
@@ -105,19 +108,15 @@ class QAConfig:
         bad = set(self.methods) - set(METHODS)
         if bad:
             raise InputError(f"unknown method(s) {sorted(bad)}; choose from {', '.join(METHODS)}")
-        if self.k < 2 and ({"naive_entropy", "semantic_entropy"} & set(self.methods)):
-            raise InputError(f"k={self.k}: entropies need ≥ 2 samples")
-        if self.k_p_true < 0:
-            raise InputError(f"k_p_true={self.k_p_true}: the number of brainstormed answers is ≥ 0")
-        if self.k_p_true > self.k and "p_true" in self.methods:
-            raise InputError(f"k_p_true={self.k_p_true} exceeds k={self.k} shared samples")
+        from .baselines import check_sampling
+
+        check_sampling(self.methods, k=self.k, k_p_true=self.k_p_true,
+                       temperature=self.temperature)
         if self.limit is not None and self.limit < 1:
             raise InputError(f"limit={self.limit}: ask for at least 1 question (or all: None)")
         for name in ("batch_size", "max_new_tokens"):
             if getattr(self, name) < 1:
                 raise InputError(f"{name}={getattr(self, name)}: must be ≥ 1")
-        if not self.temperature > 0:
-            raise InputError(f"temperature={self.temperature}: sampling needs a temperature > 0")
 
 
 def dataset_tag(dataset: str) -> str:
@@ -208,7 +207,10 @@ class QARunner:
                 from ..models import load_classifier_or_lm, load_model
 
                 load = load_classifier_or_lm if classifier_ok else load_model
-                self._models[name] = load(name, device=self.cfg.device)
+                cfg = self.cfg
+                self._models[name] = load(name, device=cfg.device, dtype=cfg.dtype,
+                                          trust_remote_code=cfg.trust_remote_code,
+                                          allow_pickle=cfg.allow_pickle)
         return self._models[name]
 
     def _judges(self):
@@ -346,8 +348,10 @@ class QARunner:
         (however its path is spelled)."""
         doc = self._previous_run()
 
-        def same(cfg: dict) -> dict:
-            return {k: v for k, v in cfg.items() if k not in SPELLING_SETTINGS}
+        defaults = json.loads(dumps(dataclasses.asdict(QAConfig())))
+
+        def same(cfg: dict) -> dict:  # a setting an older run.json lacks had its default
+            return {k: v for k, v in {**defaults, **cfg}.items() if k not in SPELLING_SETTINGS}
 
         return (doc.get("status") == "complete"
                 and same(doc.get("config") or {}) == same(self._config_as_recorded())
