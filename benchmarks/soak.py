@@ -8,8 +8,8 @@ resumed by re-running the same command (``isouq score`` resumes).
 
     python benchmarks/soak.py --rows 20000 --out benchmarks/results
 
-Writes ``OUT/soak.json``: settings, peak RSS, RSS after 10% / 50% / 100% of the rows, rows/s,
-and the (seconds, rows written, RSS) trace.
+Writes ``OUT/soak_N.json`` (every minute, and at the end): settings, peak RSS, RSS after 10%,
+25%, 50%, 75% and 100% of the rows, rows/s, and the (seconds, rows written, RSS) trace.
 """
 
 from __future__ import annotations
@@ -71,42 +71,52 @@ def main() -> None:
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                             text=True)
     ps = psutil.Process(proc.pid)
-    trace = []
+    trace: list[tuple[float, int, int]] = []
+    Path(a.out).mkdir(parents=True, exist_ok=True)
+    path = Path(a.out) / f"soak_{a.rows}.json"
+
+    def record(finished: bool, summary: str = "") -> dict:
+        """The record so far (written every minute: a stopped run keeps what it measured)."""
+        elapsed = time.perf_counter() - t0
+        written = trace[-1][1] if trace else done_before
+        scored = written - done_before
+        first = next((s for s, n, _ in trace if n > done_before), None)
+
+        def rss_at(frac: float) -> float | None:
+            hits = [r for _, n, r in trace if n >= done_before + frac * (a.rows - done_before)]
+            return round(hits[0] / 2**30, 3) if hits else None
+
+        doc = {
+            "benchmark": "soak", "command": " ".join(cmd), "rows": a.rows,
+            "finished": finished, "rows_before": done_before, "rows_scored_now": scored,
+            "batch_size": a.batch_size, "threads": a.threads, "model": a.model,
+            "elapsed_s": round(elapsed, 1), "load_s": first,
+            "rows_per_s": round(scored / max(elapsed - (first or 0), 1e-9), 2),
+            "peak_rss_gib": round(max(r for _, _, r in trace) / 2**30, 3) if trace else None,
+            "rss_gib_at": {f"{p}% of the rows": rss_at(p / 100) for p in (10, 25, 50, 75, 100)},
+            "summary": summary, "trace": trace,
+        }
+        path.write_text(json.dumps(doc, indent=1), encoding="utf-8")
+        return doc
+
+    last = time.perf_counter()
     while proc.poll() is None:
         try:
             rss = ps.memory_info().rss
         except psutil.NoSuchProcess:
             break
         trace.append((round(time.perf_counter() - t0, 1), count_lines(scores), rss))
+        if time.perf_counter() - last > 60:
+            record(False)
+            last = time.perf_counter()
         time.sleep(a.every)
     out_text = proc.communicate()[0]
-    elapsed = time.perf_counter() - t0
-    if proc.returncode != 0:
-        sys.exit(f"isouq score failed (exit {proc.returncode}); re-run to resume")
-    scored = a.rows - done_before
-
-    def rss_at(frac: float) -> float | None:
-        want = done_before + frac * scored
-        hits = [r for _, n, r in trace if n >= want]
-        return round(hits[0] / 2**30, 3) if hits else None
-
-    first_rows = next((s for s, n, _ in trace if n > done_before), None)
-    doc = {
-        "benchmark": "soak", "command": " ".join(cmd), "rows": a.rows,
-        "rows_scored_now": scored, "batch_size": a.batch_size, "threads": a.threads,
-        "model": a.model, "elapsed_s": round(elapsed, 1),
-        "rows_per_s": round(scored / max(elapsed - (first_rows or 0), 1e-9), 2),
-        "load_s": first_rows,
-        "peak_rss_gib": round(max(r for _, _, r in trace) / 2**30, 3) if trace else None,
-        "rss_gib_at": {"10%": rss_at(0.1), "50%": rss_at(0.5), "100%": rss_at(0.999)},
-        "summary": out_text.strip().splitlines()[-1] if out_text.strip() else "",
-        "trace": trace,
-    }
-    Path(a.out).mkdir(parents=True, exist_ok=True)
-    path = Path(a.out) / f"soak_{a.rows}.json"
-    path.write_text(json.dumps(doc, indent=1), encoding="utf-8")
+    doc = record(proc.returncode == 0,
+                 out_text.strip().splitlines()[-1] if out_text.strip() else "")
     print(json.dumps({k: v for k, v in doc.items() if k != "trace"}, indent=1))
     print(f"-> {path}")
+    if proc.returncode != 0:
+        sys.exit(f"isouq score stopped (exit {proc.returncode}); re-run to resume")
 
 
 if __name__ == "__main__":
