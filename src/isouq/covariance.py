@@ -79,7 +79,14 @@ class Diagonal:
         self._inv = 1.0 / d
 
     def quadratic(self, J: torch.Tensor) -> torch.Tensor:
-        """gᵀCg = Σₚ gₚ² / (hₚ + λ) for every gradient g in ``J`` (..., P) -> (...)."""
+        """gᵀCg = Σₚ gₚ² / (hₚ + λ) for every gradient g in ``J``.
+
+        Args:
+            J: (..., P) gradients over the P selected parameters.
+
+        Returns:
+            (...) gᵀCg, in the squared units of the differentiated output.
+        """
         return (J.double().pow(2) * self._inv).sum(-1).to(J.dtype)
 
 
@@ -112,13 +119,24 @@ class Dense:
         self.precision, self.prior_precision, self.L = precision, prior_precision, L
 
     def quadratic(self, J: torch.Tensor) -> torch.Tensor:
-        """gᵀ(H + λI)⁻¹g for every gradient g in ``J`` (..., P) -> (...)."""
+        """gᵀ(H + λI)⁻¹g for every gradient g in ``J``.
+
+        Args:
+            J: (..., P) gradients over the P selected parameters.
+
+        Returns:
+            (...) gᵀCg, in the squared units of the differentiated output.
+        """
         lead, P = J.shape[:-1], J.shape[-1]
         Z = torch.linalg.solve_triangular(self.L, J.reshape(-1, P).double().T, upper=False)
         return Z.pow(2).sum(0).reshape(lead).to(J.dtype)
 
     def eigenvalues(self) -> torch.Tensor:
-        """Eigenvalues of the curvature H (without the prior), ascending (P,)."""
+        """Eigenvalues of the curvature H (without the prior).
+
+        Returns:
+            (P,) float64, ascending.
+        """
         return torch.linalg.eigvalsh(self.precision.double())
 
 
