@@ -93,8 +93,8 @@ def peak_mib(fn, device: str) -> float:
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
                                 profile_memory=True) as prof:
         fn()
-    events = sorted(((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
-                     if e.name() == "[memory]"))
+    events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
+                     if e.name() == "[memory]")
     now = peak = 0
     for _, nbytes in events:  # + allocation, − free, in time order
         now += nbytes
@@ -117,17 +117,21 @@ def _log_p(out: torch.Tensor, cls: torch.Tensor) -> torch.Tensor:
 
 
 def floor(model, x, cls):
+    """Forward + backward with every weight frozen; as in the ghost engine, the graph starts
+    at the first layer's output (no gradient for the input itself)."""
     flags = [(p, p.requires_grad) for p in model.parameters()]
     for p, _ in flags:
         p.requires_grad_(False)
+    first = next(m for m in model.modules() if isinstance(m, nn.Conv2d))
+    hook = first.register_forward_hook(lambda mod, args, out: out.detach().requires_grad_(True))
     try:
         out = model(x)
-        h = out.detach().requires_grad_(False)
         s = _log_p(out, cls)
-        if s.requires_grad:
-            s.sum().backward()
-        return h[:, 0]
+        assert s.requires_grad, "the floor must run a backward"
+        s.sum().backward()
+        return out.detach()[:, 0]
     finally:
+        hook.remove()
         for p, f in flags:
             p.requires_grad_(f)
 

@@ -38,10 +38,6 @@ def _affine(module: nn.Module, xhat: torch.Tensor, grad: torch.Tensor) -> dict[s
     return out
 
 
-def _channel_shape(x: torch.Tensor) -> tuple[int, ...]:
-    return (1, x.shape[1]) + (1,) * (x.ndim - 2)
-
-
 @register_rule(_BatchNorm)
 def batch_norm(module: _BatchNorm, call: Call) -> dict[str, Contribution]:
     """BatchNorm1d/2d/3d in eval mode (running statistics)."""
@@ -57,9 +53,9 @@ def batch_norm(module: _BatchNorm, call: Call) -> dict[str, Contribution]:
             f"(a layer that mixes examples), so no per-example gradient exists; {fix}"
         )
     x = call.args[0]
-    with torch.no_grad():
-        s = _channel_shape(x)
-        xhat = (x - module.running_mean.view(s)) * torch.rsqrt(module.running_var.view(s) + module.eps)
+    with torch.no_grad():  # x̂ by the running statistics, in one fused pass
+        xhat = F.batch_norm(x, module.running_mean, module.running_var, None, None, False, 0.0,
+                            module.eps)
     return _affine(module, xhat, call.grad)
 
 
