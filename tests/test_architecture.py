@@ -17,7 +17,7 @@ LAYERS = [
     ("foundation", ("errors", "runio", "runtime", "distributed")),
     ("edges", ("models", "data")),
     ("estimators", ("scores", "params", "per_example", "covariance", "ghost", "estimators",
-                    "sequences")),
+                    "sequences", "memory_plan")),
     ("reference", ("reference",)),
     ("experiments", ("experiments",)),
     ("evaluation", ("evaluation", "calibration")),

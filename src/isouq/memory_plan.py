@@ -1,0 +1,432 @@
+"""Peak memory of :func:`isouq.score_sequences`, planned before anything runs.
+
+:func:`estimate` predicts, in bytes, the peak resident memory of scoring one batch of N rows
+padded to L tokens (``A`` of them answer tokens) with ``method="ghost"`` or ``"loop"``, from
+quantities read off the model without running it: parameter bytes, hidden size d, key/value
+width, intermediate size I, layers, attention heads, vocabulary V, tied embeddings. The terms
+follow what the code holds (``sequences.token_probs``, ``ghost/engine.py``, ``ghost/factors.py``):
+
+- **activations** the forward saves for the backward (weights frozen: no weight gradients),
+  counted per token and layer for a Llama-style decoder (RMSNorm, rotary attention through
+  SDPA, gated MLP): ``11·d + 2·d_kv + 4·I + H + 2 + L`` elements for a padded batch (the last
+  term is SDPA's ``(N, 1, L, L)`` mask; the key/value heads are repeated), ``9·d + 4·d_kv + 4·I
+  + H + 2`` for one unpadded row, plus ``3·d`` per token outside the layers. In half precision
+  the RMSNorm upcasts keep ``4·d + H + 2`` of them in float32.
+- **logits**: kept from the first answer position only (``logits_to_keep``): the model output
+  ``N × A' × V`` (A' = A + 1) in the model dtype, twice more for its gradient through the index
+  and slice, and the answer rows' float32 log-softmax and its gradient (``2 × N·A × V × 4``).
+- **ghost engine** (ghost only): per hooked Linear, the cost rule of ``factors.choose_gram``
+  decides between Gram matrices ``N × T × T`` (float32; the Grams of one backward are cached
+  with their factors until it ends: per token and layer ``(6·d + 2·d_kv + 3·I)`` factor
+  elements and ``11·L`` Gram elements) and a materialized per-example gradient ``N × a × b``
+  (float32, with its square: transient); the embedding the same way (index form), and the
+  ``N × A' × V`` logit gradient the lm_head rule keeps to the end.
+- **loop** (loop only): the batch's no-grad forward, then one row at a time: its activations,
+  the weight gradients of every selected parameter, their concatenation and square
+  (``3 × parameter bytes``), and the embedding backward's dense ``V × d`` buffer.
+
+Resident memory is not live memory: ``isouq score`` keeps freed blocks below 32 MiB in the
+process (``runtime.tune_allocator``), so what the forward held stays resident during the
+backward, and only blocks of 32 MiB or more go back to the system when freed. The estimate
+models this: the peak is the larger of the forward's end (everything live) and the backward's
+worst moment (the forward's small blocks still resident + what the backward holds).
+
+Constant factors (``CALIBRATION``) were fitted on a tiny random Llama only
+(``benchmarks/memory_plan.py``, the "calibrate" configurations) and checked on SmolLM2 and
+other tiny-Llama configurations; ``docs/performance.md`` gives the table. Other families
+(GPT-2, GPT-NeoX, ...) are estimated with the same counts: treat their numbers as rough.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import nn
+
+from .errors import InputError, MemoryBudgetError, ModelError
+from .ghost.factors import MATERIALIZE_BYTES
+
+Method = Literal["ghost", "loop"]
+
+#: blocks of this size or more are returned to the system when freed (runtime.tune_allocator)
+MMAP_THRESHOLD = 32 * 2**20
+
+#: constant factors fitted on the "calibrate" configurations of benchmarks/memory_plan.py
+CALIBRATION = {
+    "activations": 1.0,  # × the counted activation bytes
+    "logits": 1.0,  # × the counted logit bytes
+    "loop_gradients": 1.0,  # × the counted loop gradient bytes
+    "overhead": 0,  # bytes: the autograd graph, kernels' workspace, Python objects
+    "runtime": 500 * 2**20,  # bytes: interpreter, torch, transformers, tokenizer (not scoring)
+}
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What the estimate reads off a model (sizes in elements, ``param_bytes`` in bytes)."""
+
+    hidden: int
+    kv_hidden: int
+    intermediate: int
+    layers: int
+    heads: int
+    vocab: int
+    param_bytes: int
+    tied: bool
+    dtype: torch.dtype
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Predicted peak memory of one batch, in bytes, with the terms it is made of.
+
+    Attributes:
+        weights: parameter and buffer bytes of the model.
+        runtime: interpreter and libraries (a calibrated constant, not scoring).
+        activations: what the forward saves for the backward (all layers).
+        logits: the logit tensors around the start of the backward.
+        engine: ghost: the backward's worst moment beyond the activations (Grams, cached
+            factors, materialized per-example gradients); loop: one row's forward and backward
+            with its weight gradients.
+        working: the scoring's own peak (what a budget must leave room for beyond the model).
+        total: weights + runtime + working.
+    """
+
+    weights: int
+    runtime: int
+    activations: int
+    logits: int
+    engine: int
+    working: int
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.runtime + self.working
+
+
+def _cfg_int(cfg, names: Iterable[str], default: int | None = None) -> int | None:
+    for n in names:
+        v = getattr(cfg, n, None)
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            return v
+    return default
+
+
+def shape_of(model: nn.Module, dtype: torch.dtype | None = None) -> Shape:
+    """Read the sizes the estimate needs from ``model.config`` and its parameters.
+
+    Args:
+        model: a Hugging Face causal LM (``config`` with hidden size, layers, heads, vocabulary).
+        dtype: the dtype to plan for; default the model's floating-point parameter dtype.
+
+    Returns:
+        The model's :class:`Shape`; ``param_bytes`` counts parameters and buffers in ``dtype``.
+
+    Raises:
+        ModelError: the model has no config giving its hidden size, layers and vocabulary.
+    """
+    cfg = getattr(model, "config", None)
+    cfg = getattr(cfg, "text_config", None) or cfg
+    d = _cfg_int(cfg, ("hidden_size", "n_embd", "d_model"))
+    layers = _cfg_int(cfg, ("num_hidden_layers", "n_layer", "num_layers"))
+    vocab = _cfg_int(cfg, ("vocab_size",))
+    if cfg is None or d is None or layers is None or vocab is None:
+        raise ModelError(
+            f"cannot plan memory for a {type(model).__name__}: its config gives no hidden size, "
+            "number of layers or vocabulary size; pass an explicit batch size instead")
+    heads = _cfg_int(cfg, ("num_attention_heads", "n_head"), 1)
+    kv = _cfg_int(cfg, ("num_key_value_heads",), heads)
+    inter = _cfg_int(cfg, ("intermediate_size", "n_inner", "ffn_dim"), 4 * d)
+    floats = [p for p in model.parameters() if p.is_floating_point()]
+    want = dtype or (floats[0].dtype if floats else torch.float32)
+    elt = torch.empty((), dtype=want).element_size()
+    n = sum(t.numel() for t in [*model.parameters(), *model.buffers()] if t.is_floating_point())
+    emb, out = model.get_input_embeddings(), None
+    try:
+        out = model.get_output_embeddings()
+    except (AttributeError, NotImplementedError):
+        pass
+    tied = out is not None and getattr(out, "weight", None) is getattr(emb, "weight", 0)
+    return Shape(hidden=d, kv_hidden=d * kv // heads, intermediate=inter, layers=layers,
+                 heads=heads, vocab=vocab, param_bytes=n * elt, tied=bool(tied), dtype=want)
+
+
+def _split(sizes: Iterable[tuple[float, float]]) -> tuple[float, float]:
+    """(count, bytes of one block) pairs → (bytes in small blocks, bytes in large blocks)."""
+    small = big = 0.0
+    for count, size in sizes:
+        if size >= MMAP_THRESHOLD:
+            big += count * size
+        else:
+            small += count * size
+    return small, big
+
+
+def _gram_chosen(N: int, T: int, a: int, b: int, index: bool = False) -> bool:
+    """factors.choose_gram for one Pair with T positions, parameter (a, b)."""
+    gram = T * T * ((1 if index else a) + b)
+    mat = T * (b if index else a * b) + a * b
+    return gram <= mat or N * a * b * 4 > MATERIALIZE_BYTES
+
+
+def _activation_blocks(s: Shape, N: int, L: int, e: int, padded: bool, per_row: bool = False):
+    """(count, block bytes) of what the forward saves, all layers (Llama-style counts)."""
+    d, kv, inter, H = s.hidden, s.kv_hidden, s.intermediate, s.heads
+    tok = N * L
+    n_d, n_kv = (11, 2) if padded and not per_row else (9, 4)
+    if per_row:  # one unpadded row, weights requiring grad, no hooks holding layer outputs
+        n_d, n_kv = 8, 2
+    f32_d = 4 if e < 4 else 0  # RMSNorm upcasts kept in float32
+    blocks = [
+        (s.layers * (n_d - f32_d), tok * d * e),
+        (s.layers * f32_d, tok * d * 4),
+        (s.layers * n_kv, tok * kv * e),
+        (s.layers * 4, tok * inter * e),
+        (s.layers, tok * (H + 2) * 4),
+        (3, tok * d * e),  # embedding output, final norm in and out
+    ]
+    if padded and not per_row:
+        blocks.append((s.layers, tok * L * e))  # SDPA's attention mask, one per layer
+    return blocks
+
+
+def _logit_blocks(s: Shape, N: int, A: int, e: int):
+    kept = A + 1  # positions from the first answer-predicting one to the end
+    return [(3, N * kept * s.vocab * e), (2, N * A * s.vocab * 4)]
+
+
+def _ghost_backward_blocks(s: Shape, N: int, L: int, A: int, e: int):
+    """What the ghost backward holds at its worst moment (the end, or a transient)."""
+    d, kv, inter, V = s.hidden, s.kv_hidden, s.intermediate, s.vocab
+    kept = A + 1
+    linears = [(d, d, 1), (kv, d, 2), (d, d, 1), (inter, d, 2), (d, inter, 1)]  # q; k,v; o; ...
+    cached: list[tuple[float, float]] = []
+    transient = 0.0
+    for a, b, count in linears:
+        if _gram_chosen(N, L, a, b):
+            # B (N, L, a) and its Gram; the input and its Gram once per shared input
+            cached += [(s.layers * count, N * L * a * e), (s.layers * count, N * L * L * 4)]
+        else:
+            transient = max(transient, 2 * N * a * b * 4)
+    # inputs kept with their Grams: norm outputs (q/k/v and gate/up), o_proj's and down's inputs
+    if _gram_chosen(N, L, d, d):
+        cached += [(s.layers * 3, N * L * d * e), (s.layers * 3, N * L * L * 4)]
+    if _gram_chosen(N, L, d, inter):
+        cached += [(s.layers, N * L * inter * e), (s.layers, N * L * L * 4)]
+    cached.append((1, N * kept * V * e))  # the lm_head's output gradient, kept to the end
+    if s.tied:
+        cached.append((1, N * kept * V * e))  # its output too (released only at the end)
+    # the embedding (index form), with the lm_head's contribution when tied
+    if _gram_chosen(N, L, V, d, index=True) and (not s.tied or N * V * d * 4 > MATERIALIZE_BYTES):
+        cached += [(2, N * L * L * 4), (2, N * kept * L * 4)]
+    else:
+        transient = max(transient, (3 if s.tied else 2) * N * V * d * 4)
+    return cached, transient
+
+
+def estimate(
+    model: nn.Module | Shape,
+    *,
+    batch: int,
+    length: int,
+    answer_length: int,
+    dtype: torch.dtype | None = None,
+    method: Method = "ghost",
+    param_bytes: int | None = None,
+) -> Estimate:
+    """Predicted peak memory of scoring one batch with :func:`isouq.score_sequences`.
+
+    Args:
+        model: the causal LM (or its :class:`Shape`).
+        batch: N, rows in the batch.
+        length: L, tokens per row after padding (prompt + answer of the longest row).
+        answer_length: A, answer tokens of the longest answer (logits are kept from the first
+            answer position on).
+        dtype: the model's dtype when scored; default its parameters' dtype.
+        method: ``"ghost"`` (one backward per batch) or ``"loop"`` (one backward per answer).
+        param_bytes: bytes of the selected parameters (loop gradients); default all of them.
+
+    Returns:
+        An :class:`Estimate` in bytes; ``.total`` is the process's predicted peak resident
+        memory, ``.working`` the part scoring adds beyond the loaded model.
+
+    Raises:
+        InputError: batch, length or answer length not positive, answer longer than the row,
+            or an unknown method.
+    """
+    if method not in ("ghost", "loop"):
+        raise InputError(f"method={method!r}: memory is planned for 'ghost' or 'loop'")
+    for name, v in (("batch", batch), ("length", length), ("answer_length", answer_length)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise InputError(f"{name} must be a whole number ≥ 1, got {v!r}")
+    if answer_length >= length:
+        raise InputError(f"answer_length={answer_length} must be below length={length} "
+                         "(a row holds at least one prompt token before its answer)")
+    s = model if isinstance(model, Shape) else shape_of(model, dtype)
+    e = torch.empty((), dtype=s.dtype).element_size()
+    N, L, A = batch, length, answer_length
+    cal = CALIBRATION
+    if method == "loop":
+        # the batch's no-grad forward holds only its logits; then one unpadded row at a time:
+        # its activations, and the weight gradients of every selected parameter with their
+        # concatenation and square (3 × parameter bytes) and the embedding's dense V × d buffer
+        p_sel = s.param_bytes if param_bytes is None else param_bytes
+        logit = cal["logits"] * (N * (A + 1) * s.vocab * e + 2 * N * A * s.vocab * 4)
+        act = cal["activations"] * sum(c * b for c, b in _activation_blocks(
+            s, 1, L, e, padded=False, per_row=True))
+        grads = cal["loop_gradients"] * (3 * p_sel + s.vocab * s.hidden * e)
+        working = max(logit, act + grads) + cal["overhead"]
+        return Estimate(weights=s.param_bytes, runtime=int(cal["runtime"]), activations=int(act),
+                        logits=int(logit), engine=int(grads), working=int(working))
+    acts = _activation_blocks(s, N, L, e, padded=N > 1)
+    logits = _logit_blocks(s, N, A, e)
+    a_small, a_big = (cal["activations"] * x for x in _split(acts))
+    l_small, l_big = (cal["logits"] * x for x in _split(logits))
+    start = a_small + a_big + l_small + l_big  # the forward's end: everything live
+    resident = a_small + l_small  # small blocks stay resident for the rest of the call
+    cached, transient = _ghost_backward_blocks(s, N, L, A, e)
+    c_small, c_big = _split(cached)
+    worst = max(resident, c_small) + c_big + transient  # the backward's worst moment
+    working = int(max(start, worst) + cal["overhead"])
+    return Estimate(weights=s.param_bytes, runtime=int(cal["runtime"]),
+                    activations=int(a_small + a_big), logits=int(l_small + l_big),
+                    engine=int(max(0.0, worst - start)), working=working)
+
+
+def peak_bytes(
+    model: nn.Module | Shape,
+    *,
+    batch: int,
+    length: int,
+    answer_length: int,
+    dtype: torch.dtype | None = None,
+    method: Method = "ghost",
+) -> int:
+    """Predicted peak resident memory (bytes) of a process scoring one batch.
+
+    Weights + interpreter and libraries + the scoring's own peak (:func:`estimate`).
+
+    Args:
+        model: the causal LM (or its :class:`Shape`).
+        batch: N rows.
+        length: L tokens per padded row.
+        answer_length: A answer tokens of the longest answer.
+        dtype: the dtype scored in; default the model's.
+        method: ``"ghost"`` or ``"loop"``.
+
+    Returns:
+        Bytes.
+    """
+    return estimate(model, batch=batch, length=length, answer_length=answer_length,
+                    dtype=dtype, method=method).total
+
+
+_UNITS = {"": 1, "b": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40,
+          "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def parse_bytes(text: str | int) -> int:
+    """A memory size written for people, in bytes.
+
+    ``"8GB"`` = 8·10⁹ and ``"512MiB"`` = 512·2²⁰ (SI and IEC units as written); a bare letter
+    (``"8G"``, ``"512m"``) is a power of 1024, as in ``ulimit`` and Docker; a plain number is
+    bytes. Case and a space before the unit do not matter.
+
+    Args:
+        text: e.g. ``"8GB"``, ``"1.5 GiB"``, ``"512MiB"``, ``"800M"``, ``"1000000"``, or an int.
+
+    Returns:
+        Bytes (int, ≥ 1).
+
+    Raises:
+        InputError: not a positive number followed by one of B, K/KB/KiB, M/MB/MiB, G/GB/GiB,
+            T/TB/TiB.
+    """
+    if isinstance(text, int) and not isinstance(text, bool):
+        if text < 1:
+            raise InputError(f"a memory size must be positive, got {text}")
+        return text
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(text))
+    unit = m.group(2).lower() if m else None
+    if m is None or unit not in _UNITS:
+        raise InputError(
+            f"cannot read {text!r} as a memory size; write a number and a unit, e.g. '8GB', "
+            "'512MiB', '1.5G' (B, KB/MB/GB/TB = powers of 1000, KiB/MiB/GiB/TiB or K/M/G/T = "
+            "powers of 1024)")
+    n = float(m.group(1)) * _UNITS[unit]
+    if not math.isfinite(n) or n < 1:
+        raise InputError(f"a memory size must be at least 1 byte, got {text!r}")
+    return int(n)
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
+def plan_batch_size(
+    model: nn.Module | Shape,
+    lengths: int | Iterable[int],
+    budget_bytes: int | str,
+    *,
+    answer_length: int | None = None,
+    method: Method = "ghost",
+    dtype: torch.dtype | None = None,
+    max_batch: int = 256,
+) -> int:
+    """The largest batch size whose predicted peak (:func:`peak_bytes`) fits the budget.
+
+    Args:
+        model: the causal LM (or its :class:`Shape`).
+        lengths: the rows' total token counts (prompt + answer), or one length; batches are
+            planned for the longest, to which every row is padded.
+        budget_bytes: the process's memory budget, in bytes or as text (``"8GB"``, see
+            :func:`parse_bytes`); it covers the weights, the runtime and the scoring.
+        answer_length: answer tokens of the longest answer; default ``min(L − 1, 64)``.
+        method: ``"ghost"`` or ``"loop"``.
+        dtype: the dtype scored in; default the model's.
+        max_batch: the largest batch size to return.
+
+    Returns:
+        A batch size in ``[1, max_batch]``.
+
+    Raises:
+        MemoryBudgetError: even one row does not fit; the message gives the budget and the
+            predicted need.
+        InputError: no lengths, a length below 2, a bad budget or ``max_batch`` < 1.
+    """
+    budget = parse_bytes(budget_bytes)
+    ls = [lengths] if isinstance(lengths, int) else list(lengths)
+    if not ls:
+        raise InputError("plan_batch_size needs at least one row length")
+    if any(not isinstance(x, int) or isinstance(x, bool) or x < 2 for x in ls):
+        raise InputError("row lengths must be whole numbers ≥ 2 (a prompt token and an answer "
+                         "token)")
+    if not isinstance(max_batch, int) or max_batch < 1:
+        raise InputError(f"max_batch must be a whole number ≥ 1, got {max_batch!r}")
+    L = max(ls)
+    A = min(L - 1, 64) if answer_length is None else min(answer_length, L - 1)
+    s = model if isinstance(model, Shape) else shape_of(model, dtype)
+
+    def need(n: int) -> int:
+        return peak_bytes(s, batch=n, length=L, answer_length=A, method=method)
+
+    one = need(1)
+    if one > budget:
+        raise MemoryBudgetError(
+            f"one row of {L} tokens needs about {_gib(one)} with method={method!r} "
+            f"(weights {_gib(s.param_bytes)}), more than the memory budget of {_gib(budget)}; "
+            "raise the budget, shorten the prompts, or score in a smaller dtype")
+    lo, hi = 1, max_batch  # need() grows with n: largest n with need(n) ≤ budget
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if need(mid) <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
