@@ -281,3 +281,42 @@ def test_malformed_rows_never_raise_anything_but_isouq_errors(tmp_path):
             assert "error" in r or r["epistemic"] >= 0
 
     check()
+
+
+# ------------------------------------------------------------------ memory budget
+def test_memory_budget_cuts_batches_to_what_fits(model_dir, tmp_path, capsys, monkeypatch):
+    """--memory-budget: each batch's predicted peak fits; a budget below one row's need gives
+    error rows naming the budget; the scores equal an unbudgeted run's."""
+    from transformers import AutoModelForCausalLM
+
+    from isouq.memory_plan import peak_bytes, shape_of
+
+    rows = [{"key": f"r{i}", **ROWS[i % 5]} for i in range(10)]
+    inp = jsonl(tmp_path / "in.jsonl", rows)
+    free, tight = tmp_path / "free.jsonl", tmp_path / "tight.jsonl"
+    assert score(inp, free, model_dir, "--batch-size", "8") == 0
+    shape = shape_of(AutoModelForCausalLM.from_pretrained(model_dir))
+    one = peak_bytes(shape, batch=1, length=16, answer_length=4)
+    two = peak_bytes(shape, batch=2, length=16, answer_length=4)
+    budget = (one + two) // 2  # room for one row of these, not two
+    batches = []
+    from isouq import score_run
+
+    real = score_run.score_sequences
+
+    def spy(model, tok, prompts, answers, **kw):
+        batches.append(len(answers))
+        return real(model, tok, prompts, answers, **kw)
+
+    monkeypatch.setattr(score_run, "score_sequences", spy)
+    assert score(inp, tight, model_dir, "--batch-size", "8", "--memory-budget", str(budget)) == 0
+    monkeypatch.undo()
+    assert max(batches) < 8 and sum(batches) == 10
+    for k, r in by_key(free).items():
+        assert by_key(tight)[k]["epistemic"] == pytest.approx(r["epistemic"], rel=1e-5)
+    tiny_out = tmp_path / "none.jsonl"
+    assert score(inp, tiny_out, model_dir, "--memory-budget", "1KB") == 0
+    assert "10 rows could not be scored" in capsys.readouterr().out
+    assert all("raise --memory-budget" in r["error"] for r in read_jsonl(tiny_out))
+    assert score(inp, tiny_out.with_name("x.jsonl"), model_dir, "--memory-budget", "lots") == 2
+    assert "cannot read 'lots' as a memory size" in capsys.readouterr().err

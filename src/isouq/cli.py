@@ -243,6 +243,11 @@ def cmd_score(args) -> int:
     settings = run_settings(model=args.model, method=args.method, params=params,
                             dtype=args.dtype or "float32")
     check_settings(args.out, {**settings, "params": params})
+    budget = None
+    if args.memory_budget is not None:
+        from .memory_plan import parse_bytes
+
+        budget = parse_bytes(args.memory_budget)
     path = shard_path(args.out, env.rank, env.world) if env.world > 1 else args.out
     with exclusive(path):
         args.device = device_for(env, args.device)
@@ -258,7 +263,7 @@ def cmd_score(args) -> int:
                          max_tokens_per_batch=args.max_tokens_per_batch,
                          bucket=not args.no_bucketing, method=args.method, params=params,
                          env=env, on_error=args.on_error, total=len(index), locked=True,
-                         prune=args.limit is None,
+                         prune=args.limit is None, memory_budget=budget,
                          meta={"model": info.to_dict() if hasattr(info, "to_dict") else str(info),
                                "input": str(args.input)})
     where = "" if env.world == 1 else f" on rank {env.rank} of {env.world}"
@@ -458,6 +463,9 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     p.add_argument("--calibration", default=None, metavar="FILE",
                    help="a calibration.json of `isouq calibrate` for this model: each row gets "
                         "p_correct (and withheld, when it holds a threshold)")
+    p.add_argument("--memory-budget", default=None, metavar="SIZE",
+                   help="e.g. 8GB: batches are cut so that the predicted peak memory of the "
+                        "process fits (docs: Speed and memory)")
     p.add_argument("--on-error", choices=["skip", "stop"], default="skip",
                    help="a row that cannot be scored: write an error row and go on (skip, the "
                         "default) or stop the run")

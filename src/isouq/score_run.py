@@ -118,7 +118,7 @@ class _RowError(Exception):
 
 
 def _prepare(row: PairRow, tokenizer, window: int | None, vocab: int | None):
-    """(prompt, token count) of a row, or _RowError with the reason."""
+    """(prompt, token count, answer token count) of a row, or _RowError with the reason."""
     try:
         prompt = prompt_of(row, tokenizer)
         enc = encode(tokenizer, [prompt], [row.answer])[0]
@@ -135,13 +135,15 @@ def _prepare(row: PairRow, tokenizer, window: int | None, vocab: int | None):
     if window is not None and n > window:
         raise _RowError(f"prompt + answer are {n} tokens, longer than the model's context window "
                         f"of {window}; shorten the prompt or the answer")
-    return prompt, n
+    return prompt, n, len(enc.answer)
 
 
 def plan_batches(lengths: list[int], batch_size: int, max_tokens: int | None,
-                 bucket: bool = True) -> list[list[int]]:
+                 bucket: bool = True,
+                 fits: Callable[[list[int]], bool] | None = None) -> list[list[int]]:
     """Group item indices into batches: sorted by length when ``bucket``, each batch at most
-    ``batch_size`` items and (max length × items) ≤ ``max_tokens`` padded tokens."""
+    ``batch_size`` items, (max length × items) ≤ ``max_tokens`` padded tokens, and, given
+    ``fits`` (indices -> whether that batch fits a memory budget), a batch that fits."""
     if batch_size < 1:
         raise InputError(f"batch_size must be ≥ 1, got {batch_size}")
     order = sorted(range(len(lengths)), key=lambda i: lengths[i]) if bucket \
@@ -152,7 +154,8 @@ def plan_batches(lengths: list[int], batch_size: int, max_tokens: int | None,
     for i in order:
         grown = max(longest, lengths[i])
         full = len(cur) >= batch_size or (max_tokens is not None and cur
-                                          and grown * (len(cur) + 1) > max_tokens)
+                                          and grown * (len(cur) + 1) > max_tokens) or (
+            fits is not None and cur and not fits([*cur, i]))
         if full:
             batches.append(cur)
             cur, grown = [], lengths[i]
@@ -183,6 +186,7 @@ def score_rows(
     env: DistEnv | None = None,
     locked: bool = False,
     prune: bool = False,
+    memory_budget: int | None = None,
     on_batch: Callable[[int], None] | None = None,
 ) -> dict:
     """Score this process's rows not yet written with the same input and settings.
@@ -199,6 +203,9 @@ def score_rows(
             the model).
         prune: drop output rows whose key is no longer in the input (stale rows of an edited
             file); False keeps them after the input's rows (a run over fewer rows, ``--limit``).
+        memory_budget: bytes the process may use: batches are cut so that the predicted peak
+            (:func:`isouq.memory_plan.peak_bytes`) fits; a row that does not fit alone is an
+            error row (or, with ``on_error="stop"``, an error).
 
     Returns:
         {"written", "skipped", "rescored", "errors", "seconds"}: rows scored now, rows already
@@ -241,6 +248,21 @@ def score_rows(
                        desc="scoring" if env.world == 1 else f"scoring (rank {env.rank})")
         keys: list[str] = []
         position, info = 0, None
+        fits = need = None
+        if memory_budget is not None:
+            from .memory_plan import peak_bytes, shape_of
+
+            shape = shape_of(model)
+
+            def need(n: int, length: int, answer: int) -> int:
+                return peak_bytes(shape, batch=n, length=length, answer_length=answer,
+                                  method=method if method in ("ghost", "loop") else "ghost")
+
+            def fits(n: int, length: int, answer: int) -> bool:
+                return need(n, length, answer) <= memory_budget
+
+        def fits_alone(length: int, answer: int) -> bool:
+            return fits(1, length, answer)
 
         def base(r: PairRow) -> dict:
             return {"key": r.key, "prompt": r.prompt, "question": r.question, "answer": r.answer,
@@ -268,10 +290,15 @@ def score_rows(
                     todo.append(r)
             if bar is not None:
                 bar.update(len(chunk) - len(todo))
-            prompts, lengths, ok = [], [], []
+            prompts, lengths, answer_lengths, ok = [], [], [], []
             for r in todo:
                 try:
-                    prompt, n = _prepare(r, tokenizer, ctx, vocab)
+                    prompt, n, a = _prepare(r, tokenizer, ctx, vocab)
+                    if fits is not None and not fits_alone(n, a):
+                        raise _RowError(
+                            f"one row of {n} tokens needs more than the memory budget of "
+                            f"{memory_budget / 2**30:.2f} GiB (predicted "
+                            f"{need(1, n, a) / 2**30:.2f} GiB); raise --memory-budget")
                 except _RowError as e:
                     fail(r, str(e))
                     if bar is not None:
@@ -279,8 +306,14 @@ def score_rows(
                     continue
                 prompts.append(prompt)
                 lengths.append(n)
+                answer_lengths.append(a)
                 ok.append(r)
-            for idx in plan_batches(lengths, batch_size, max_tokens_per_batch, bucket):
+
+            def fits_batch(idx: list[int], lengths=lengths, answers=answer_lengths) -> bool:
+                return fits(len(idx), max(lengths[i] for i in idx), max(answers[i] for i in idx))
+
+            for idx in plan_batches(lengths, batch_size, max_tokens_per_batch, bucket,
+                                    fits=fits_batch if fits is not None else None):
                 info = _score_batch(model, tokenizer, [ok[i] for i in idx],
                                     [prompts[i] for i in idx], method, params, writer, base,
                                     fail, counts) or info
