@@ -171,19 +171,14 @@ def measure(out: Path, only: str | None) -> None:
 
 
 def _shape(name: str, dtype: str, cache: dict):
-    """The model's memory_plan.Shape (a model is loaded once per name)."""
-    import dataclasses
-
+    """The model's memory_plan.Shape in ``dtype`` (a model is loaded once per name)."""
     import torch
 
     from isouq import memory_plan
 
     if name not in cache:
-        cache[name] = memory_plan.shape_of(load(name, "float32")[0])
-    s = cache[name]
-    want = getattr(torch, dtype)
-    scale = torch.empty((), dtype=want).element_size() / 4
-    return dataclasses.replace(s, dtype=want, param_bytes=int(s.param_bytes * scale))
+        cache[name] = load(name, "float32")[0]
+    return memory_plan.shape_of(cache[name], getattr(torch, dtype))
 
 
 def _predict(r: dict, shape) -> int:

@@ -24,7 +24,10 @@ follow what the code holds (``sequences.token_probs``, ``ghost/engine.py``, ``gh
 - **loop** (loop only): the batch's no-grad forward (its logits and one layer's intermediates,
   ``N·L·(4·I + 2·d + L)`` elements), then one row at a time: its activations, the weight
   gradients of every selected parameter, their concatenation and square (``3 × parameter
-  bytes``), and the embedding backward's dense ``V × d`` buffer.
+  bytes``), the embedding backward's dense ``V × d`` buffer (twice when tied: the lm_head's
+  gradient is added to it), and from the second row on the parameter tensors below 32 MiB
+  once more (the previous row's gradients are still referenced while the next row's backward
+  allocates its own, and those blocks stay resident).
 
 Resident memory is not live memory: ``isouq score`` keeps freed blocks below 32 MiB in the
 process (``runtime.tune_allocator``), so what the forward held stays resident during the
@@ -62,10 +65,10 @@ MMAP_THRESHOLD = 32 * 2**20
 #: ratio): the counted terms are exact for what autograd saves (tests/test_memory_plan.py);
 #: these factors absorb the allocator's fragmentation and the kernels' workspaces
 CALIBRATION = {
-    "activations": 1.22,  # × the counted activation bytes
-    "logits": 1.04,  # × the counted logit bytes
-    "loop_gradients": 0.88,  # × the counted loop gradient bytes
-    "overhead": 5 * 2**20,  # bytes: the autograd graph, kernels' workspace, Python objects
+    "activations": 1.21,  # × the counted activation bytes
+    "logits": 1.03,  # × the counted logit bytes
+    "loop_gradients": 0.82,  # × the counted loop gradient bytes
+    "overhead": 4.3 * 2**20,  # bytes: the autograd graph, kernels' workspace, Python objects
     "runtime": 472 * 2**20,  # bytes: interpreter, torch, transformers (measured beside the model)
 }
 
@@ -83,6 +86,7 @@ class Shape:
     param_bytes: int
     tied: bool
     dtype: torch.dtype
+    small_param_bytes: int = 0  # bytes of the parameter tensors below MMAP_THRESHOLD
 
 
 @dataclass(frozen=True)
@@ -156,18 +160,24 @@ def shape_of(model: nn.Module, dtype: torch.dtype | None = None) -> Shape:
     except (AttributeError, NotImplementedError):
         pass
     tied = out is not None and getattr(out, "weight", None) is getattr(emb, "weight", 0)
+    small = sum(p.numel() * elt for p in model.parameters()
+                if p.is_floating_point() and p.numel() * elt < MMAP_THRESHOLD)
     return Shape(hidden=d, kv_hidden=d * kv // heads, intermediate=inter, layers=layers,
-                 heads=heads, vocab=vocab, param_bytes=n * elt, tied=bool(tied), dtype=want)
+                 heads=heads, vocab=vocab, param_bytes=n * elt, tied=bool(tied), dtype=want,
+                 small_param_bytes=small)
 
 
 def _split(sizes: Iterable[tuple[float, float]]) -> tuple[float, float]:
-    """(count, bytes of one block) pairs → (bytes in small blocks, bytes in large blocks)."""
+    """(count, bytes of one block) pairs → (bytes that stay resident once freed, the rest).
+
+    A freed block below the threshold stays in the process; a larger one goes back to the
+    system. A block just over the threshold is counted resident up to the threshold, so the
+    estimate never drops as a batch grows a block across it.
+    """
     small = big = 0.0
     for count, size in sizes:
-        if size >= MMAP_THRESHOLD:
-            big += count * size
-        else:
-            small += count * size
+        small += count * min(size, MMAP_THRESHOLD)
+        big += count * max(size - MMAP_THRESHOLD, 0)
     return small, big
 
 
@@ -291,7 +301,10 @@ def estimate(
         logit = cal["logits"] * sum(c * b for c, b in logit_blocks)
         act = cal["activations"] * sum(c * b for c, b in _activation_blocks(
             s, 1, L, e, padded=False, per_row=True))
-        grads = cal["loop_gradients"] * (3 * p_sel + s.vocab * s.hidden * e)
+        # rows after the first: the previous row's gradients are still referenced while the
+        # next backward allocates its own, so their small blocks are resident twice
+        vd = s.vocab * s.hidden * e * (2 if s.tied else 1)  # embedding buffer (+ tied sum)
+        grads = cal["loop_gradients"] * (3 * p_sel + vd + (s.small_param_bytes if N > 1 else 0))
         # the batch forward's small blocks stay resident while the rows run
         working = max(b_small + b_big, b_small + act + grads) + cal["overhead"]
         return Estimate(weights=s.param_bytes, runtime=int(cal["runtime"]), activations=int(act),
