@@ -170,7 +170,12 @@ def test_bad_arguments_are_input_errors():
     with pytest.raises(InputError, match="batch"):
         mp.peak_bytes(s, batch=0, length=10, answer_length=2)
     with pytest.raises(InputError, match="answer_length"):
-        mp.peak_bytes(s, batch=1, length=10, answer_length=10)
+        mp.peak_bytes(s, batch=1, length=10, answer_length=0)
+    with pytest.raises(InputError, match="length=1"):
+        mp.peak_bytes(s, batch=1, length=1, answer_length=1)
+    # an answer as long as the row (empty prompt): its first token is never predicted
+    assert mp.peak_bytes(s, batch=2, length=10, answer_length=10) == mp.peak_bytes(
+        s, batch=2, length=10, answer_length=9)
     with pytest.raises(InputError, match="row length"):
         mp.plan_batch_size(s, [], "1GB")
     with pytest.raises(InputError, match="memory size"):

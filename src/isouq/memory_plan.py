@@ -263,7 +263,7 @@ def estimate(
         batch: N, rows in the batch.
         length: L, tokens per row after padding (prompt + answer of the longest row).
         answer_length: A, answer tokens of the longest answer (logits are kept from the first
-            answer position on).
+            answer position on; at most ``length − 1`` count).
         dtype: the model's dtype when scored; default its parameters' dtype.
         method: ``"ghost"`` (one backward per batch) or ``"loop"`` (one backward per answer).
         param_bytes: bytes of the selected parameters (loop gradients); default all of them.
@@ -273,17 +273,18 @@ def estimate(
         memory, ``.working`` the part scoring adds beyond the loaded model.
 
     Raises:
-        InputError: batch, length or answer length not positive, answer longer than the row,
-            or an unknown method.
+        InputError: batch or answer length not positive, a length below 2, or an unknown
+            method.
     """
     if method not in ("ghost", "loop"):
         raise InputError(f"method={method!r}: memory is planned for 'ghost' or 'loop'")
     for name, v in (("batch", batch), ("length", length), ("answer_length", answer_length)):
         if not isinstance(v, int) or isinstance(v, bool) or v < 1:
             raise InputError(f"{name} must be a whole number ≥ 1, got {v!r}")
-    if answer_length >= length:
-        raise InputError(f"answer_length={answer_length} must be below length={length} "
-                         "(a row holds at least one prompt token before its answer)")
+    if length < 2:
+        raise InputError(f"length={length}: a scored row holds at least 2 tokens (the first "
+                         "answer token is predicted from the one before it)")
+    answer_length = min(answer_length, length - 1)  # the first token is never predicted
     s = model if isinstance(model, Shape) else shape_of(model, dtype)
     e = torch.empty((), dtype=s.dtype).element_size()
     N, L, A = batch, length, answer_length
