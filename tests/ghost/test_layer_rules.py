@@ -1,6 +1,7 @@
 """Conv, BatchNorm/GroupNorm/InstanceNorm, LayerNorm over any shape and MultiheadAttention rules,
 and the rule registry: against a brute-force per-example autograd loop, and against Opacus."""
 
+import copy
 import warnings
 
 import pytest
@@ -314,3 +315,22 @@ def test_against_opacus(layer):
         ours = ghost.backward_detailed(s_of_out(m(x))).per_param
     ref = _opacus_norms(m, x, s_of_out)
     torch.testing.assert_close(ours, ref, rtol=1e-4, atol=1e-9)
+
+
+def test_bfloat16_models_match_their_float64_copy():
+    """Half-precision conv/norm/attention layers: every ghost term is taken in float32, so the
+    norms stay as close to the float64 model's as the bf16 activation gradients allow."""
+    torch.manual_seed(3)
+    m = perturb(nn.Sequential(nn.Conv2d(2, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(),
+                              nn.Conv2d(4, 4, 3, groups=2), nn.GroupNorm(2, 4), nn.Flatten(2),
+                              nn.Linear(25, 6))).eval()
+    x = torch.randn(3, 2, 7, 7)
+    s_of = lambda o: o[:, :, 0].sum(1)  # noqa: E731
+    lo = copy.deepcopy(m).to(torch.bfloat16)
+    ref_m = copy.deepcopy(lo).double()  # the same (bf16-rounded) weights in float64
+    out = {}
+    for name, model, xx in (("bf16", lo, x.to(torch.bfloat16)), ("f64", ref_m, x.double())):
+        with GhostNorms(model, dict(model.named_parameters())) as ghost:
+            out[name] = ghost.backward_detailed(s_of(model(xx))).per_param
+    assert out["bf16"].dtype in (torch.float32, torch.bfloat16)
+    torch.testing.assert_close(out["bf16"].double(), out["f64"], rtol=0.1, atol=1e-3)

@@ -27,7 +27,7 @@ from torch import nn
 
 from ..errors import ModelError
 from .calls import Call
-from .factors import Contribution, Materialized, Pair
+from .factors import Contribution, Materialized, Pair, at_least_f32
 from .registry import register_rule
 
 _SIG = inspect.signature(nn.MultiheadAttention.forward)
@@ -56,7 +56,7 @@ def contributions(module: nn.MultiheadAttention, call: Call) -> dict[str, Contri
     if query.ndim != 3:
         raise ModelError(f"nn.MultiheadAttention got an unbatched query {tuple(query.shape)}: "
                          "ghost norms need (N, L, E) inputs with batch_first=True")
-    B = call.grad  # (N, L, E), batch first
+    B = at_least_f32(call.grad)  # (N, L, E), batch first; float32 for half-precision models
     dt = B.dtype
     query, key, value = (t.detach().to(dt) for t in (query, key, value))
     E, H = module.embed_dim, module.num_heads

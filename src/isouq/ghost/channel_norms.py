@@ -22,11 +22,12 @@ from torch.nn.modules.instancenorm import _InstanceNorm
 
 from ..errors import ModelError
 from .calls import Call
-from .factors import Contribution, Materialized
+from .factors import Contribution, Materialized, at_least_f32
 from .registry import register_rule
 
 
 def _affine(module: nn.Module, xhat: torch.Tensor, grad: torch.Tensor) -> dict[str, Contribution]:
+    grad = at_least_f32(grad)  # half-precision models: every term in float32
     N, C = grad.shape[0], grad.shape[1]
     b = grad.reshape(N, C, -1)
     out: dict[str, Contribution] = {}
@@ -52,17 +53,17 @@ def batch_norm(module: _BatchNorm, call: Call) -> dict[str, Contribution]:
             "example's output depends on the others "
             f"(a layer that mixes examples), so no per-example gradient exists; {fix}"
         )
-    x = call.args[0]
+    x = at_least_f32(call.args[0])
     with torch.no_grad():  # x̂ by the running statistics, in one fused pass
-        xhat = F.batch_norm(x, module.running_mean, module.running_var, None, None, False, 0.0,
-                            module.eps)
+        xhat = F.batch_norm(x, at_least_f32(module.running_mean), at_least_f32(module.running_var),
+                            None, None, False, 0.0, module.eps)
     return _affine(module, xhat, call.grad)
 
 
 @register_rule(nn.GroupNorm)
 def group_norm(module: nn.GroupNorm, call: Call) -> dict[str, Contribution]:
     """GroupNorm: each example normalized by its own group statistics."""
-    x = call.args[0]
+    x = at_least_f32(call.args[0])
     with torch.no_grad():
         xhat = F.group_norm(x, module.num_groups, None, None, module.eps)
     return _affine(module, xhat, call.grad)
@@ -71,15 +72,16 @@ def group_norm(module: nn.GroupNorm, call: Call) -> dict[str, Contribution]:
 @register_rule(_InstanceNorm)
 def instance_norm(module: _InstanceNorm, call: Call) -> dict[str, Contribution]:
     """InstanceNorm1d/2d/3d with affine=True (per-example statistics, or running ones)."""
-    x = call.args[0]
+    x = at_least_f32(call.args[0])
     if x.ndim == module._get_no_batch_dim():
         raise ModelError(f"{type(module).__name__} got an unbatched input {tuple(x.shape)}; "
                          "ghost norms need a batch dimension first: pass (N, C, ...)")
     running = not module.training and module.track_running_stats and module.running_mean is not None
     with torch.no_grad():
         if running:
-            xhat = F.instance_norm(x, module.running_mean, module.running_var, None, None,
-                                   False, 0.0, module.eps)
+            xhat = F.instance_norm(x, at_least_f32(module.running_mean),
+                                   at_least_f32(module.running_var), None, None, False, 0.0,
+                                   module.eps)
         else:
             xhat = F.instance_norm(x, None, None, None, None, True, 0.0, module.eps)
     return _affine(module, xhat, call.grad)

@@ -27,7 +27,7 @@ from torch import nn
 from ..errors import ModelError
 from . import factors
 from .calls import Call
-from .factors import Contribution, Materialized, Pair
+from .factors import Contribution, Materialized, Pair, at_least_f32
 from .registry import register_rule
 
 #: Materialize through the unfolded input (bmm) when a patch has at most this many values
@@ -93,7 +93,7 @@ def _patch_gram(module, full: torch.Tensor, out_sizes: tuple[int, ...]) -> torch
 @register_rule(nn.Conv1d, nn.Conv2d, nn.Conv3d)
 def contributions(module: nn.modules.conv._ConvNd, call: Call) -> dict[str, Contribution]:
     """weight: Pair over positions (fold = groups) or materialized; bias: (N, Cout)."""
-    grad = call.grad
+    grad = at_least_f32(call.grad)  # half-precision models: every term in float32
     d = len(module.kernel_size)
     x = call.args[0]
     if x.ndim != d + 2:
