@@ -41,11 +41,12 @@ CONFIGS = [
     ("smollm2", 4, 64, "loop", "float32", "check"),
     ("smollm2", 16, 64, "loop", "float32", "check"),
     ("smollm2", 4, 256, "loop", "float32", "check"),
-    ("smollm2", 16, 256, "ghost", "float32", "check"),
     ("smollm2", 4, 512, "ghost", "float32", "check"),
     ("smollm2", 4, 256, "ghost", "bfloat16", "check"),
     ("smollm2", 1, 512, "loop", "float32", "check"),
-    ("smollm2", 16, 512, "ghost", "float32", "check"),
+    ("smollm2", 8, 256, "ghost", "float32", "check"),
+    # 16 × 256 and 16 × 512 ghost (predicted 7.6 and 15 GiB) do not fit beside the other jobs
+    # of the 23 GB machine they were measured on
 ]
 
 

@@ -20,7 +20,8 @@ follow what the code holds (``sequences.token_probs``, ``ghost/engine.py``, ``gh
   with their factors until it ends: per token and layer ``(6·d + 2·d_kv + 3·I)`` factor
   elements and ``11·L`` Gram elements) and a materialized per-example gradient ``N × a × b``
   (float32, with its square: transient); the embedding the same way (index form), and the
-  ``N × A' × V`` logit gradient the lm_head rule keeps to the end.
+  ``N × A' × V`` logit gradient the lm_head rule keeps to the end. Half-precision factors are
+  multiplied as float32 copies, and those copies are what the cache keeps.
 - **loop** (loop only): the batch's no-grad forward (its logits and one layer's intermediates,
   ``N·L·(4·I + 2·d + L)`` elements), then one row at a time: its activations, the weight
   gradients of every selected parameter, their concatenation and square (``3 × parameter
@@ -33,7 +34,9 @@ Resident memory is not live memory: ``isouq score`` keeps freed blocks below 32 
 process (``runtime.tune_allocator``), so what the forward held stays resident during the
 backward, and only blocks of 32 MiB or more go back to the system when freed. The estimate
 models this: the peak is the larger of the forward's end (everything live) and the backward's
-worst moment (the forward's small blocks still resident + what the backward holds).
+worst moment: the forward's small blocks stay resident and what the backward holds reuses them
+(in half precision it cannot: the float32 copies are twice the size of the freed blocks, and
+resident memory grows through the backward, so the two add up).
 
 Constant factors (``CALIBRATION``) were fitted on a tiny random Llama only
 (``benchmarks/memory_plan.py``, the "calibrate" configurations) and checked on SmolLM2 and
@@ -214,28 +217,30 @@ def _activation_blocks(s: Shape, N: int, L: int, e: int, padded: bool, per_row: 
 
 def _logit_blocks(s: Shape, N: int, A: int, e: int):
     kept = A + 1  # positions from the first answer-predicting one to the end
-    return [(3, N * kept * s.vocab * e), (2, N * A * s.vocab * 4)]
+    # the answer rows in float32 (a copy in half precision), their log-softmax and gradient
+    return [(3, N * kept * s.vocab * e), (2 if e >= 4 else 3, N * A * s.vocab * 4)]
 
 
 def _ghost_backward_blocks(s: Shape, N: int, L: int, A: int, e: int):
     """What the ghost backward holds at its worst moment (the end, or a transient)."""
     d, kv, inter, V = s.hidden, s.kv_hidden, s.intermediate, s.vocab
     kept = A + 1
+    f = max(e, 4)  # half-precision factors are multiplied (and cached) as float32 copies
     linears = [(d, d, 1), (kv, d, 2), (d, d, 1), (inter, d, 2), (d, inter, 1)]  # q; k,v; o; ...
     cached: list[tuple[float, float]] = []
     transient = 0.0
     for a, b, count in linears:
         if _gram_chosen(N, L, a, b):
             # B (N, L, a) and its Gram; the input and its Gram once per shared input
-            cached += [(s.layers * count, N * L * a * e), (s.layers * count, N * L * L * 4)]
+            cached += [(s.layers * count, N * L * a * f), (s.layers * count, N * L * L * 4)]
         else:
             transient = max(transient, 2 * N * a * b * 4)
     # inputs kept with their Grams: norm outputs (q/k/v and gate/up), o_proj's and down's inputs
     if _gram_chosen(N, L, d, d):
-        cached += [(s.layers * 3, N * L * d * e), (s.layers * 3, N * L * L * 4)]
+        cached += [(s.layers * 3, N * L * d * f), (s.layers * 3, N * L * L * 4)]
     if _gram_chosen(N, L, d, inter):
-        cached += [(s.layers, N * L * inter * e), (s.layers, N * L * L * 4)]
-    cached.append((1, N * kept * V * e))  # the lm_head's output gradient, kept to the end
+        cached += [(s.layers, N * L * inter * f), (s.layers, N * L * L * 4)]
+    cached.append((1, N * kept * V * f))  # the lm_head's output gradient, kept to the end
     if s.tied:
         cached.append((1, N * kept * V * e))  # its output too (released only at the end)
     # the embedding (index form), with the lm_head's contribution when tied
@@ -318,7 +323,9 @@ def estimate(
     resident = a_small + l_small  # small blocks stay resident for the rest of the call
     cached, transient = _ghost_backward_blocks(s, N, L, A, e)
     c_small, c_big = _split(cached)
-    worst = max(resident, c_small) + c_big + transient  # the backward's worst moment
+    # the backward's worst moment: its blocks reuse the forward's freed ones, except in half
+    # precision, where the float32 copies are twice the size of the blocks freed
+    worst = (max(resident, c_small) if e >= 4 else resident + c_small) + c_big + transient
     working = int(max(start, worst) + cal["overhead"])
     return Estimate(weights=s.param_bytes, runtime=int(cal["runtime"]),
                     activations=int(a_small + a_big), logits=int(l_small + l_big),
