@@ -10,7 +10,7 @@ from numpyro.infer.util import potential_energy
 import isouq.reference as R
 from isouq.data.synthetic import make_problem
 from isouq.errors import InputError, ModelError
-from isouq.experiments import toy_models as tm
+from isouq.models import toy as tm
 from isouq.reference.jax_models import forward
 from isouq.reference.model import bnn_model
 
