@@ -74,25 +74,50 @@ PAPER = {
 }
 
 
-#: Why ours may differ from the paper where |Δ| > DIFF_NOTE_AT (hypotheses, stated as such).
+#: What the evidence says where ours and the paper differ, per problem. Shown beside a metric
+#: whose paper value lies outside mean ± 2 std over seeds (plus the paper's rounding,
+#: :data:`PAPER_ROUNDING`), or, with one seed, differs by more than :data:`DIFF_NOTE_AT`.
+#: Written from ``isouq experiment validation --seeds 5`` (full settings, seeds 0-4, every
+#: R-hat ≤ 1.02): data, MAP and chains re-drawn per seed. Causes are hypotheses, said so.
 DIFF_NOTES = {
-    "binary_rings": "Pearson agrees with the paper; Spearman is rank-based and dominated by the "
-                    "large flat region of the grid far from the rings, where both variances are "
-                    "tiny and their order is noise (our grid and ring radii are our own).",
-    "multiclass_rings": "as for binary rings: Pearson close to the paper, Spearman driven by the "
-                        "order of near-zero variances far from the data (see the per-class rows).",
-    "multiclass_spirals": "spirals depend strongly on the generator (turns, noise) and on which "
-                          "MAP the MLP reaches; the paper gives neither in full. Where GN and LA "
-                          "agree with each other (gn_la_rho), the gap is in the linearization, "
-                          "not the isotropic covariance.",
-    "regression_nonlinear": "isotropy is the point here: the curvature spans 4 orders of "
-                            "magnitude (the hessian table), so ‖g‖² and gᵀH⁻¹g weight directions "
-                            "very differently; LA tracks the reference while GN, with our data "
-                            "and seed, tracks it less well than in the paper.",
-    "binary_xor": "XOR maps depend on the MAP reached; where GN–LA Pearson is low but their "
-                  "Spearman high, a few grid points where LA's curvature weighting is extreme "
-                  "dominate Pearson, not the ranking.",
+    "binary_linear": "ours is closer to 1 than the paper on every metric, with a spread of "
+                     "≤ 0.002 over seeds: a real difference, in the direction of agreement; a "
+                     "3-parameter logistic regression is nearly linear in θ, so GN and LA track "
+                     "the posterior variance almost exactly (our data and grid are our own).",
+    "binary_xor": "GN Pearson is higher than the paper's (0.80 ± 0.01 vs 0.65) while the "
+                  "Spearman values agree within the seed spread; GN–LA Pearson is lower (0.68 ± "
+                  "0.06 vs 0.94) though their Spearman agrees (0.98): a few grid points where "
+                  "LA's curvature weighting is extreme set Pearson, not the ranking. PE tracks "
+                  "the reference aleatoric more closely than the paper's (r 0.96 ± 0.01 vs "
+                  "0.76).",
+    "binary_rings": "Spearman is far below the paper's for GN and LA alike (0.09 ± 0.08 and "
+                    "0.14 ± 0.08 vs 0.44 / 0.46) while Pearson is close: a real difference, not "
+                    "seed noise. Hypothesis: the rank is set by the large region far from the "
+                    "rings where both variances are tiny, and how large it is depends on the "
+                    "grid and ring radii, which the paper does not give.",
+    "multiclass_clusters": "ours is closer to 1 than the paper (Pearson 0.955 ± 0.012 vs "
+                           "0.86): a real difference, in the direction of agreement, for a "
+                           "12-parameter softmax regression.",
+    "multiclass_spirals": "GN (0.56 ± 0.03 / 0.66 ± 0.02) and PE (0.88 / 0.87) are below the "
+                          "paper's on every seed; LA is as low as GN (ρ 0.70) and GN–LA ρ is "
+                          "0.99, so the gap is in the linearization around our MAPs, not in the "
+                          "isotropic covariance. Hypothesis: the spiral generator (turns, "
+                          "noise), which the paper does not give in full.",
+    "multiclass_rings": "Pearson agrees with the paper within the seed spread (0.869 ± 0.011 "
+                        "vs 0.88); Spearman is lower on every seed (0.755 ± 0.014 vs 0.97), for "
+                        "LA too (0.77): as for binary rings, the order of near-zero variances "
+                        "far from the data sets the rank (see the per-class rows).",
+    "regression_linear": "ours is at or above the paper's on every seed (GN ≥ 0.99): a linear "
+                         "model, where GN is proportional to the exact variance.",
+    "regression_nonlinear": "GN is below the paper's on every seed (r 0.57 ± 0.07, ρ 0.38 ± "
+                            "0.04 vs 0.73 / 0.81) while LA tracks the reference (0.98): the "
+                            "curvature spans four orders of magnitude (eigenvalues 1 to "
+                            "1.4·10⁴ ± 0.2·10⁴, as the paper's 14,648), so the isotropic ‖g‖² "
+                            "and gᵀH⁻¹g weight directions very differently; how much that costs "
+                            "GN depends on data and MAP, which differ from the paper's.",
 }
+#: Half a unit of the paper's last digit: its numbers are rounded to two decimals.
+PAPER_ROUNDING = 0.005
 DIFF_NOTE_AT = 0.15
 
 #: HMC presets: the full validation and ``--quick`` (explicit options override).
@@ -107,8 +132,9 @@ def versus_paper(epistemic: list[dict], aleatoric: list[dict]) -> list[dict]:
 
     Rows from several seeds (:func:`aggregate`: ``{metric}_std``, ``n_seeds``) add ``std``,
     ``n_seeds`` and ``outside_2sd`` (the paper's number lies outside mean ± 2 std over
-    seeds); the note is then given only there (a difference inside the seed spread is not
-    evidence of one). One seed: the note where |ours − paper| > :data:`DIFF_NOTE_AT`.
+    seeds, widened by the paper's rounding :data:`PAPER_ROUNDING`); the note is then given
+    only there (a difference inside the seed spread is not evidence of one). One seed: the
+    note where |ours − paper| > :data:`DIFF_NOTE_AT`.
     """
     ours = {r["problem"]: r for r in epistemic + aleatoric
             if r["class"] in ("all", "overall") and "gn_r" in r}
@@ -127,7 +153,7 @@ def versus_paper(epistemic: list[dict], aleatoric: list[dict]) -> list[dict]:
                        "ours": float(mine[metric]), "paper": want, "diff": diff}
                 std = mine.get(f"{metric}_std")
                 if std is not None and mine.get("n_seeds", 1) >= 2:
-                    outside = bool(abs(diff) > 2 * float(std))
+                    outside = bool(abs(diff) > 2 * float(std) + PAPER_ROUNDING)
                     row.update(std=float(std), n_seeds=int(mine["n_seeds"]),
                                outside_2sd=outside)
                     flag = outside
