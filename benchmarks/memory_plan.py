@@ -45,6 +45,10 @@ CONFIGS = [
     ("smollm2", 4, 256, "ghost", "bfloat16", "check"),
     ("smollm2", 1, 512, "loop", "float32", "check"),
     ("smollm2", 8, 256, "ghost", "float32", "check"),
+    # added after the half-precision term was revised on the bf16 4 × 256 row: fresh checks
+    ("smollm2", 4, 64, "ghost", "bfloat16", "check"),
+    ("smollm2", 1, 512, "ghost", "bfloat16", "check"),
+    ("tiny-llama", 16, 256, "ghost", "bfloat16", "check"),
     # 16 × 256 and 16 × 512 ghost (predicted 7.6 and 15 GiB) do not fit beside the other jobs
     # of the 23 GB machine they were measured on
 ]
