@@ -433,10 +433,24 @@ def score_regressor(
     sigma_noise: float = 1.0,
     method: Method = "auto",
 ) -> Scores:
-    """Epistemic uncertainty gᵀCg, g = ∇θ f(xᵢ, θ*), of a scalar regressor (N,) or (N, 1).
+    """Epistemic uncertainty gᵀCg, g = ∇θ f(xᵢ, θ*), of a scalar regressor.
 
-    Returns Scores with epistemic (N,) in output units squared and mean (N,) = f(xᵢ, θ*).
-    Laplace curvature uses a Gaussian likelihood with noise ``sigma_noise``.
+    Args:
+        model: maps a batch (N, ...) to outputs (N,) or (N, 1); scored in eval mode.
+        inputs: (N, ...) tensor or array, batch first.
+        covariance: ``"identity"`` (‖g‖², the paper's estimator), ``"diagonal"``,
+            ``"laplace"``, ``"last_layer"``, or a covariance object from ``isouq.covariance``.
+        params: which parameters take part (see ``isouq.params.select_params``).
+        batch_size: examples per forward/backward (ghost) or per Jacobian chunk (functorch).
+        data: (X, y) proxy data for the curvature of a Laplace covariance.
+        prior_precision: λ of a Laplace covariance.
+        hessian: curvature kind of a Laplace covariance ("ggn", "ef", "hessian").
+        sigma_noise: σ of the Gaussian likelihood of a Laplace covariance (output units).
+        method: ``"auto"``, ``"ghost"`` (identity covariance only) or ``"functorch"``.
+
+    Returns:
+        Scores with ``epistemic`` (N,) in output units squared and ``mean`` (N,) = f(xᵢ, θ*);
+        ``aleatoric`` and ``probs`` are None.
     """
     x = as_batch(inputs, model)
     with eval_mode(model):

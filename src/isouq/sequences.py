@@ -256,9 +256,29 @@ def score_sequences(
 ) -> SequenceScores:
     """Score N answers of a causal LM (any Hugging Face ``AutoModelForCausalLM``).
 
-    prompts: N strings or chat-message lists; answers: N strings or token-id lists.
-    Returns SequenceScores: epistemic ‖∇θ p̄‖² (probability² units), aleatoric, mean_prob p̄ and
-    n_tokens T, each (N,), plus which parameters took part. Padding never changes a score.
+    Args:
+        model: the causal LM at its trained θ*; scored in eval mode.
+        tokenizer: its tokenizer (a chat template is needed for chat-message prompts).
+        prompts: N strings, or N chat-message lists ``[{"role": str, "content": str}, ...]``
+            rendered with the chat template and a generation prompt.
+        answers: N strings (tokenized without special tokens) or N lists of token ids.
+        batch_size: answers per forward/backward pass.
+        method: ``"ghost"`` (every answer of a batch from one backward pass), ``"loop"`` (one
+            backward per answer; any covariance) or ``"per_token"`` (the paper's comparison).
+        params: which parameters take part (see ``isouq.params.select_params``).
+        covariance: ``"identity"``, or a covariance object (``method="loop"`` only).
+        per_param: also return the (N, n_tensors) breakdown of ‖g‖² by parameter tensor.
+        padding_side: ``"left"`` or ``"right"``; padding never changes a score.
+        progress: show a progress bar.
+
+    Returns:
+        SequenceScores with, each (N,): ``epistemic`` ‖∇θ p̄‖² (probability² units),
+        ``epistemic_log`` ‖∇θ log p̄‖² (= epistemic / p̄²), ``aleatoric`` (1/T) Σₜ pₜ(1 − pₜ),
+        ``mean_prob`` p̄ and ``n_tokens`` T; and which parameters took part (``params``).
+
+    Raises:
+        InputError: prompts or answers of the wrong type or count, empty answers, token ids
+            outside the vocabulary, an answer longer than the context window.
     """
     if method not in ("ghost", "loop", "per_token"):
         raise InputError(f"method={method!r} is not one of 'ghost', 'loop', 'per_token'")

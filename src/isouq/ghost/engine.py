@@ -43,7 +43,17 @@ class GhostResult:
 
 
 class GhostNorms:
-    """Context manager computing exact per-example squared gradient norms with hooks."""
+    """Context manager computing exact per-example squared gradient norms with hooks.
+
+    Args:
+        model: the model; inside the context every weight is frozen (activation gradients
+            only) and the layers owning ``params`` are hooked.
+        params: name -> parameter of the parameters that take part (e.g.
+            ``dict(model.named_parameters())``).
+        warn: warn once when a layer type has no rule (the exact fallback runs).
+        seq_len: T, when a layer sees the batch flattened to (N·T, …) (OPT's feed-forward
+            blocks): such calls are read as (N, T, …).
+    """
 
     def __init__(self, model: nn.Module, params: dict[str, nn.Parameter], *, warn: bool = True,
                  seq_len: int | None = None):
@@ -183,11 +193,28 @@ class GhostNorms:
 
     # ------------------------------------------------------------------ compute
     def backward(self, s: torch.Tensor, *, retain_graph: bool = False) -> torch.Tensor:
-        """Backward of Σᵢ sᵢ; returns (N,) ‖∇θ sᵢ‖² (see :meth:`backward_detailed`)."""
+        """Backward of Σᵢ sᵢ, the per-example squared gradient norms.
+
+        Args:
+            s: (N,) per-example scalars computed inside the context; example i must depend on
+                input i only.
+            retain_graph: keep the graph (and the recorded inputs) for another backward.
+
+        Returns:
+            (N,) ‖∇θ sᵢ‖² over the selected parameters (s's units squared), float32 or wider.
+        """
         return self.backward_detailed(s, retain_graph=retain_graph).total
 
     def backward_detailed(self, s: torch.Tensor, *, retain_graph: bool = False) -> GhostResult:
-        """Backward of Σᵢ sᵢ for s (N,); per-example squared norms, total and per parameter."""
+        """Backward of Σᵢ sᵢ; per-example squared norms, total and per parameter tensor.
+
+        Args:
+            s: (N,) per-example scalars computed inside the context.
+            retain_graph: keep the graph (and the recorded inputs) for another backward.
+
+        Returns:
+            GhostResult: ``total`` (N,), ``per_param`` (N, n) in the order of ``names``.
+        """
         if s.ndim != 1:
             raise ValueError(f"s must be (N,), got shape {tuple(s.shape)}")
         N = s.shape[0]
