@@ -76,7 +76,9 @@ def test_align_columns():
 def test_qa_tables_shapes(study):
     tables = {t.name: t for t in qa_tables(study)}
     assert list(tables) == ["auroc", "auroc_per_model", "significance", "paired_bootstrap",
-                            "correlation", "lomo", "cost", "passes", "prr", "aurac"]
+                            "correlation", "lomo", "cost", "passes", "prr", "aurac", "raw_auroc"]
+    raw = tables["raw_auroc"]
+    assert raw.columns[-1] == "score_direction" and len(raw.rows) > 0
     auroc = tables["auroc"]
     assert auroc.columns == ("method", "TruthfulQA", "TriviaQA")
     assert [r[0] for r in auroc.rows] == ["Naive Ent.", "Sem. Ent.", "P(True)", "p̄", "Alea.",

@@ -288,6 +288,17 @@ def _raw_auroc_by_labels_view(rows: list[dict], digits: int) -> Table:
                       "main table learns and hides.")
 
 
+def _raw_auroc_view(rows: list[dict], digits: int) -> Table:
+    keep = ("dataset", "model", "score", "n", "auroc", "ci_low", "ci_high", "score_direction")
+    rows = [{k: r.get(k) for k in keep} for r in rows]
+    return make_table("raw_auroc", rows, title="Which direction predicts errors: raw scores",
+                      digits=digits, columns=list(keep),
+                      caption="AUROC of each score used as it is (no fit), oriented as a "
+                      "confidence (p̄, P(True) as they are; the uncertainty scores negated), with "
+                      "a 95% bootstrap interval over questions; score_direction says what the "
+                      "interval supports for the raw score ('none' when it holds 0.5).")
+
+
 #: study table name -> (view name, view function), in report order.
 QA_VIEWS: tuple[tuple[str, Callable[[list[dict], int], Table]], ...] = (
     ("auroc", _metric_view("auroc", "AUROC")),
@@ -301,6 +312,7 @@ QA_VIEWS: tuple[tuple[str, Callable[[list[dict], int], Table]], ...] = (
     ("cost", _passes_view),
     ("prr", _metric_view("prr", "PRR")),
     ("aurac", _metric_view("aurac", "AURAC")),
+    ("raw_auroc", _raw_auroc_view),
     ("label_agreement", _label_agreement_view),
     ("auroc_by_labels", _auroc_by_labels_view),
     ("raw_auroc_by_labels", _raw_auroc_by_labels_view),
