@@ -8,19 +8,10 @@ import pytest
 import torch
 from torch import nn
 
+from brute import brute
 from isouq.errors import ModelError
 from isouq.ghost import Call, Materialized, factors, register_rule, registry, rule_for
 from isouq.ghost.engine import GhostNorms
-
-
-def brute(model, params, s_fn, n):
-    """(n, P) ‖∇θ s_i‖² per parameter tensor, one autograd.grad per example."""
-    rows = []
-    for i in range(n):
-        gs = torch.autograd.grad(s_fn(i), list(params.values()), allow_unused=True)
-        rows.append(torch.stack([g.pow(2).sum() if g is not None else torch.tensor(0.0)
-                                 for g in gs]))
-    return torch.stack(rows)
 
 
 def check(model, x, s_of_out=None, rtol=1e-4, **fwd):

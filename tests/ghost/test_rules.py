@@ -4,19 +4,11 @@ import pytest
 import torch
 from torch import nn
 
+from brute import brute
 from isouq.ghost import factors
 from isouq.ghost.engine import GhostNorms
 
 torch.manual_seed(0)
-
-
-def brute(model, params, s_fn, n):
-    rows = []
-    for i in range(n):
-        gs = torch.autograd.grad(s_fn(i), list(params.values()), allow_unused=True)
-        rows.append(torch.stack([g.pow(2).sum() if g is not None else torch.tensor(0.0)
-                                 for g in gs]))
-    return torch.stack(rows)
 
 
 def check(model, inputs, s_of_out, rtol=1e-4):
