@@ -4,7 +4,8 @@ Such parameters act elementwise on the normalized trailing dims and affinely:
 yₜⱼ = αₜⱼ wⱼ + βₜⱼ (w·x̂, (1 + w)·x̂ as in Gemma, w·x̂ + b for LayerNorm; float32 upcasts do
 not matter), j running over ``normalized_shape`` (any number of trailing dims). So
 ∂yₜ/∂w = f(w + 1) − f(w), one plain forward of the module on the recorded input, minus the
-recorded output, whatever the exact formula. Per example: gᵢ = Σₜ (∂yₜ/∂w) ⊙ bₜ, shape
+recorded output, whatever the exact formula (for a half-precision layer both terms are
+evaluated on a float32 copy: a difference of two rounded outputs would keep few digits). Per example: gᵢ = Σₜ (∂yₜ/∂w) ⊙ bₜ, shape
 (N, *w.shape), t running over the leading dims between the batch and the normalized ones.
 """
 
