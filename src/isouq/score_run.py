@@ -261,9 +261,6 @@ def score_rows(
             def fits(n: int, length: int, answer: int) -> bool:
                 return need(n, length, answer) <= memory_budget
 
-        def fits_alone(length: int, answer: int) -> bool:
-            return fits(1, length, answer)
-
         def base(r: PairRow) -> dict:
             return {"key": r.key, "prompt": r.prompt, "question": r.question, "answer": r.answer,
                     "input_sha": r.fingerprint, "settings_sha": settings_sha}
@@ -294,7 +291,7 @@ def score_rows(
             for r in todo:
                 try:
                     prompt, n, a = _prepare(r, tokenizer, ctx, vocab)
-                    if fits is not None and not fits_alone(n, a):
+                    if fits is not None and not fits(1, n, a):
                         raise _RowError(
                             f"one row of {n} tokens needs more than the memory budget of "
                             f"{memory_budget / 2**30:.2f} GiB (predicted "

@@ -20,6 +20,7 @@ import hashlib
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from ..errors import DataError
@@ -39,7 +40,7 @@ class PairRow:
     question: str | None = None
     line: int = 0
 
-    @property
+    @cached_property
     def fingerprint(self) -> str:
         """SHA-256 (16 hex digits) of the content that is scored: prompt, question, answer."""
         return content_sha({"prompt": self.prompt, "question": self.question,
