@@ -81,9 +81,7 @@ def write_ordered(out: str | Path, rows: list[dict], keys: list[str], *,
     by_key: dict[str, dict] = {}
     for r in rows:
         k = str(r["key"])
-        if k in by_key and latest == "last":
-            pass
-        elif k in by_key:
+        if k in by_key and latest == "revision":
             rev, old_rev = int(r.get("revision", 0)), int(by_key[k].get("revision", 0))
             if rev < old_rev:
                 continue
