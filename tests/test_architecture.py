@@ -14,7 +14,7 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 LAYERS = [
-    ("foundation", ("errors", "runio", "runtime", "distributed")),
+    ("foundation", ("errors", "runio", "runtime", "distributed", "methods", "answer_row")),
     ("edges", ("models", "data")),
     ("estimators", ("scores", "params", "per_example", "covariance", "ghost", "estimators",
                     "sequences", "memory_plan")),

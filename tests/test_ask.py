@@ -38,14 +38,14 @@ def test_scores_are_those_of_one_backward_per_answer(lm):
     assert [r["answer"] for r in rows] == [g.text for g in gens]
     for r, p, g in zip(rows, prompts, gens, strict=True):
         if not g.token_ids:
-            assert math.isnan(r["epistemic"]) and r["n_tokens"] == 0
+            assert math.isnan(r["scores"]["epistemic"]) and r["n_answer_tokens"] == 0
             continue
         ref = isouq.score_sequences(model, tok, [p], [g.token_ids], method="loop")
-        assert r["epistemic"] == pytest.approx(float(ref.epistemic[0]), rel=1e-4)
-        assert r["aleatoric"] == pytest.approx(float(ref.aleatoric[0]), rel=1e-5)
-        assert r["mean_prob"] == pytest.approx(float(ref.mean_prob[0]), rel=1e-5)
-        assert r["n_tokens"] == len(g.token_ids)
-    assert any(r["n_tokens"] > 0 for r in rows)
+        assert r["scores"]["epistemic"] == pytest.approx(float(ref.epistemic[0]), rel=1e-4)
+        assert r["scores"]["aleatoric"] == pytest.approx(float(ref.aleatoric[0]), rel=1e-5)
+        assert r["scores"]["mean_prob"] == pytest.approx(float(ref.mean_prob[0]), rel=1e-5)
+        assert r["n_answer_tokens"] == len(g.token_ids)
+    assert any(r["n_answer_tokens"] > 0 for r in rows)
 
 
 def test_cli_json_from_arguments_file_and_stdin(model_dir, tmp_path, capsys, monkeypatch):
@@ -60,8 +60,8 @@ def test_cli_json_from_arguments_file_and_stdin(model_dir, tmp_path, capsys, mon
     assert main([*base, "--file", "-"]) == 0
     again = [json.loads(line) for line in capsys.readouterr().out.splitlines()
              if line.startswith("{")]
-    assert again[0]["answer"] == got[0]["answer"] and again[0]["epistemic"] == pytest.approx(
-        got[0]["epistemic"], rel=1e-5, nan_ok=True)
+    assert again[0]["answer"] == got[0]["answer"] and again[0]["scores"]["epistemic"] == pytest.approx(
+        got[0]["scores"]["epistemic"], rel=1e-5, nan_ok=True)
 
 
 def test_cli_table(model_dir, capsys):
@@ -105,15 +105,15 @@ def test_percentiles_count_the_reference_answers_at_or_below():
 
     ref = [{"scores": {"epistemic": e, "aleatoric": a}}
            for e, a in [(1.0, 0.1), (2.0, 0.2), (2.0, 0.3), (5.0, 0.4)]]
-    rows = [{"epistemic": 2.0, "aleatoric": 0.05}, {"epistemic": 9.0, "aleatoric": 0.35},
-            {"epistemic": float("nan"), "aleatoric": float("nan")}]
+    rows = [{"scores": {"epistemic": e, "aleatoric": a}}
+            for e, a in [(2.0, 0.05), (9.0, 0.35), (float("nan"), float("nan"))]]
     add_percentiles(rows, ref)
     for r in rows[:2]:
         for name in ("epistemic", "aleatoric"):
-            brute = 100 * sum(x["scores"][name] <= r[name] for x in ref) / len(ref)
-            assert r[f"{name}_percentile"] == brute
-    assert [r["epistemic_percentile"] for r in rows[:2]] == [75.0, 100.0]
-    assert math.isnan(rows[2]["epistemic_percentile"])
+            brute = 100 * sum(x["scores"][name] <= r["scores"][name] for x in ref) / len(ref)
+            assert r["percentiles"][name] == brute
+    assert [r["percentiles"]["epistemic"] for r in rows[:2]] == [75.0, 100.0]
+    assert math.isnan(rows[2]["percentiles"]["epistemic"])
 
 
 def test_cli_reference_adds_percentiles(model_dir, tmp_path, capsys):
@@ -124,12 +124,12 @@ def test_cli_reference_adds_percentiles(model_dir, tmp_path, capsys):
     got = [json.loads(line) for line in capsys.readouterr().out.splitlines()
            if line.startswith("{")]
     for r in got:
-        if r["n_tokens"]:  # a real ‖g‖² > 0 lies between the 2nd and 3rd reference value
-            assert r["epistemic_percentile"] == pytest.approx(200 / 3)
-    assert any(r["n_tokens"] for r in got)
+        if r["n_answer_tokens"]:  # a real ‖g‖² > 0 lies between the 2nd and 3rd reference
+            assert r["percentiles"]["epistemic"] == pytest.approx(200 / 3)
+    assert any(r["n_answer_tokens"] for r in got)
     assert main([*base, QUESTIONS[0]]) == 0
     out = capsys.readouterr().out
-    assert "epi. pct" in out and f"percentile among 3 answers of {model_dir}" in out
+    assert "epist. pct" in out and f"percentile among 3 answers of {model_dir}" in out
 
 
 def test_reference_without_the_model_is_one_clear_line(tmp_path, capsys):
@@ -162,16 +162,14 @@ def test_percentiles_of_baselines_count_only_reference_rows_that_have_them():
     ref = [{"scores": {"epistemic": 1.0, "aleatoric": 0.1, "p_true": 0.2}},
            {"scores": {"epistemic": 2.0, "aleatoric": 0.2, "p_true": 0.9}},
            {"scores": {"epistemic": 3.0, "aleatoric": 0.3}}]
-    rows = [{"epistemic": 2.5, "aleatoric": 0.2, "p_true": 0.5, "naive_entropy": 1.0}]
+    rows = [{"scores": {"epistemic": 2.5, "aleatoric": 0.2, "p_true": 0.5,
+                        "naive_entropy": 1.0}}]
     add_percentiles(rows, ref)
-    assert rows[0]["p_true_percentile"] == 50.0  # 1 of the 2 rows with P(True)
-    assert rows[0]["epistemic_percentile"] == pytest.approx(200 / 3)
-    assert "naive_entropy_percentile" not in rows[0]  # no reference row has it
+    assert rows[0]["percentiles"]["p_true"] == 50.0  # 1 of the 2 rows with P(True)
+    assert rows[0]["percentiles"]["epistemic"] == pytest.approx(200 / 3)
+    assert "naive_entropy" not in rows[0]["percentiles"]  # no reference row has it
 
 
 def test_semantic_entropy_without_a_judge_is_refused():
-    from isouq.ask import add_baselines
-
     with pytest.raises(InputError, match="entailment judge"):
-        add_baselines(None, None, [{"question": "q", "answer": "a", "seconds": {}}],
-                      ["semantic_entropy"])
+        answer_and_score(None, None, ["q"], baselines=["semantic_entropy"])

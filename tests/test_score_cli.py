@@ -49,7 +49,7 @@ def same_scores(a: dict, b: dict):
     for k in a:
         assert a[k]["answer"] == b[k]["answer"]
         for f in ("epistemic", "aleatoric", "mean_prob"):
-            assert a[k][f] == pytest.approx(b[k][f], rel=1e-5), (k, f)
+            assert a[k]["scores"][f] == pytest.approx(b[k]["scores"][f], rel=1e-5), (k, f)
 
 
 def test_plan_batches():
@@ -79,7 +79,7 @@ def test_score_matches_library_and_resumes(model_dir, tmp_path):
     src = [json.loads(line) for line in open(inp)]
     prompts = [r.get("prompt") or qa_prompt(tok, r["question"]) for r in src]
     lib = isouq.score_sequences(model, tok, prompts, [r["answer"] for r in src])
-    assert torch.allclose(torch.tensor([r["epistemic"] for r in rows]), lib.epistemic, rtol=1e-5)
+    assert torch.allclose(torch.tensor([r["scores"]["epistemic"] for r in rows]), lib.epistemic, rtol=1e-5)
     # crash: keep 5 rows and a torn half-line; a re-run completes without duplicates
     full = rows_by_key(out)
     lines = out.read_text().splitlines(keepends=True)

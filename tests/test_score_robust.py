@@ -72,7 +72,7 @@ def test_changed_answer_under_same_key_is_rescored(model_dir, tmp_path, capsys):
     after = read_jsonl(out)
     assert [r["key"] for r in after] == [f"k{i}" for i in range(5)]  # one row per key
     assert after[2]["answer"] == "because the sky is blue"
-    assert after[2]["epistemic"] != before["k2"]["epistemic"]
+    assert after[2]["scores"]["epistemic"] != before["k2"]["scores"]["epistemic"]
     assert all(after[i] == before[f"k{i}"] for i in (0, 1, 3, 4))
 
 
@@ -96,7 +96,8 @@ def test_rows_carry_fingerprints_and_settings(model_dir, tmp_path):
     for r in read_jsonl(out):
         assert r["input_sha"] == fps[r["key"]] and r["settings_sha"] == meta["settings_sha"]
         # epistemic_log = ‖∇ log p̄‖² = ‖∇ p̄‖² / p̄²
-        assert r["epistemic_log"] == pytest.approx(r["epistemic"] / r["mean_prob"] ** 2)
+        s = r["scores"]
+        assert s["epistemic_log"] == pytest.approx(s["epistemic"] / s["mean_prob"] ** 2)
     assert not Path(str(out) + ".lock").exists()  # lock removed at the end
 
 
@@ -181,9 +182,9 @@ def test_bad_rows_become_error_rows_and_the_rest_is_scored(model_dir, tmp_path, 
     assert "2 rows could not be scored" in capsys.readouterr().out
     got = by_key(out)
     assert list(got) == ["ok1", "long", "ids", "ok2"]
-    assert "context window" in got["long"]["error"] and "epistemic" not in got["long"]
+    assert "context window" in got["long"]["error"] and "scores" not in got["long"]
     assert "outside the model's vocabulary" in got["ids"]["error"]
-    assert got["ok1"]["epistemic"] > 0 and got["ok2"]["epistemic"] > 0
+    assert got["ok1"]["scores"]["epistemic"] > 0 and got["ok2"]["scores"]["epistemic"] > 0
     # stop: the key is named, nothing after it is written
     out2 = tmp_path / "out2.jsonl"
     assert score(inp, out2, model_dir, "--on-error", "stop", "--no-bucketing") == 2
@@ -209,7 +210,7 @@ def test_a_failing_batch_is_retried_row_by_row(model_dir, tmp_path, monkeypatch)
     assert score(inp, out, model_dir, "--batch-size", "3") == 0
     got = by_key(out)
     assert got["b"]["error"] == "RuntimeError: numerical trouble"
-    assert got["a"]["epistemic"] > 0 and got["c"]["epistemic"] > 0
+    assert got["a"]["scores"]["epistemic"] > 0 and got["c"]["scores"]["epistemic"] > 0
 
 
 # ------------------------------------------------------------------ streaming
@@ -278,7 +279,7 @@ def test_malformed_rows_never_raise_anything_but_isouq_errors(tmp_path):
             pass
         assert by_key(out)["keep"] == kept  # nothing already written is lost or changed
         for r in read_jsonl(out):
-            assert "error" in r or r["epistemic"] >= 0
+            assert "error" in r or r["scores"]["epistemic"] >= 0
 
     check()
 
@@ -313,7 +314,8 @@ def test_memory_budget_cuts_batches_to_what_fits(model_dir, tmp_path, capsys, mo
     monkeypatch.undo()
     assert max(batches) < 8 and sum(batches) == 10
     for k, r in by_key(free).items():
-        assert by_key(tight)[k]["epistemic"] == pytest.approx(r["epistemic"], rel=1e-5)
+        assert by_key(tight)[k]["scores"]["epistemic"] == pytest.approx(r["scores"]["epistemic"],
+                                                                   rel=1e-5)
     tiny_out = tmp_path / "none.jsonl"
     assert score(inp, tiny_out, model_dir, "--memory-budget", "1KB") == 0
     assert "10 rows could not be scored" in capsys.readouterr().out

@@ -24,39 +24,16 @@ import textwrap
 from collections.abc import Sequence
 
 from .errors import DataError, InputError
+from .methods import BASELINES, SCORES, check_methods, check_sampling
 
-COLUMNS = (
-    "p̄ = mean probability of the answer's tokens (the model's own confidence)\n"
-    "aleatoric = mean of p(1-p) over the tokens: how spread the model's token choices are\n"
-    "epistemic = ‖∇θ p̄‖²: how far p̄ moves when the weights move; = p̄²·‖∇θ log p̄‖², so it\n"
-    "            also carries p̄ (a low-confidence answer gets a small value)\n"
-    "epi. log = ‖∇θ log p̄‖²: the same sensitivity without p̄'s scale"
-)
 CAUTION = (
     "Caution: none of these is a probability of being right, and which direction predicts "
     "errors depends on the model and the data (docs: What the scores mean); pass "
     "--calibration FILE for P(correct)."
 )
-BASELINES = ("naive_entropy", "semantic_entropy", "p_true")
-"""The QA study's sampling-based baselines, in the order ``add_baselines`` computes them."""
-BASELINE_COLUMNS = {
-    "naive_entropy": "naive H = entropy of K sampled answers (nats/token; higher = less certain)",
-    "semantic_entropy": "SE = entropy over the meanings of the K samples (nats; higher = less "
-                        "certain)",
-    "p_true": "P(True) = the model's own probability that its answer is true (higher = more "
-              "certain)",
-}
-NUMERIC = (  # table columns: (header, row field, width, format)
-    ("p̄", "mean_prob", 6, ".3f"), ("alea.", "aleatoric", 6, ".3f"),
-    ("epist.", "epistemic", 9, ".3g"), ("epi. log", "epistemic_log", 9, ".3g"),
-    ("naive H", "naive_entropy", 7, ".3f"),
-    ("SE", "semantic_entropy", 6, ".3f"), ("P(True)", "p_true", 7, ".3f"),
-    ("p̄ pct", "mean_prob_percentile", 6, ".0f"),
-    ("epi. pct", "epistemic_percentile", 8, ".0f"),
-    ("log pct", "epistemic_log_percentile", 7, ".0f"),
-    ("alea. pct", "aleatoric_percentile", 9, ".0f"),
-    ("P(ok)", "p_correct", 6, ".2f"), ("withheld", "withheld", 8, ""),
-)
+#: the scores ``print_table`` shows (when the rows carry them), in this order
+TABLE_SCORES: tuple[str, ...] = ("mean_prob", "aleatoric", "epistemic", "epistemic_log",
+                                 "naive_entropy", "semantic_entropy", "p_true")
 
 
 def check_questions(questions: Sequence[str]) -> list[str]:
@@ -70,103 +47,74 @@ def check_questions(questions: Sequence[str]) -> list[str]:
     return out
 
 
-def answer_and_score(model, tokenizer, questions: Sequence[str], *, max_new_tokens: int = 50,
-                     batch_size: int = 16) -> list[dict]:
-    """Greedy answer and its uncertainty for each question.
-
-    Returns N dicts: question, answer, mean_prob, aleatoric, epistemic (‖∇θ p̄‖²), epistemic_log
-    (‖∇θ log p̄‖² = epistemic / p̄²),
-    normalized_epistemic (‖∇θ p̄‖² / ‖θ*‖²), n_tokens, and seconds {"generation", "scoring"}
-    (each row's share of its batch). An empty answer gets NaN scores.
-    """
-    import time
-
-    from .qa.generation import generate_greedy
-    from .qa.prompts import qa_prompts
-    from .sequences import score_sequences
-
-    questions = check_questions(questions)
-    prompts = qa_prompts(tokenizer, questions)
-    gens = generate_greedy(model, tokenizer, prompts, max_new_tokens=max_new_tokens,
-                           batch_size=batch_size)
-    rows = [{"question": q, "answer": g.text, "mean_prob": float("nan"),
-             "aleatoric": float("nan"), "epistemic": float("nan"), "epistemic_log": float("nan"),
-             "normalized_epistemic": float("nan"), "n_tokens": 0,
-             "seconds": {"generation": g.seconds, "scoring": 0.0}}
-            for q, g in zip(questions, gens, strict=True)]
-    scored = [i for i, g in enumerate(gens) if len(g.token_ids) > 0]
-    if scored:
-        t0 = time.perf_counter()
-        s = score_sequences(model, tokenizer, [prompts[i] for i in scored],
-                            [gens[i].token_ids for i in scored], batch_size=batch_size)
-        for j, i in enumerate(scored):
-            rows[i].update(mean_prob=float(s.mean_prob[j]), aleatoric=float(s.aleatoric[j]),
-                           epistemic=float(s.epistemic[j]),
-                           epistemic_log=float(s.epistemic_log[j]),
-                           normalized_epistemic=float(s.normalized_epistemic[j]),
-                           n_tokens=int(s.n_tokens[j]))
-            rows[i]["seconds"]["scoring"] = (time.perf_counter() - t0) / len(scored)
-    return rows
-
-
 def check_baselines(methods: Sequence[str], *, k: int, k_p_true: int,
                     temperature: float = 1.0) -> list[str]:
-    """The baselines asked for, in ``BASELINES`` order; an InputError for an unknown one or
-    settings they cannot run with (the rule ``isouq qa run`` applies: ``check_sampling``)."""
-    from .qa.baselines import check_sampling
-
-    unknown = sorted(set(methods) - set(BASELINES))
-    if unknown:
-        raise InputError(f"unknown baseline {unknown[0]!r}; choose from {', '.join(BASELINES)}")
-    methods = [m for m in BASELINES if m in methods]
+    """The baselines asked for, in registry order; an InputError for an unknown one or
+    settings they cannot run with (the rule of ``isouq qa run``: ``methods.check_sampling``)."""
+    methods = check_methods(methods, among=BASELINES)
     check_sampling(methods, k=k, k_p_true=k_p_true, temperature=temperature)
     return methods
 
 
-def add_baselines(model, tokenizer, rows: Sequence[dict], methods: Sequence[str], *,
-                  judge=None, k: int = 10, k_p_true: int = 5, temperature: float = 1.0,
-                  seed: int = 0, max_new_tokens: int = 50, batch_size: int = 16) -> None:
-    """Add the sampling baselines to each row of ``answer_and_score`` (in place).
+def answer_and_score(model, tokenizer, questions: Sequence[str], *,
+                     baselines: Sequence[str] = (), judge=None, k: int = 10,
+                     k_p_true: int = 5, temperature: float = 1.0, seed: int = 0,
+                     max_new_tokens: int = 50, batch_size: int = 16) -> list[dict]:
+    """Greedy answer and its uncertainty for each question.
 
-    K answers per question are sampled once (seeded by ``seed`` and the question text) and
-    shared: ``naive_entropy`` (nats/token), ``semantic_entropy`` (nats; with ``judge``, an
-    ``EntailmentJudge``) and its ``semantic_clusters`` (one id per sample), ``p_true`` (in
-    [0, 1]) from the first ``k_p_true`` samples. Rows also get ``samples`` (the K texts) and
-    each method's seconds, sampling included.
+    The gradient scores come from one backward pass per batch; each baseline of ``baselines``
+    (``isouq.methods.BASELINES``) is computed from K answers per question, sampled once (seeded
+    by ``seed`` and the question text) and shared: P(True) shows the first ``k_p_true``, and
+    semantic entropy clusters them with ``judge`` (an ``EntailmentJudge``).
+
+    Args:
+        model, tokenizer: a causal LM and its tokenizer.
+        questions: (N,) questions, wrapped in the QA prompt (``qa.prompts.qa_prompt``).
+        baselines: sampling baselines to add.
+        judge: semantic entropy's entailment judge.
+        k, k_p_true, temperature, seed: sampling settings (as ``isouq qa run``).
+        max_new_tokens: answer length cap (tokens).
+        batch_size: answers per pass.
+
+    Returns:
+        N answer rows (``isouq.answer_row``): key (the question's place), question, answer,
+        scores (epistemic ‖∇θ p̄‖², epistemic_log, aleatoric, normalized_epistemic, mean_prob,
+        and the baselines': naive_entropy in nats/token, semantic_entropy in nats, p_true in
+        [0, 1]), seconds per step (each row's share of its batch; a baseline's includes the
+        sampling), passes, n_answer_tokens; with baselines also ``samples`` (the K texts) and,
+        with semantic entropy, ``semantic_clusters`` (one id per sample). An empty answer gets
+        NaN gradient scores.
     """
-    from .qa.generation import sample_completions
+    from .qa.generation import generate_greedy, sample_completions
+    from .qa.methods import AnswerBatch, run_methods
     from .qa.prompts import qa_prompts
 
-    methods = check_baselines(methods, k=k, k_p_true=k_p_true, temperature=temperature)
-    if "semantic_entropy" in methods and judge is None:
+    questions = check_questions(questions)
+    baselines = check_baselines(baselines, k=k, k_p_true=k_p_true, temperature=temperature)
+    if "semantic_entropy" in baselines and judge is None:
         raise InputError("semantic entropy needs an entailment judge (--entailment-model)")
-    if not methods or not rows:
-        return
-    questions = [r["question"] for r in rows]
-    sampled = sample_completions(model, tokenizer, qa_prompts(tokenizer, questions), k=k,
-                                 temperature=temperature, seed=seed, keys=questions,
-                                 max_new_tokens=max_new_tokens,
-                                 batch_size=min(batch_size * k, 128))
-    for r, s in zip(rows, sampled, strict=True):
-        r["samples"] = s.texts
-    if "naive_entropy" in methods:
-        from .qa.baselines.naive_entropy import naive_entropy
+    prompts = qa_prompts(tokenizer, questions)
+    gens = generate_greedy(model, tokenizer, prompts, max_new_tokens=max_new_tokens,
+                           batch_size=batch_size)
 
-        for r, v in zip(rows, naive_entropy(sampled), strict=True):
-            r["naive_entropy"], r["seconds"]["naive_entropy"] = v.value, v.seconds
-    if "semantic_entropy" in methods:
-        from .qa.baselines.semantic_entropy import semantic_entropy
+    def sample():
+        return sample_completions(model, tokenizer, prompts, k=k, temperature=temperature,
+                                  seed=seed, keys=questions, max_new_tokens=max_new_tokens,
+                                  batch_size=min(batch_size * k, 128))
 
-        for r, v in zip(rows, semantic_entropy(questions, sampled, judge), strict=True):
-            r["semantic_entropy"], r["semantic_clusters"] = v.value, v.cluster_ids
-            r["seconds"]["semantic_entropy"] = v.seconds
-    if "p_true" in methods:
-        from .qa.baselines.p_true import p_true
-
-        got = p_true(model, tokenizer, questions, [r["answer"] for r in rows],
-                     brainstormed=sampled, k=k_p_true, batch_size=batch_size)
-        for r, v in zip(rows, got, strict=True):
-            r["p_true"], r["seconds"]["p_true"] = v.value, v.seconds
+    batch = AnswerBatch(model, tokenizer, questions, prompts, [g.text for g in gens],
+                        [g.token_ids for g in gens], sample=sample, entailment=judge,
+                        k_p_true=k_p_true, seed=seed, batch_size=batch_size)
+    got = run_methods(batch, ["gradient", *baselines])
+    rows = []
+    for i, (q, g, m) in enumerate(zip(questions, gens, got, strict=True)):
+        row = {"key": str(i), "question": q, "answer": g.text, "scores": m["scores"],
+               "seconds": {"generation": g.seconds, **m["seconds"]}, "passes": m["passes"],
+               "n_answer_tokens": len(g.token_ids), **m["extra"]}
+        if baselines:
+            row["samples"] = batch.sampled()[i].texts
+        rows.append(row)
+    return rows
 
 
 def reference_rows(path, model: str) -> list[dict]:
@@ -184,45 +132,67 @@ def reference_rows(path, model: str) -> list[dict]:
 
 
 def add_percentiles(rows: Sequence[dict], reference: Sequence[dict]) -> None:
-    """Add ``{score}_percentile`` to each row for p̄, epistemic, epistemic_log, aleatoric and
+    """Add ``percentiles`` {score: %} to each row for p̄, epistemic, epistemic_log, aleatoric and
     each baseline the rows carry: the share (in %) of the reference answers, among those that
     have the score, whose score is ≤ the row's (NaN for an unscored answer). Reference rows
     written before ``epistemic_log`` was recorded get it as epistemic / p̄²."""
     import numpy as np
 
+    from .answer_row import scores_of
+
     def score_of(r: dict, name: str):
-        sc = r["scores"]
+        sc = scores_of(r)
         if name == "epistemic_log" and name not in sc and sc.get("mean_prob"):
             if "epistemic" in sc:
                 return sc["epistemic"] / sc["mean_prob"] ** 2
         return sc.get(name)
 
+    for row in rows:
+        row.setdefault("percentiles", {})
     for name in ("mean_prob", "epistemic", "epistemic_log", "aleatoric", *BASELINES):
         have = [v for r in reference if (v := score_of(r, name)) is not None]
-        if not rows or name not in rows[0] or not have:
+        if not rows or name not in rows[0]["scores"] or not have:
             continue
         ref = np.sort(np.array(have, dtype=float))
         for row in rows:
-            v = row[name]
-            row[f"{name}_percentile"] = (float("nan") if v != v else
-                                         100.0 * np.searchsorted(ref, v, side="right") / len(ref))
+            v = row["scores"][name]
+            row["percentiles"][name] = (
+                float("nan") if v != v
+                else 100.0 * np.searchsorted(ref, v, side="right") / len(ref))
 
 
 def legend(rows: Sequence[dict]) -> str:
-    """What the table's columns mean: ``COLUMNS``, a line per baseline shown, and, unless the
-    rows carry a calibrated ``p_correct``, the caution that no score is a probability."""
-    extra = [BASELINE_COLUMNS[m] for m in BASELINES if rows and m in rows[0]]
-    if rows and any("_percentile" in k for k in rows[0]):
-        extra.append("pct = percentile of the score among the reference answers of this model")
+    """What the table's columns mean: a line per score shown (``methods.SCORES``), the
+    percentiles when there are any, and, unless the rows carry a calibrated ``p_correct``,
+    the caution that no score is a probability."""
+    shown = [SCORES[s].help for s in TABLE_SCORES if rows and s in rows[0]["scores"]]
+    if rows and rows[0].get("percentiles"):
+        shown.append("pct = percentile of the score among the reference answers of this model")
     calibrated = bool(rows) and "p_correct" in rows[0]
-    return "\n".join([COLUMNS, *extra, *([] if calibrated else [CAUTION])])
+    return "\n".join([*shown, *([] if calibrated else [CAUTION])])
+
+
+def _columns(rows: Sequence[dict]) -> list[tuple[str, object, int, str]]:
+    """(header, value of a row, width, format) of each column the rows fill."""
+    if not rows:
+        return []
+    first = rows[0]
+    cols = [(SCORES[s].header, lambda r, s=s: r["scores"][s], max(6, len(SCORES[s].header)),
+             SCORES[s].fmt) for s in TABLE_SCORES if s in first["scores"]]
+    if SCORES["epistemic"].header in [c[0] for c in cols]:  # .3g values need 9 places
+        cols = [(h, f, 9 if fmt == ".3g" else w, fmt) for h, f, w, fmt in cols]
+    cols += [(f"{SCORES[s].header} pct", lambda r, s=s: r["percentiles"][s],
+              len(SCORES[s].header) + 4, ".0f") for s in first.get("percentiles", {})]
+    cols += [(h, lambda r, f=f: r[f], w, fmt) for h, f, w, fmt in
+             (("P(ok)", "p_correct", 6, ".2f"), ("withheld", "withheld", 8, "")) if f in first]
+    return cols
 
 
 def print_table(rows: Sequence[dict]) -> None:
-    """Question, answer and every score the rows carry (``NUMERIC``), wrapped to the
-    terminal's width."""
+    """Question, answer and every score the rows carry (``TABLE_SCORES``), their percentiles
+    and calibrated P(correct), wrapped to the terminal's width."""
     width = shutil.get_terminal_size((120, 20)).columns
-    cols = [c for c in NUMERIC if rows and c[1] in rows[0]]
+    cols = _columns(rows)
     rest = width - sum(w + 1 for _, _, w, _ in cols) - 1
     qw = max(20, min(44, rest // 2))
     aw = max(16, rest - qw)
@@ -235,7 +205,7 @@ def print_table(rows: Sequence[dict]) -> None:
         for i in range(max(len(q), len(a))):
             line = f"{q[i] if i < len(q) else '':<{qw}} {a[i] if i < len(a) else '':<{aw}}"
             if i == 0:
-                line += "".join(f" {_cell(r[f], w, fmt)}" for _, f, w, fmt in cols)
+                line += "".join(f" {_cell(get(r), w, fmt)}" for _, get, w, fmt in cols)
             print(line.rstrip())
 
 

@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 from sklearn.calibration import CalibratedClassifierCV
 
+from .answer_row import scores_of
 from .errors import DataError, InputError
 from .evaluation.rows import GRADIENT_METHODS, LOG_FEATURES, METHODS, log_shift
 
@@ -82,19 +83,12 @@ class CalibrationError(DataError):
 
 
 # ---------------------------------------------------------------- scores and labels
-def row_scores(row: Mapping) -> Mapping:
-    """The scores of a row: its ``scores`` object (QA rows) or the row itself (rows of
-    ``isouq score`` and ``isouq ask``)."""
-    sc = row.get("scores")
-    return sc if isinstance(sc, Mapping) else row
-
-
 def score_columns(scores: Mapping[str, Sequence[float]] | Sequence[Mapping],
                   names: Iterable[str] = SCORES) -> dict[str, np.ndarray]:
     """name -> (n,) float values, NaN where missing or null.
 
     Args:
-        scores: rows (dicts; see :func:`row_scores`) or a mapping name -> (n,) values.
+        scores: rows (dicts; see :func:`isouq.answer_row.scores_of`) or a mapping name -> (n,) values.
         names: the scores wanted. ``epistemic_log`` is taken as given when present, else
             derived as epistemic / mean_prob² (‖∇θ p̄‖² = p̄² ‖∇θ log p̄‖²).
 
@@ -107,7 +101,7 @@ def score_columns(scores: Mapping[str, Sequence[float]] | Sequence[Mapping],
                 if k in SCORES}
         n = len(next(iter(cols.values()))) if cols else 0
     else:
-        rows = [row_scores(r) for r in scores]
+        rows = [scores_of(r) for r in scores]
         n = len(rows)
         cols = {}
         for k in SCORES:
@@ -577,7 +571,7 @@ class Calibrator:
 
         Args:
             scores: name -> (n,) values (``epistemic``, ``aleatoric``, ``mean_prob``; optional
-                ``epistemic_log``), or n rows carrying them (:func:`row_scores`).
+                ``epistemic_log``), or n rows carrying them (:func:`isouq.answer_row.scores_of`).
 
         Returns:
             (n,) P(correct) in [0, 1]; NaN for an answer with a NaN score (e.g. empty).

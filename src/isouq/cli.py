@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from .errors import InputError, IsouqError, require
+from .methods import BASELINES, METHODS
 from .qa.prompts import JUDGE_STYLES
 from .qa.runner import DEFAULT_JUDGE_PROMPT
 from .runtime import configure
@@ -52,8 +53,8 @@ def _require_for(args) -> None:
         require_extras("report", "isouq demo --toy")
     elif cmd in ("report", "calibrate"):
         require_extras("report", f"isouq {cmd}")
-    elif cmd == "qa" and args.qa_command == "run":
-        require_extras("llm,report", "isouq qa run")
+    elif cmd == "qa" and args.qa_command in ("run", "mc", "short"):
+        require_extras("llm,report", f"isouq qa {args.qa_command}")
 
 
 def whole_number(low: int):
@@ -115,6 +116,24 @@ def _model_args(p: argparse.ArgumentParser) -> None:
                    help="accept pickled .bin weights (read with torch.load(weights_only=True))")
 
 
+def _sampling_args(p: argparse.ArgumentParser, *, k: int, what: str) -> None:
+    """The sampling settings of the methods that need K sampled answers (one rule for every
+    command: ``methods.check_sampling``)."""
+    p.add_argument("--k", type=positive_int, default=k, help=f"sampled answers per question, "
+                   f"shared by {what}")
+    p.add_argument("--k-p-true", type=non_negative_int, default=5,
+                   help="sampled answers P(True) shows as brainstormed (Farquhar: 5; 0: none)")
+    p.add_argument("--temperature", type=positive_float, default=1.0,
+                   help="sampling temperature")
+    p.add_argument("--seed", type=int, default=0, help="seed of the samples (for a dataset, also of its subset)")
+
+
+def _methods_arg(p: argparse.ArgumentParser, flag: str, among, default, what: str) -> None:
+    """A list of methods of the registry (``isouq.methods.METHODS``), with their help."""
+    p.add_argument(flag, nargs="+", default=list(default), metavar="METHOD", choices=list(among),
+                   help=f"{what}: " + "; ".join(f"{m}: {METHODS[m].help}" for m in among))
+
+
 def _load_kw(args) -> dict:
     return {"device": args.device, "dtype": args.dtype,
             "trust_remote_code": args.trust_remote_code, "allow_pickle": args.allow_pickle}
@@ -142,7 +161,6 @@ def cmd_ask(args) -> int:
     import json
 
     from .ask import (
-        add_baselines,
         add_percentiles,
         answer_and_score,
         check_baselines,
@@ -175,15 +193,12 @@ def cmd_ask(args) -> int:
     model, tok, info = _load(args)
     if cal is not None:
         cal.check_model(args.model, getattr(info, "files", None))
-    rows = answer_and_score(model, tok, questions, max_new_tokens=args.max_new_tokens,
+    judge = (_entailment_judge(args.entailment_model, args) if "semantic_entropy" in baselines
+             else None)
+    rows = answer_and_score(model, tok, questions, baselines=baselines, judge=judge, k=args.k,
+                            k_p_true=args.k_p_true, temperature=args.temperature,
+                            seed=args.seed, max_new_tokens=args.max_new_tokens,
                             batch_size=args.batch_size)
-    if baselines:
-        judge = None
-        if "semantic_entropy" in baselines:
-            judge = _entailment_judge(args.entailment_model, args)
-        add_baselines(model, tok, rows, baselines, judge=judge, k=args.k, k_p_true=args.k_p_true,
-                      temperature=args.temperature, seed=args.seed,
-                      max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
     if reference is not None:
         add_percentiles(rows, reference)
     if cal is not None:
@@ -338,7 +353,7 @@ def cmd_qa_mc(args) -> int:
     from .qa.mc import run_mc
 
     configure()
-    path = run_mc(args.model, args.out, limit=args.limit, data=args.data, device=args.device)
+    path = run_mc(args.model, args.out, limit=args.limit, data=args.data, **_load_kw(args))
     print(f"qa mc complete: {path}")
     return 0
 
@@ -349,7 +364,7 @@ def cmd_qa_short(args) -> int:
     configure()
     path = run_short(args.model, args.out, limit=args.limit, seed=args.seed,
                      methods=tuple(args.methods), k=args.k, batch_size=args.batch_size,
-                     device=args.device)
+                     **_load_kw(args))
     print(f"qa short complete: {path}")
     return 0
 
@@ -431,17 +446,10 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
                         "(and withheld, when it holds a threshold)")
     p.add_argument("--json", action="store_true",
                    help="one JSON object per answer (all scores and timings) instead of a table")
-    p.add_argument("--baselines", nargs="+", default=[], metavar="METHOD",
-                   choices=["naive_entropy", "semantic_entropy", "p_true"],
-                   help="also the QA study's sampling baselines: naive_entropy, p_true, "
-                        "semantic_entropy (K sampled answers per question; semantic entropy "
-                        "also loads --entailment-model)")
-    p.add_argument("--k", type=positive_int, default=10, help="samples for the baselines")
-    p.add_argument("--k-p-true", type=non_negative_int, default=5,
-                   help="brainstormed answers shown to P(True)")
-    p.add_argument("--temperature", type=positive_float, default=1.0,
-                   help="sampling temperature of the baselines")
-    p.add_argument("--seed", type=int, default=0, help="seed of the baselines' samples")
+    _methods_arg(p, "--baselines", BASELINES, (),
+                 "also the QA study's sampling baselines (K sampled answers per question; "
+                 "semantic entropy also loads --entailment-model)")
+    _sampling_args(p, k=10, what="the baselines")
     p.add_argument("--entailment-model", default="qwen2.5-coder-1.5b",
                    help="semantic entropy's entailment judge (as for `isouq qa run`)")
     p.set_defaults(func=cmd_ask)
@@ -503,14 +511,9 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     q.add_argument("--data", default=None, help="local file for the dataset (default: shipped)")
     _model_args(q)
     q.add_argument("--limit", type=positive_int, default=200, help="questions (seeded subset)")
-    q.add_argument("--seed", type=int, default=0)
     q.add_argument("--out", type=out_dir, required=True, help="output directory (resumable)")
-    q.add_argument("--methods", nargs="+", default=["gradient", "naive_entropy",
-                                                    "semantic_entropy", "p_true"])
-    q.add_argument("--k", type=positive_int, default=10, help="samples for the entropies (Farquhar: 10)")
-    q.add_argument("--k-p-true", type=non_negative_int, default=5,
-                   help="brainstormed answers (Farquhar: 5; 0: none)")
-    q.add_argument("--temperature", type=positive_float, default=1.0)
+    _methods_arg(q, "--methods", METHODS, METHODS, "the methods")
+    _sampling_args(q, k=10, what="the entropies and P(True) (Farquhar: 10)")
     q.add_argument("--max-new-tokens", type=positive_int, default=50)
     q.add_argument("--batch-size", type=positive_int, default=8)
     q.add_argument("--judge-model", default="qwen2.5-coder-1.5b",
@@ -526,21 +529,20 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
                         "asked with Farquhar's prompt (default: the judge model)")
     q.set_defaults(func=cmd_qa_run)
     q = qsub.add_parser("mc", help="TruthfulQA MC1: the option of highest p̄, exact labels, scored")
-    q.add_argument("--model", default="smollm2", help="model that picks and is scored")
+    _model_args(q)
     q.add_argument("--out", type=out_dir, required=True, help="output folder (resumable)")
     q.add_argument("--limit", type=positive_int, default=None, help="first N questions (all 817)")
     q.add_argument("--data", default=None, help="another mc_task.json (default: shipped)")
-    q.add_argument("--device", default="cpu")
     q.set_defaults(func=cmd_qa_mc)
     q = qsub.add_parser("short", help="TriviaQA short answers: few-shot prompt, alias-match labels")
-    q.add_argument("--model", default="smollm2", help="model to answer and score")
+    _model_args(q)
     q.add_argument("--out", type=out_dir, required=True, help="output folder (resumable)")
     q.add_argument("--limit", type=positive_int, default=1000, help="questions (seeded subset)")
-    q.add_argument("--seed", type=int, default=0)
-    q.add_argument("--methods", nargs="+", default=["gradient", "naive_entropy", "p_true"])
+    q.add_argument("--seed", type=int, default=0, help="subset and sampling seed")
+    _methods_arg(q, "--methods", [m for m in METHODS if m != "semantic_entropy"],
+                 ("gradient", "naive_entropy", "p_true"), "the methods")
     q.add_argument("--k", type=positive_int, default=5, help="samples for naive entropy/P(True)")
     q.add_argument("--batch-size", type=positive_int, default=8)
-    q.add_argument("--device", default="cpu")
     q.set_defaults(func=cmd_qa_short)
     q = qsub.add_parser("label", help="hand-label answers of a QA run (gold labels)")
     q.add_argument("rows", help="a QA rows file, e.g. results/qa/qa_truthfulqa__smollm2.jsonl")

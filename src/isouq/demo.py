@@ -34,7 +34,7 @@ def run_llm(model_name: str = "smollm2", n: int = 8, max_new_tokens: int = 24,
     rows = answer_and_score(model, tok, questions, max_new_tokens=max_new_tokens)
     print_table(rows)
     print(f"\n{legend(rows)}\n")
-    gen, score = (sum(r["seconds"][k] for r in rows) for k in ("generation", "scoring"))
+    gen, score = (sum(r["seconds"][k] for r in rows) for k in ("generation", "gradient"))
     print(f"generation {gen:.1f} s; scoring all {len(rows)} answers (one backward pass): "
           f"{score:.1f} s; {info.n_params:,} parameters took part")
     return rows

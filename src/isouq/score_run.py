@@ -352,15 +352,11 @@ def _score_batch(model, tokenizer, rows: list[PairRow], prompts: list, method: s
     for j, r in enumerate(rows):
         writer.write({
             **base(r),
-            "epistemic": float(res.epistemic[j]),
-            "epistemic_log": float(res.epistemic_log[j]),
-            "aleatoric": float(res.aleatoric[j]),
-            "normalized_epistemic": float(res.normalized_epistemic[j]),
-            "mean_prob": float(res.mean_prob[j]),
-            "n_tokens": int(res.n_tokens[j]),
+            "scores": res.row_scores(j),
+            "seconds": {"gradient": round(per, 5)},
+            "n_answer_tokens": int(res.n_tokens[j]),
             "n_params": res.params.n_params,
             "method": method,
-            "seconds": round(per, 5),
         })
         counts["written"] += 1
     return res.params

@@ -110,3 +110,12 @@ class SequenceScores:
     def epistemic_log(self) -> torch.Tensor:
         """(N,) ‖∇θ log p̄‖² = ‖∇θ p̄‖² / p̄² (units: squared log-probability)."""
         return self.epistemic / self.mean_prob.pow(2)
+
+    def row_scores(self, i: int) -> dict[str, float]:
+        """Answer ``i``'s scores as an answer row holds them (``isouq.answer_row``): epistemic,
+        epistemic_log, aleatoric, normalized_epistemic and mean_prob, as floats."""
+        return {"epistemic": float(self.epistemic[i]),
+                "epistemic_log": float(self.epistemic_log[i]),
+                "aleatoric": float(self.aleatoric[i]),
+                "normalized_epistemic": float(self.normalized_epistemic[i]),
+                "mean_prob": float(self.mean_prob[i])}

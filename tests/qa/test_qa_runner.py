@@ -307,8 +307,8 @@ def test_progress_names_each_step_and_counts_entailment_pairs(tmp_path, dataset,
     runner._chunk(tiny_lm, tok, {}, chunk, qa_prompts(tok, [it.question for it in chunk]),
                   judge, ent, say=say)
     steps = [s for s in bar.shown if ":" not in s]
-    assert steps == ["greedy answers", "gradient", "samples", "semantic entropy", "P(True)",
-                     "judge"]
+    assert steps == ["greedy answers", "gradient", "samples", "naive entropy",
+                     "semantic entropy", "P(True)", "judge"]
     counts = [int(s.split(": ")[1].split()[0]) for s in bar.shown if ":" in s]
     assert counts and counts == sorted(counts) and counts[-1] == ent.calls > 0
     assert _step_reporter(None, ent)("anything") is None  # no bar: nothing shown

@@ -25,23 +25,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import DataError
+from ..methods import evaluated_labels, evaluated_methods
 
-#: method name -> the score(s) its logistic regression uses as features.
-METHODS: dict[str, tuple[str, ...]] = {
-    "Naive Ent.": ("naive_entropy",),
-    "Sem. Ent.": ("semantic_entropy",),
-    "P(True)": ("p_true",),
-    "p̄": ("mean_prob",),
-    "Alea.": ("aleatoric",),
-    "Epi.": ("epistemic",),
-    "Epi. log": ("epistemic_log",),
-    "Epi. & Alea.": ("epistemic", "aleatoric"),
-}
-#: the paper's three (the first three, in the paper's tables) and ‖∇θ log p̄‖²
-GRADIENT_METHODS: tuple[str, ...] = ("Alea.", "Epi.", "Epi. & Alea.", "Epi. log")
-#: p̄ (mean token probability; the maximum sequence probability of LM-Polygraph, length-
-#: normalized) costs nothing beyond the forward pass and is the baseline to beat
-BASELINES: tuple[str, ...] = ("Naive Ent.", "Sem. Ent.", "P(True)", "p̄")
+#: method label -> the score(s) its logistic regression uses as features (``isouq.methods``).
+METHODS: dict[str, tuple[str, ...]] = evaluated_methods()
+#: the paper's three (aleatoric, epistemic, both) and ‖∇θ log p̄‖²
+GRADIENT_METHODS: tuple[str, ...] = evaluated_labels(ours=True)
+#: the sampling baselines and p̄ (mean token probability; the maximum sequence probability of
+#: LM-Polygraph, length-normalized), which costs nothing beyond the forward pass and is the
+#: baseline to beat
+BASELINES: tuple[str, ...] = evaluated_labels(ours=False)
 #: scores that span orders of magnitude and are log-transformed when ``log_epistemic=True``.
 LOG_FEATURES: tuple[str, ...] = ("epistemic", "normalized_epistemic", "epistemic_log")
 REQUIRED_FIELDS: tuple[str, ...] = ("key", "model", "dataset", "correct", "scores")

@@ -239,7 +239,8 @@ def rows_path(out: str | Path, model: str) -> Path:
 
 
 def run_mc(model_name: str, out: str | Path, *, limit: int | None = None, data: str | None = None,
-           device: str = "cpu", loader=None, progress: bool = True) -> Path:
+           device: str = "cpu", dtype: str | None = None, trust_remote_code: bool = False,
+           allow_pickle: bool = False, loader=None, progress: bool = True) -> Path:
     """Run (or resume) TruthfulQA MC1 for one model; returns the rows file.
 
     Args:
@@ -248,6 +249,8 @@ def run_mc(model_name: str, out: str | Path, *, limit: int | None = None, data: 
         limit: the first ``limit`` questions of the file (None: all 817).
         data: another ``mc_task.json`` (default: the shipped one, SHA-256 checked).
         device: torch device of the model.
+        dtype, trust_remote_code, allow_pickle: as ``isouq.models.load_model`` (a dtype other
+            than float32 is a setting of the rows: a resume with another is refused).
         loader: optional ``name -> (model, tokenizer, info)`` (tests).
         progress: show a progress bar.
 
@@ -258,7 +261,8 @@ def run_mc(model_name: str, out: str | Path, *, limit: int | None = None, data: 
 
     items = load_truthfulqa_mc(data, limit=limit, seed=None)
     path = rows_path(out, model_name)
-    settings = dict(SETTINGS, data=str(data) if data else "shipped mc_task_v1.json")
+    settings = dict(SETTINGS, data=str(data) if data else "shipped mc_task_v1.json",
+                    **({"dtype": dtype} if dtype not in (None, "float32") else {}))
     with exclusive(path):
         have = {r["key"]: r for r in latest_by_key(read_jsonl(path))}
         check_resume(list(have.values()), lambda r: settings, path.name)
@@ -272,7 +276,9 @@ def run_mc(model_name: str, out: str | Path, *, limit: int | None = None, data: 
             from ..models import check_loadable, load_model
 
             check_loadable(model_name)
-            model, tok, info = load_model(model_name, device=device)
+            model, tok, info = load_model(model_name, device=device, dtype=dtype,
+                                          trust_remote_code=trust_remote_code,
+                                          allow_pickle=allow_pickle)
         else:
             model, tok, info = loader(model_name)
         machine = machine_label(device)

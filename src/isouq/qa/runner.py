@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ..distributed import DistEnv, barrier, merge_shards, shard, shard_path, write_ordered
 from ..errors import InputError
+from ..methods import METHODS, check_methods, check_sampling
 from ..runio import (
     JsonlWriter,
     dumps,
@@ -30,9 +31,9 @@ from ..runio import (
     versions,
 )
 from .generation import Generation, Sampled
+from .methods import AnswerBatch, run_methods
 from .prompts import DEFAULT_STOP, effective_judge_style
 
-METHODS = ("gradient", "naive_entropy", "semantic_entropy", "p_true")
 #: settings that define what the rows and the cached generations hold: resuming with others
 #: would mix rows (the limit, methods, judge, batch size and device may change)
 CONTENT_SETTINGS = ("seed", "k", "k_p_true", "temperature", "max_new_tokens", "dtype")
@@ -40,9 +41,6 @@ CONTENT_SETTINGS = ("seed", "k", "k_p_true", "temperature", "max_new_tokens", "d
 #: the same run (the dataset's content is compared through ``dataset_sha`` and each row's text)
 SPELLING_SETTINGS = ("data_path",)
 DEFAULT_JUDGE_PROMPT = "strict"  # measured against hand labels: README, QA study
-#: the score field that shows a method is done in a row
-SCORE_OF = {"gradient": "epistemic", "naive_entropy": "naive_entropy",
-            "semantic_entropy": "semantic_entropy", "p_true": "p_true"}
 
 
 def item_changed(row: dict | None, item) -> bool:
@@ -77,7 +75,7 @@ def missing_methods(row: dict | None, methods) -> list[str]:
     """Methods of ``methods`` without a score in ``row`` (all of them when there is no row)."""
     if row is None:
         return list(methods)
-    return [m for m in methods if SCORE_OF[m] not in row.get("scores", {})]
+    return [m for m in methods if METHODS[m].done_key not in row.get("scores", {})]
 
 
 @dataclass
@@ -88,7 +86,7 @@ class QAConfig:
     model: str = "smollm2"
     limit: int | None = 200
     seed: int = 0
-    methods: tuple[str, ...] = METHODS
+    methods: tuple[str, ...] = tuple(METHODS)     # of ``isouq.methods.METHODS``
     k: int = 10                      # samples for naive/semantic entropy (T = temperature)
     k_p_true: int = 5                # brainstormed answers for P(True)
     temperature: float = 1.0
@@ -105,12 +103,7 @@ class QAConfig:
     extra: dict = field(default_factory=dict)
 
     def check(self) -> None:
-        bad = set(self.methods) - set(METHODS)
-        if bad:
-            raise InputError(f"unknown method(s) {sorted(bad)}; choose from {', '.join(METHODS)}")
-        from .baselines import check_sampling
-
-        check_sampling(self.methods, k=self.k, k_p_true=self.k_p_true,
+        check_sampling(check_methods(self.methods), k=self.k, k_p_true=self.k_p_true,
                        temperature=self.temperature)
         if self.limit is not None and self.limit < 1:
             raise InputError(f"limit={self.limit}: ask for at least 1 question (or all: None)")
@@ -402,8 +395,6 @@ class QARunner:
         """Rows for ``chunk``; ``old``: rows already written for these questions (or None),
         which keep their scores and label and get only the methods they lack. ``say(step)``
         is told each step as it starts (the progress bar shows it)."""
-        from ..sequences import score_sequences
-
         say = say or (lambda step: None)
         cfg, n = self.cfg, len(chunk)
         old = old or [None] * n
@@ -413,51 +404,15 @@ class QARunner:
         say("greedy answers")
         gens = self._greedy(model, tok, chunk, prompts)
         answers = [g.text for g in gens]
-        scores: list[dict] = [{} for _ in chunk]
-        secs: list[dict] = [{} for _ in chunk]
-        passes: list[dict] = [{} for _ in chunk]
-        if "gradient" in want:
-            say("gradient")
-            t = time.perf_counter()
-            sc = score_sequences(model, tok, prompts, [g.token_ids for g in gens],
-                                 batch_size=cfg.batch_size)
-            share = (time.perf_counter() - t) / n
-            for i in range(n):
-                scores[i] |= {"epistemic": float(sc.epistemic[i]),
-                              "epistemic_log": float(sc.epistemic_log[i]),
-                              "aleatoric": float(sc.aleatoric[i]),
-                              "normalized_epistemic": float(sc.normalized_epistemic[i]),
-                              "mean_prob": float(sc.mean_prob[i])}
-                secs[i]["gradient"], passes[i]["gradient"] = share, 1
-        sampled = None
-        if {"naive_entropy", "semantic_entropy", "p_true"} & want:
-            say("samples")
-            sampled = self._samples(model, tok, chunk, prompts)
-        if "naive_entropy" in want:
-            from .baselines.naive_entropy import naive_entropy
-
-            for i, r in enumerate(naive_entropy(sampled)):
-                scores[i]["naive_entropy"] = r.value
-                secs[i]["naive_entropy"], passes[i]["naive_entropy"] = r.seconds, r.passes
-        if "semantic_entropy" in want:
-            from .baselines.semantic_entropy import semantic_entropy
-
-            say("semantic entropy")
-            for i, r in enumerate(semantic_entropy([it.question for it in chunk], sampled, ent)):
-                scores[i]["semantic_entropy"] = r.value
-                scores[i]["semantic_entropy_discrete"] = r.discrete
-                secs[i]["semantic_entropy"], passes[i]["semantic_entropy"] = r.seconds, r.passes
-                passes[i]["entailment_calls"] = r.entailment_calls
-        if "p_true" in want:
-            from .baselines.p_true import p_true
-
-            say("P(True)")
-            res = p_true(model, tok, [it.question for it in chunk], answers,
-                         brainstormed=sampled, k=cfg.k_p_true, seed=cfg.seed,
-                         batch_size=cfg.batch_size)
-            for i, r in enumerate(res):
-                scores[i]["p_true"] = r.value
-                secs[i]["p_true"], passes[i]["p_true"] = r.seconds, r.passes
+        batch = AnswerBatch(model, tok, [it.question for it in chunk], prompts, answers,
+                            [g.token_ids for g in gens],
+                            sample=lambda: self._samples(model, tok, chunk, prompts),
+                            entailment=ent, k_p_true=cfg.k_p_true, seed=cfg.seed,
+                            batch_size=cfg.batch_size)
+        got = run_methods(batch, want, say=say)
+        scores = [g["scores"] for g in got]
+        secs = [g["seconds"] for g in got]
+        passes = [g["passes"] for g in got]
         verdicts = None
         rejudge = [needs_verdict(o, cfg.judge_model, cfg.judge_prompt, it.incorrect_answers)
                    for o, it in zip(old, chunk, strict=True)]

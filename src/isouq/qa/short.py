@@ -147,7 +147,8 @@ class ShortRunner(QARunner):
 def run_short(model: str, out: str | Path, *, limit: int = 1000, seed: int = 0,
               methods: tuple[str, ...] = ("gradient", "naive_entropy", "p_true"), k: int = 5,
               max_new_tokens: int = 24, batch_size: int = 8, device: str = "cpu",
-              loader=None, progress: bool = True) -> Path:
+              dtype: str | None = None, trust_remote_code: bool = False,
+              allow_pickle: bool = False, loader=None, progress: bool = True) -> Path:
     """Run (or resume) TriviaQA short answers for one model; returns the rows file.
 
     Args:
@@ -155,11 +156,12 @@ def run_short(model: str, out: str | Path, *, limit: int = 1000, seed: int = 0,
         out: output folder.
         limit: questions, a seeded subset of the validation set (nested across limits).
         seed: subset and sampling seed.
-        methods: of ``runner.METHODS`` (semantic entropy needs an entailment model; off).
+        methods: of ``isouq.methods.METHODS`` (semantic entropy needs an entailment model; off).
         k: samples shared by naive entropy and P(True) (its brainstormed answers).
         max_new_tokens: answer length cap.
         batch_size: questions per batch.
         device: torch device.
+        dtype, trust_remote_code, allow_pickle: as ``isouq.models.load_model``.
         loader: optional ``name -> (model, tokenizer, info)`` (tests).
         progress: show a progress bar.
 
@@ -168,5 +170,6 @@ def run_short(model: str, out: str | Path, *, limit: int = 1000, seed: int = 0,
     """
     cfg = QAConfig(dataset="triviaqa", model=model, limit=limit, seed=seed, methods=methods, k=k,
                    max_new_tokens=max_new_tokens, batch_size=batch_size, judge_model=None,
-                   device=device)
+                   device=device, dtype=dtype, trust_remote_code=trust_remote_code,
+                   allow_pickle=allow_pickle)
     return ShortRunner(cfg, out, loader=loader, progress=progress).run()
