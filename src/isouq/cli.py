@@ -125,7 +125,8 @@ def _sampling_args(p: argparse.ArgumentParser, *, k: int, what: str) -> None:
                    help="sampled answers P(True) shows as brainstormed (Farquhar: 5; 0: none)")
     p.add_argument("--temperature", type=positive_float, default=1.0,
                    help="sampling temperature")
-    p.add_argument("--seed", type=int, default=0, help="seed of the samples (for a dataset, also of its subset)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the samples (for a dataset, also of its subset)")
 
 
 def _methods_arg(p: argparse.ArgumentParser, flag: str, among, default, what: str) -> None:
