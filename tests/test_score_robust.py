@@ -185,11 +185,32 @@ def test_bad_rows_become_error_rows_and_the_rest_is_scored(model_dir, tmp_path, 
     assert "context window" in got["long"]["error"] and "scores" not in got["long"]
     assert "outside the model's vocabulary" in got["ids"]["error"]
     assert got["ok1"]["scores"]["epistemic"] > 0 and got["ok2"]["scores"]["epistemic"] > 0
-    # stop: the key is named, nothing after it is written
+    # stop: the key is named, nothing after it is written; the id outside the vocabulary is
+    # known before the model loads, the too-long row once it is tokenized
     out2 = tmp_path / "out2.jsonl"
     assert score(inp, out2, model_dir, "--on-error", "stop", "--no-bucketing") == 2
     err = capsys.readouterr().err
+    assert "row 'ids': answer token id 10000" in err and "Traceback" not in err
+    inp = jsonl(tmp_path / "in2.jsonl", [r for r in rows if r["key"] != "ids"])
+    assert score(inp, out2, model_dir, "--on-error", "stop", "--no-bucketing") == 2
+    err = capsys.readouterr().err
     assert "row 'long' (line 2)" in err and "Traceback" not in err
+
+
+def test_token_ids_outside_the_vocabulary_stop_before_the_model_loads(model_dir, tmp_path,
+                                                                      capsys, monkeypatch):
+    from isouq.models import vocab_size
+
+    n = vocab_size(model_dir)
+    assert n == tiny.tokenizer().vocab_size  # the config's count, read without loading
+    rows = [{"key": "ok", "prompt": "q", "answer": [1, n - 1]},
+            {"key": "far", "prompt": "q", "answer": [5, n]}]
+    inp = jsonl(tmp_path / "in.jsonl", rows)
+    no_load(monkeypatch)
+    assert score(inp, tmp_path / "out.jsonl", model_dir, "--on-error", "stop") == 2
+    err = capsys.readouterr().err
+    assert f"row 'far': answer token id {n} is outside the vocabulary" in err
+    assert "Traceback" not in err and not (tmp_path / "out.jsonl").exists()
 
 
 def test_a_failing_batch_is_retried_row_by_row(model_dir, tmp_path, monkeypatch):

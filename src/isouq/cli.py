@@ -245,7 +245,7 @@ def cmd_score(args) -> int:
     from .distributed import device_for, dist_env, init_process_group, shard_path
     from .models import check_loadable
     from .runio import exclusive
-    from .score_run import check_out, check_settings, run_settings, score_rows
+    from .score_run import check_out, check_settings, check_token_ids, run_settings, score_rows
 
     configure()
     # everything a user can get wrong is checked before the model loads
@@ -253,6 +253,8 @@ def cmd_score(args) -> int:
     check_out(args.out, [args.input])
     cal = _calibration(args)
     check_loadable(args.model)
+    if args.on_error == "stop":
+        check_token_ids(index, args.model)
     env = dist_env()
     params = None if args.params is None else (
         "last_layer" if args.params == ["last_layer"] else args.params)

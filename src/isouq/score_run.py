@@ -23,7 +23,7 @@ from contextlib import nullcontext
 from itertools import islice
 from pathlib import Path
 
-from .data.pairs import PairRow, content_sha
+from .data.pairs import PairIndex, PairRow, content_sha
 from .distributed import DistEnv, barrier, merge_shards, shard_path, write_ordered
 from .errors import InputError, IsouqError
 from .runio import JsonlWriter, dumps, exclusive, read_jsonl
@@ -78,6 +78,22 @@ def check_out(out: str | Path, inputs: Iterable[str | Path] = ()) -> None:
     if not os.access(parent, os.W_OK | os.X_OK) or (out.exists() and not os.access(out, os.W_OK)):
         raise InputError(f"--out {out} is not writable; choose another --out or fix its "
                          "permissions")
+
+
+def check_token_ids(index: PairIndex, model: str) -> None:
+    """InputError, before the model loads, when an answer given as token ids has an id outside
+    the model's vocabulary (read from its config or GGUF header: ``models.vocab_size``); nothing
+    when the vocabulary cannot be known without loading (then such a row fails once loaded)."""
+    if index.max_token_id is None:
+        return
+    from .models import vocab_size
+
+    top, key = index.max_token_id
+    n = vocab_size(model)
+    if n is not None and top >= n:
+        raise InputError(f"row {key!r}: answer token id {top} is outside the vocabulary of "
+                         f"{model} ({n} ids); pass ids of this model's tokenizer, or run with "
+                         "--on-error skip to write an error row for it and go on")
 
 
 def check_settings(out: str | Path, settings: dict) -> None:
@@ -362,5 +378,5 @@ def _score_batch(model, tokenizer, rows: list[PairRow], prompts: list, method: s
     return res.params
 
 
-__all__ = ["ON_ERROR", "check_out", "check_settings", "plan_batches", "prompt_of",
+__all__ = ["ON_ERROR", "check_out", "check_settings", "check_token_ids", "plan_batches", "prompt_of",
            "run_settings", "score_rows"]

@@ -60,6 +60,8 @@ class PairIndex:
 
     keys: list[str] = field(default_factory=list)
     fingerprints: dict[str, str] = field(default_factory=dict)
+    #: the largest token id of the answers given as ids, and the key of its row (None: none)
+    max_token_id: tuple[int, str] | None = None
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -220,6 +222,9 @@ def scan_pairs(path: str | Path, limit: int | None = None) -> PairIndex:
     for r in iter_pairs(path, limit):
         index.keys.append(r.key)
         index.fingerprints[r.key] = r.fingerprint
+        if isinstance(r.answer, list) and r.answer and (
+                index.max_token_id is None or max(r.answer) > index.max_token_id[0]):
+            index.max_token_id = (max(r.answer), r.key)
     return index
 
 

@@ -24,6 +24,7 @@ from .loading import (
     load_classifier_or_lm,
     load_model,
     resolve_source,
+    vocab_size,
 )
 from .registry import DEFAULT_MODEL, REGISTRY, ModelEntry, get_entry, list_models
 
@@ -43,6 +44,7 @@ __all__ = [
     "list_models",
     "load_classifier_or_lm",
     "load_model",
+    "vocab_size",
     "model_cache_dir",
     "requirements_text",
     "resolve_source",

@@ -22,7 +22,7 @@ import torch
 
 from ..errors import InputError, ModelError
 from .cache import forget_gguf_quantizer, read_cache, write_cache
-from .files import FileCheck, fetch_hint, installed, registry_gguf, sha256_file
+from .files import FileCheck, fetch_hint, installed, locate_part, registry_gguf, sha256_file
 from .info import (
     ModelInfo,
     count_params,
@@ -114,6 +114,31 @@ def architectures(name_or_path, *, revision: str | None = None,
             return []
         return list(getattr(cfg, "architectures", None) or [])
     return []
+
+
+def vocab_size(name_or_path) -> int | None:
+    """The number of token ids the model embeds, read from its config.json or its GGUF header
+    without loading weights; None when that cannot be known cheaply (a hub id, a registry model
+    not installed or stored in parts and not yet loaded once)."""
+    kind, target = resolve_source(name_or_path)
+    if kind == "registry":
+        cached = read_cache(target.gguf_sha256)
+        if cached is not None:
+            kind, target = "folder", cached[0]
+        elif installed(target) and len(target.parts) == 1:
+            kind, target = "gguf", locate_part(target.parts[0], target)
+        else:
+            return None
+    if kind == "folder":
+        cfg = json.loads((Path(target) / "config.json").read_text())
+        n = cfg.get("vocab_size") or (cfg.get("text_config") or {}).get("vocab_size")
+        return int(n) if n else None
+    if kind == "gguf":
+        from gguf import GGUFReader
+
+        tokens = GGUFReader(target).fields.get("tokenizer.ggml.tokens")
+        return len(tokens.data) if tokens is not None else None
+    return None
 
 
 def names_classifier(architecture_names) -> bool:
