@@ -79,14 +79,7 @@ def forward_all(model: nn.Module, x: torch.Tensor, batch_size: int) -> torch.Ten
     outs = []
     with torch.no_grad():
         for s in range(0, x.shape[0], batch_size):
-            try:
-                outs.append(model(x[s : s + batch_size]))
-            except (RuntimeError, TypeError, ValueError, IndexError) as e:
-                raise InputError(
-                    f"the model failed on inputs of shape {tuple(x.shape)} ({x.dtype}): "
-                    f"{type(e).__name__}: {str(e).splitlines()[0]}. Pass a batch-first tensor "
-                    f"the model accepts{_expected_input(model)}"
-                ) from e
+            outs.append(_call_model(model, x[s : s + batch_size], tuple(x.shape), x.dtype))
     out = torch.cat(outs)
     check_finite(out, "the model's output", "Check the model weights and inputs (θ* must be finite).")
     return out
@@ -234,12 +227,14 @@ def _from_log(G: torch.Tensor, probs: torch.Tensor, cls: torch.Tensor | None, bi
     return pc.pow(2) * G[:, 0], G[:, 0]
 
 
-def _call_model(model: nn.Module, xb: torch.Tensor, shape: tuple) -> torch.Tensor:
+def _call_model(model: nn.Module, xb: torch.Tensor, shape: tuple, dtype=None) -> torch.Tensor:
+    """model(xb); a failing call becomes an InputError naming the inputs' shape (and dtype)."""
     try:
         return model(xb)
     except (RuntimeError, TypeError, ValueError, IndexError) as e:
         raise InputError(
-            f"the model failed on inputs of shape {shape}: {type(e).__name__}: "
+            f"the model failed on inputs of shape {shape}{f' ({dtype})' if dtype else ''}: "
+            f"{type(e).__name__}: "
             f"{str(e).splitlines()[0]}. Pass a batch-first tensor the model accepts"
             f"{_expected_input(model)}"
         ) from e
