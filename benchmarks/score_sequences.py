@@ -14,6 +14,12 @@ Reports seconds per answer (median of --repeats after one warm-up), the ratios l
 ghost/forward and ghost/floor, and peak RSS; writes JSON + Markdown to --out.
 
     python benchmarks/score_sequences.py --batch-sizes 16 32 --out benchmarks/results
+
+With ``--prompt-tokens L`` each question is preceded by few-shot context (other TruthfulQA
+questions with their answers) so that prompt + answer come to about L tokens, as with retrieved
+context or few-shot examples; the files are then named ``score_sequences_tL.*``:
+
+    python benchmarks/score_sequences.py --prompt-tokens 1024 --batch-sizes 4 --out benchmarks/results
 """
 
 from __future__ import annotations
@@ -32,16 +38,28 @@ from pathlib import Path
 METHODS = ("forward", "floor", "full_backward", "loop", "ghost")
 
 
-def load_pairs(n: int) -> tuple[list, list[str]]:
+def load_pairs(n: int, tokenizer=None, total: int | None = None) -> tuple[list, list[str]]:
+    """n (chat prompt, answer) pairs; with ``total``, each prompt led by few-shot context cut so
+    that prompt + answer come to about ``total`` tokens."""
     from isouq.data.qa import load_dataset
 
-    items = load_dataset("truthfulqa", limit=None)[:n]
-    prompts = [[{"role": "user", "content": it.question}] for it in items]
-    answers = [" " + it.answers[0] for it in items]
+    items = load_dataset("truthfulqa", limit=None)
+    asked, shots = items[:n], items[n:]
+    answers = [" " + it.answers[0] for it in asked]
+    if total is None:
+        return [[{"role": "user", "content": it.question}] for it in asked], answers
+    context = tokenizer.encode("\n\n".join(f"Q: {it.question}\nA: {it.answers[0]}"
+                                           for it in shots), add_special_tokens=False)
+    prompts = []
+    for it, a in zip(asked, answers, strict=True):
+        room = total - len(tokenizer.encode(it.question + a, add_special_tokens=False)) - 34
+        shot = tokenizer.decode(context[:max(room, 0)])
+        prompts.append([{"role": "user", "content": f"{shot}\n\nQ: {it.question}"}])
     return prompts, answers
 
 
-def run_one(method: str, model_name: str, batch: int, repeats: int, threads: int) -> dict:
+def run_one(method: str, model_name: str, batch: int, repeats: int, threads: int,
+            total: int | None = None) -> dict:
     import torch
 
     from isouq.models import load_model
@@ -51,7 +69,7 @@ def run_one(method: str, model_name: str, batch: int, repeats: int, threads: int
     tuned = tune_allocator()  # as the isouq command does, for every method alike
     torch.set_num_threads(threads)
     model, tok, info = load_model(model_name)
-    prompts, answers = load_pairs(batch)
+    prompts, answers = load_pairs(batch, tok, total)
     enc = encode(tok, prompts, answers)
     b = collate(enc, tok.pad_token_id or 0)
 
@@ -107,11 +125,14 @@ def main() -> None:
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--prompt-tokens", type=int, default=None, metavar="L",
+                    help="lead each question with few-shot context to about L tokens in all")
     ap.add_argument("--out", default="benchmarks/results")
     ap.add_argument("--child", nargs=2, metavar=("METHOD", "BATCH"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
-        print(json.dumps(run_one(a.child[0], a.model, int(a.child[1]), a.repeats, a.threads)))
+        print(json.dumps(run_one(a.child[0], a.model, int(a.child[1]), a.repeats, a.threads,
+                                 a.prompt_tokens)))
         return
     rows = []
     for batch in a.batch_sizes:
@@ -119,6 +140,8 @@ def main() -> None:
             reps = 1 if m == "loop" else a.repeats
             cmd = [sys.executable, __file__, "--child", m, str(batch), "--model", a.model,
                    "--repeats", str(reps), "--threads", str(a.threads)]
+            if a.prompt_tokens:
+                cmd += ["--prompt-tokens", str(a.prompt_tokens)]
             out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
             rows.append(json.loads(out.strip().splitlines()[-1]))
             print(f"batch {batch} {m:>13}: {rows[-1]['seconds_per_answer']:.3f} s/answer, "
@@ -136,14 +159,15 @@ def main() -> None:
            "date": time.strftime("%Y-%m-%d %H:%M"), "rows": rows, "ratios": ratios}
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "score_sequences.json").write_text(json.dumps(doc, indent=2))
+    stem = "score_sequences" + (f"_t{a.prompt_tokens}" if a.prompt_tokens else "")
+    (out / f"{stem}.json").write_text(json.dumps(doc, indent=2))
     from isouq.runio import markdown_table
 
     md = ["# score_sequences benchmark\n", f"{doc['date']}, {doc['machine']}\n\n",
           markdown_table([{k: r[k] for k in ("batch", "method", "tokens_padded",
                                               "seconds_per_answer", "peak_rss_gib")}
                           for r in rows]), "\n", markdown_table(ratios)]
-    (out / "score_sequences.md").write_text("".join(md))
+    (out / f"{stem}.md").write_text("".join(md))
     print("".join(md[2:]))
 
 
