@@ -164,6 +164,8 @@ def main() -> None:
     ap.add_argument("--blocks", default="1,1,1,1", help="basic blocks per stage (2,2,2,2: ResNet-18)")
     ap.add_argument("--quick", action="store_true", help="widths /4, one repeat: a smoke run")
     ap.add_argument("--no-loop", action="store_true", help="skip the per-example loop")
+    ap.add_argument("--note", default="ratios measured side by side in one process",
+                    help="what to record about the machine's load (kept in the JSON)")
     a = ap.parse_args()
 
     import isouq
@@ -231,10 +233,9 @@ def main() -> None:
             "cpu_count": os.cpu_count(), "widths": widths, "blocks": blocks, "repeats": repeats,
             "opacus": getattr(opacus, "__version__", None),
             "command": "python benchmarks/classifiers.py " + " ".join(
-                f"--{k.replace('_', '-')} {v}" for k, v in vars(a).items()
-                if v not in (None, False) and k != "out"),
-            "caveat": "CPU shared with other jobs: absolute seconds are noisy; ratios were "
-                      "measured side by side in one process"}
+                f"--{k.replace('_', '-')}" + ("" if v is True else f" {v}")
+                for k, v in vars(a).items() if v not in (None, False) and k not in ("out", "note")),
+            "note": a.note}
     if a.out:
         os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
         with open(a.out, "w") as f:

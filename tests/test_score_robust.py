@@ -38,9 +38,12 @@ def score(argv_in, out, model_dir, *more):
 
 
 def no_load(monkeypatch):
-    def boom(args):
+    import isouq.models
+
+    def boom(*args, **kw):
         raise AssertionError("the model was loaded before the error")
     monkeypatch.setattr(cli, "_load", boom)
+    monkeypatch.setattr(isouq.models, "load_model", boom)
 
 
 def by_key(path):

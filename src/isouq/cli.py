@@ -241,59 +241,18 @@ def _entailment_judge(name: str, args):
 
 
 def cmd_score(args) -> int:
-    from .data.pairs import iter_pairs, scan_pairs
-    from .distributed import device_for, dist_env, init_process_group, shard_path
-    from .models import check_loadable
-    from .runio import exclusive
-    from .score_run import check_out, check_settings, check_token_ids, run_settings, score_rows
+    from .score_run import score_file
 
     configure()
-    # everything a user can get wrong is checked before the model loads
-    index = scan_pairs(args.input, limit=args.limit)
-    check_out(args.out, [args.input])
-    cal = _calibration(args)
-    check_loadable(args.model)
-    if args.on_error == "stop":
-        check_token_ids(index, args.model)
-    env = dist_env()
     params = None if args.params is None else (
         "last_layer" if args.params == ["last_layer"] else args.params)
-    settings = run_settings(model=args.model, method=args.method, params=params,
-                            dtype=args.dtype or "float32")
-    check_settings(args.out, {**settings, "params": params})
-    budget = None
-    if args.memory_budget is not None:
-        from .memory_plan import parse_bytes
-
-        budget = parse_bytes(args.memory_budget)
-    path = shard_path(args.out, env.rank, env.world) if env.world > 1 else args.out
-    with exclusive(path):
-        args.device = device_for(env, args.device)
-        init_process_group(env, args.device)
-        model, tok, info = _load(args)
-        if cal is not None:
-            cal.check_model(args.model, getattr(info, "files", None))
-        settings = run_settings(model=args.model, method=args.method, params=params,
-                                dtype=args.dtype or "float32",
-                                model_files=getattr(info, "files", None))
-        res = score_rows(model, tok, iter_pairs(args.input, limit=args.limit), args.out,
-                         settings=settings, batch_size=args.batch_size,
-                         max_tokens_per_batch=args.max_tokens_per_batch,
-                         bucket=not args.no_bucketing, method=args.method, params=params,
-                         env=env, on_error=args.on_error, total=len(index), locked=True,
-                         prune=args.limit is None, memory_budget=budget,
-                         meta={"model": info.to_dict() if hasattr(info, "to_dict") else str(info),
-                               "input": str(args.input)})
-    where = "" if env.world == 1 else f" on rank {env.rank} of {env.world}"
-    again = f", {res['rescored']} of them again as their input changed" if res["rescored"] else ""
-    errors = (f"; {res['errors']} rows could not be scored (error rows in the output, "
-              "--on-error skip)") if res["errors"] else ""
-    print(f"scored {res['written']} answers ({res['skipped']} already done{again}){where} in "
-          f"{res['seconds']:.1f} s -> {args.out}{errors}")
-    if cal is not None and env.is_main:
-        from .calibrate_run import annotate_file
-
-        print(annotate_file(args.out, cal))
+    for line in score_file(args.input, args.out, model=args.model, load=_load_kw(args),
+                           method=args.method, params=params, batch_size=args.batch_size,
+                           max_tokens_per_batch=args.max_tokens_per_batch,
+                           bucket=not args.no_bucketing, limit=args.limit,
+                           on_error=args.on_error, memory_budget=args.memory_budget,
+                           calibration=_calibration(args)):
+        print(line)
     return 0
 
 
@@ -375,23 +334,10 @@ def cmd_qa_short(args) -> int:
 def cmd_qa_label(args) -> int:
     import getpass
 
-    from .data.qa import load_dataset
-    from .qa.hand_labels import label_rows, sample_rows
-    from .runio import latest_by_key, read_jsonl
+    from .qa.hand_labels import label_file
 
-    rows = latest_by_key(read_jsonl(args.rows, missing_ok=False))
-    if not rows:
-        raise InputError(f"{args.rows} has no rows; run `isouq qa run` first")
-    wrong: dict[str, list[str]] = {}
-    for ds in dict.fromkeys(str(r["dataset"]) for r in rows):  # TruthfulQA's false answers
-        try:
-            items = load_dataset(ds, path=args.data, limit=None)
-        except IsouqError:
-            continue
-        wrong |= {it.key: it.incorrect_answers for it in items}
-    picked = sample_rows(rows, args.sample, args.seed)
-    n = label_rows(picked, args.out, labeler=args.labeler or f"human: {getpass.getuser()}",
-                   incorrect_of=lambda r: wrong.get(str(r["key"]), []))
+    n = label_file(args.rows, args.out, labeler=args.labeler or f"human: {getpass.getuser()}",
+                   sample=args.sample, seed=args.seed, data=args.data)
     print(f"{n} verdicts written to {args.out}")
     return 0
 

@@ -348,6 +348,78 @@ def score_rows(
         return {**counts, "seconds": time.perf_counter() - t0}
 
 
+def score_file(input: str | Path, out: str | Path, *, model: str, load: dict | None = None,
+               method: str = "ghost", params=None, batch_size: int = 16,
+               max_tokens_per_batch: int | None = None, bucket: bool = True,
+               limit: int | None = None, on_error: str = "skip",
+               memory_budget: str | int | None = None, calibration=None) -> list[str]:
+    """``isouq score``: check everything a user can get wrong, then load the model and score
+    the file's rows into ``out`` (resumable; under torchrun each rank its share).
+
+    Args:
+        input: the (prompt, answer) rows (``data.pairs``: JSONL or CSV, optionally .gz).
+        out: output JSONL of answer rows.
+        model: registry name, folder, .gguf or hub id.
+        load: options of ``models.load_model`` (device, dtype, trust_remote_code,
+            allow_pickle).
+        method, params, batch_size, max_tokens_per_batch, bucket, on_error: as
+            :func:`score_rows`.
+        limit: score only the first ``limit`` rows.
+        memory_budget: bytes, or text such as ``"8GB"`` (``memory_plan.parse_bytes``).
+        calibration: a ``Calibrator`` for this model: each row gets ``p_correct``.
+
+    Returns:
+        The lines that say what was done.
+    """
+    from .data.pairs import iter_pairs, scan_pairs
+    from .distributed import device_for, dist_env, init_process_group
+    from .models import check_loadable, load_model
+    from .runio import exclusive
+
+    load = dict(load or {})
+    # everything a user can get wrong is checked before the model loads
+    index = scan_pairs(input, limit=limit)
+    check_out(out, [input])
+    check_loadable(model)
+    if on_error == "stop":
+        check_token_ids(index, model)
+    env = dist_env()
+    dtype = load.get("dtype") or "float32"
+    check_settings(out, {**run_settings(model=model, method=method, params=params, dtype=dtype),
+                         "params": params})
+    if isinstance(memory_budget, str):
+        from .memory_plan import parse_bytes
+
+        memory_budget = parse_bytes(memory_budget)
+    with exclusive(shard_path(out, env.rank, env.world) if env.world > 1 else out):
+        load["device"] = device_for(env, load.get("device", "cpu"))
+        init_process_group(env, load["device"])
+        lm, tok, info = load_model(model, **load)
+        files = getattr(info, "files", None)
+        if calibration is not None:
+            calibration.check_model(model, files)
+        res = score_rows(lm, tok, iter_pairs(input, limit=limit), out,
+                         settings=run_settings(model=model, method=method, params=params,
+                                               dtype=dtype, model_files=files),
+                         batch_size=batch_size, max_tokens_per_batch=max_tokens_per_batch,
+                         bucket=bucket, method=method, params=params, env=env,
+                         on_error=on_error, total=len(index), locked=True, prune=limit is None,
+                         memory_budget=memory_budget,
+                         meta={"model": info.to_dict() if hasattr(info, "to_dict") else str(info),
+                               "input": str(input)})
+    where = "" if env.world == 1 else f" on rank {env.rank} of {env.world}"
+    again = f", {res['rescored']} of them again as their input changed" if res["rescored"] else ""
+    errors = (f"; {res['errors']} rows could not be scored (error rows in the output, "
+              "--on-error skip)") if res["errors"] else ""
+    lines = [f"scored {res['written']} answers ({res['skipped']} already done{again}){where} in "
+             f"{res['seconds']:.1f} s -> {out}{errors}"]
+    if calibration is not None and env.is_main:
+        from .calibrate_run import annotate_file
+
+        lines.append(annotate_file(out, calibration))
+    return lines
+
+
 def _score_batch(model, tokenizer, rows: list[PairRow], prompts: list, method: str, params,
                  writer: JsonlWriter, base, fail, counts: dict) -> None:
     """Score one batch and write its rows; on a failure, each row alone, so that one bad row
@@ -378,5 +450,5 @@ def _score_batch(model, tokenizer, rows: list[PairRow], prompts: list, method: s
     return res.params
 
 
-__all__ = ["ON_ERROR", "check_out", "check_settings", "check_token_ids", "plan_batches", "prompt_of",
-           "run_settings", "score_rows"]
+__all__ = ["ON_ERROR", "check_out", "check_settings", "check_token_ids", "plan_batches",
+           "prompt_of", "run_settings", "score_file", "score_rows"]

@@ -51,6 +51,36 @@ def describe(row: Mapping, incorrect: Sequence[str] = ()) -> str:
     return "\n".join(lines)
 
 
+def known_incorrect(rows: Sequence[Mapping], data: str | None = None) -> dict[str, list[str]]:
+    """Question key -> the dataset's known incorrect answers (TruthfulQA's), for the datasets of
+    ``rows`` that can be loaded (``data``: a local file for them); shown beside an answer."""
+    from ..data.qa import load_dataset
+    from ..errors import IsouqError
+
+    wrong: dict[str, list[str]] = {}
+    for ds in dict.fromkeys(str(r["dataset"]) for r in rows):
+        try:
+            items = load_dataset(ds, path=data, limit=None)
+        except IsouqError:
+            continue
+        wrong |= {it.key: it.incorrect_answers for it in items}
+    return wrong
+
+
+def label_file(rows_path: str | Path, out: str | Path, *, labeler: str, sample: int | None = None,
+               seed: int = 7, data: str | None = None) -> int:
+    """``isouq qa label``: ask about (a seeded sample of) the newest rows of a QA rows file,
+    with each question's known incorrect answers shown; returns the verdicts written."""
+    from ..runio import latest_by_key, read_jsonl
+
+    rows = latest_by_key(read_jsonl(rows_path, missing_ok=False))
+    if not rows:
+        raise InputError(f"{rows_path} has no rows; run `isouq qa run` first")
+    wrong = known_incorrect(rows, data)
+    return label_rows(sample_rows(rows, sample, seed), out, labeler=labeler,
+                      incorrect_of=lambda r: wrong.get(str(r["key"]), []))
+
+
 def label_rows(
     rows: Sequence[Mapping],
     out: str | Path,
