@@ -1,6 +1,7 @@
 """QA result rows -> validated per-(dataset, model) arrays, and the methods of the study.
 
-A row (one per question, as the QA pipeline writes it to JSONL)::
+A row (one per question: the answer row of ``isouq.answer_row`` as the QA pipeline writes it to
+JSONL; the fields read here)::
 
     {"key": str, "model": str, "dataset": str, "question": str, "answer": str,
      "correct": 0 | 1 | null,                      # null = unjudged, the row is dropped
