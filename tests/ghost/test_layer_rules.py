@@ -42,14 +42,17 @@ def perturb(model):
     return model
 
 
-@pytest.fixture(params=["gram", "materialize", "materialize_by_conv"])
+@pytest.fixture(params=["gram", "materialize", "materialize_by_conv", "materialize_per_example"])
 def force(request, monkeypatch):
-    """Each branch of the cost rule; convolutions materialize by bmm or by a grouped conv."""
+    """Each branch of the cost rule; convolutions materialize by bmm, by a grouped conv, or by
+    one weight-gradient convolution per example."""
     from isouq.ghost import conv
 
     monkeypatch.setattr(factors, "choose_gram", lambda pairs, **kw: request.param == "gram")
     if request.param == "materialize_by_conv":
         monkeypatch.setattr(conv, "UNFOLD_MAX_PATCH", 0)
+    if request.param == "materialize_per_example":
+        monkeypatch.setattr(conv, "UNFOLD_MAX_BYTES", 0)
     return request.param
 
 

@@ -33,6 +33,20 @@ from .registry import register_rule
 #: Materialize through the unfolded input (bmm) when a patch has at most this many values
 #: (Cin/g · kernel size), through the batch-folded weight-gradient convolution otherwise.
 UNFOLD_MAX_PATCH = 256
+#: Above this size (bytes) of the unfolded input, small patches materialize one example at a
+#: time through the ordinary weight-gradient convolution instead of unfolding: a large unfolded
+#: copy (an ImageNet stem: 3 × 7 × 7 patches at 112 × 112 positions, 59 MB for 8 images) makes
+#: the bmm memory-bound (57 ms there against 20 ms for 8 single-example convolutions, CPU).
+UNFOLD_MAX_BYTES = 16 * 2**20
+#: How much slower a multiply-add of the patch Gram path (a channel Gram, strided sums over
+#: kernel offsets, the output-gradient Gram: many memory-bound steps) runs than one of the
+#: stride-1 weight-gradient convolution that materializes (one optimized kernel); the cost
+#: rule weighs the Gram form's count by it for stride-1 layers. Measured on CPU with
+#: benchmarks/classifiers.py's ResNet (batch 32): 128→128 channels at 16×16, the Gram path took
+#: 82 ms for 0.7 G multiply-adds where materializing took 37 ms for 1.2 G. A strided layer's
+#: batch-folded weight-gradient convolution runs about as slowly as the Gram path (128→256,
+#: stride 2, 8×8 out: 64 ms for 0.6 G), so there the counts are compared as they are.
+GRAM_SLOWDOWN = 4.0
 
 
 def unfold(x: torch.Tensor, kernel: tuple[int, ...], dilation: tuple[int, ...],
@@ -90,6 +104,18 @@ def _patch_gram(module, full: torch.Tensor, out_sizes: tuple[int, ...]) -> torch
     return R.reshape(N * g, L, L)
 
 
+def _per_example_weight_grads(module, grad: torch.Tensor, x: torch.Tensor,
+                              pad: tuple[int, ...]) -> torch.Tensor:
+    """(N, Cout, Cin/g, *kernel) weight gradients, one ordinary weight-gradient convolution per
+    example (``x`` padded as ``_padded`` left it, ``pad`` the padding still to apply)."""
+    d, kernel = len(module.kernel_size), tuple(module.kernel_size)
+    w = grad.new_empty(1).expand(module.out_channels, module.in_channels // module.groups, *kernel)
+    return torch.stack([torch.ops.aten.convolution_backward(
+        grad[n : n + 1], x[n : n + 1], w, None, list(module.stride), list(pad),
+        list(module.dilation), False, [0] * d, module.groups, [False, True, False])[1]
+        for n in range(grad.shape[0])])
+
+
 @register_rule(nn.Conv1d, nn.Conv2d, nn.Conv3d)
 def contributions(module: nn.modules.conv._ConvNd, call: Call) -> dict[str, Contribution]:
     """weight: Pair over positions (fold = groups) or materialized; bias: (N, Cout)."""
@@ -113,7 +139,8 @@ def contributions(module: nn.modules.conv._ConvNd, call: Call) -> dict[str, Cont
     shape = Pair(torch.empty(N * g, L, a, device="meta", dtype=grad.dtype),
                  torch.empty(N * g, L, b, device="meta", dtype=grad.dtype), fold=g)
     gram_cost = Lp * Lp * (Cin // g) + L * L * (math.prod(kernel) + a)
-    gram = factors.choose_gram([shape], gram_cost=gram_cost)
+    slowdown = GRAM_SLOWDOWN if all(st == 1 for st in module.stride) else 1.0
+    gram = factors.choose_gram([shape], gram_cost=slowdown * gram_cost)
     if gram or b <= UNFOLD_MAX_PATCH:
         full = x if not any(pad) else F.pad(x, [p for q in reversed(pad) for p in (q, q)])
         B = grad.reshape(N, g, a, L).transpose(2, 3).reshape(N * g, L, a)
@@ -123,7 +150,10 @@ def contributions(module: nn.modules.conv._ConvNd, call: Call) -> dict[str, Cont
                                  right_gram=_patch_gram(module, full, tuple(grad.shape[2:])),
                                  right_fn=lambda: _patches(module, full, N, g, b, L))
             return out
-        # small patches (the stem's 3 × 7 × 7): bmm of the unfolded input beats the grouped
+        if N * g * b * L * full.element_size() > UNFOLD_MAX_BYTES:
+            out["weight"] = Materialized(_per_example_weight_grads(module, grad, x, pad))
+            return out
+        # small patches (a stem's 3 × 3 × 3): bmm of the unfolded input beats the grouped
         # weight-gradient convolution, which CPU libraries run slowly with N·g groups
         gw = torch.bmm(B.transpose(1, 2), _patches(module, full, N, g, b, L))
         out["weight"] = Materialized(gw.view(N, Cout, -1))
