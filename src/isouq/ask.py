@@ -169,7 +169,9 @@ def legend(rows: Sequence[dict]) -> str:
     if rows and rows[0].get("percentiles"):
         shown.append("pct = percentile of the score among the reference answers of this model")
     calibrated = bool(rows) and "p_correct" in rows[0]
-    return "\n".join([*shown, *([] if calibrated else [CAUTION])])
+    width = min(shutil.get_terminal_size((100, 20)).columns, 100)
+    return "\n".join(textwrap.fill(line, width, subsequent_indent="    ")
+                     for line in [*shown, *([] if calibrated else [CAUTION])])
 
 
 def _columns(rows: Sequence[dict]) -> list[tuple[str, object, int, str]]:

@@ -171,9 +171,11 @@ def check_sampling(names: Iterable[str], *, k: int, k_p_true: int, temperature: 
         raise InputError(f"k={k}: {', '.join(short)} need(s) at least {need} sampled answers "
                          "(Farquhar et al.: 10); raise --k")
     if any(m.name == "p_true" for m in sampling) and not 0 <= k_p_true <= k:
-        raise InputError(f"k_p_true={k_p_true}: P(True) shows 0..k={k} of the sampled answers")
+        raise InputError(f"k_p_true={k_p_true}: P(True) shows 0..k={k} of the sampled answers; "
+                         "set --k-p-true within that range or raise --k")
     if sampling and not temperature > 0:
-        raise InputError(f"temperature={temperature}: sampling needs a temperature > 0")
+        raise InputError(f"temperature={temperature}: sampling needs a temperature > 0; "
+                         "pass e.g. --temperature 1")
 
 
 def evaluated_methods() -> dict[str, tuple[str, ...]]:
