@@ -16,12 +16,14 @@ follow what the code holds (``sequences.token_probs``, ``ghost/engine.py``, ``gh
   ``N × A' × V`` (A' = A + 1) in the model dtype, twice more for its gradient through the index
   and slice, and the answer rows' float32 log-softmax and its gradient (``2 × N·A × V × 4``).
 - **ghost engine** (ghost only): per hooked Linear, the cost rule of ``factors.choose_gram``
-  decides between Gram matrices ``N × T × T`` (float32; the Grams of one backward are cached
-  with their factors until it ends: per token and layer ``(6·d + 2·d_kv + 3·I)`` factor
-  elements and ``11·L`` Gram elements) and a materialized per-example gradient ``N × a × b``
+  decides between Gram matrices ``N × T × T`` (float32; the Grams of the layer inputs are
+  cached with their inputs until the backward ends: per token and layer ``(3·d + I)`` input
+  elements and ``4·L`` Gram elements; an output gradient's Gram lives only during its layer's
+  hook) and a materialized per-example gradient ``N × a × b``
   (float32, with its square: transient); the embedding the same way (index form), and the
   ``N × A' × V`` logit gradient the lm_head rule keeps to the end. Half-precision factors are
-  multiplied as float32 copies, and those copies are what the cache keeps.
+  multiplied as float32 copies made one at a time and not kept; the cache keeps the inputs in
+  the model's dtype and their float32 Grams.
 - **loop** (loop only): the batch's no-grad forward (its logits and one layer's intermediates,
   ``N·L·(4·I + 2·d + L)`` elements), then one row at a time: its activations, the weight
   gradients of every selected parameter, their concatenation and square (``3 × parameter
@@ -225,21 +227,25 @@ def _ghost_backward_blocks(s: Shape, N: int, L: int, A: int, e: int):
     """What the ghost backward holds at its worst moment (the end, or a transient)."""
     d, kv, inter, V = s.hidden, s.kv_hidden, s.intermediate, s.vocab
     kept = A + 1
-    f = max(e, 4)  # half-precision factors are multiplied (and cached) as float32 copies
+    f = max(e, 4)  # half-precision factors are multiplied as float32 copies (transient)
     linears = [(d, d, 1), (kv, d, 2), (d, d, 1), (inter, d, 2), (d, inter, 1)]  # q; k,v; o; ...
     cached: list[tuple[float, float]] = []
     transient = 0.0
     for a, b, count in linears:
         if _gram_chosen(N, L, a, b):
-            # B (N, L, a) and its Gram; the input and its Gram once per shared input
-            cached += [(s.layers * count, N * L * a * f), (s.layers * count, N * L * L * 4)]
+            # the output gradient's float32 copy (half precision) and its Gram, one layer at a
+            # time (only inputs' Grams are cached); the input and its Gram once per shared input
+            transient = max(transient, N * L * a * (f if f > e else 0) + N * L * L * 4)
         else:
             transient = max(transient, 2 * N * a * b * 4)
-    # inputs kept with their Grams: norm outputs (q/k/v and gate/up), o_proj's and down's inputs
+    # inputs kept (in the model's dtype: a half-precision input is upcast only while its Gram
+    # is computed) with their float32 Grams: norm outputs (q/k/v and gate/up), o_proj's and
+    # down's inputs
     if _gram_chosen(N, L, d, d):
-        cached += [(s.layers * 3, N * L * d * f), (s.layers * 3, N * L * L * 4)]
+        cached += [(s.layers * 3, N * L * d * e), (s.layers * 3, N * L * L * 4)]
     if _gram_chosen(N, L, d, inter):
-        cached += [(s.layers, N * L * inter * f), (s.layers, N * L * L * 4)]
+        cached += [(s.layers, N * L * inter * e), (s.layers, N * L * L * 4)]
+        transient = max(transient, N * L * inter * (f if f > e else 0) + N * L * L * 4)
     cached.append((1, N * kept * V * f))  # the lm_head's output gradient, kept to the end
     if s.tied:
         cached.append((1, N * kept * V * e))  # its output too (released only at the end)

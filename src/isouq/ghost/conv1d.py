@@ -19,7 +19,7 @@ def contributions(module: nn.Module, call: Call) -> dict[str, Contribution]:
     """weight (in, out): Pair(A, B); bias: Σₜ bₜ."""
     A = as_tokens(call.args[0]).to(call.grad.dtype)
     B = as_tokens(call.grad)
-    out: dict[str, Contribution] = {"weight": Pair(A, B)}
+    out: dict[str, Contribution] = {"weight": Pair(A, B, input_side="left")}
     if getattr(module, "bias", None) is not None:
         out["bias"] = Materialized(at_least_f32(B).sum(1))
     return out

@@ -49,4 +49,4 @@ def contributions(module: nn.Embedding, call: Call) -> dict[str, Contribution]:
     scale = _scale(module)
     if scale != 1.0:
         B = B * scale
-    return {"weight": Pair(idx, B, index_size=module.num_embeddings)}
+    return {"weight": Pair(idx, B, index_size=module.num_embeddings, input_side="left")}

@@ -44,6 +44,10 @@ class Pair:
     # ``right`` may be a zero-stride placeholder of R's shape and dtype)
     right_gram: torch.Tensor | None = None
     right_fn: Callable[[], torch.Tensor] | None = None
+    # which factor is the layer's input ("right" for nn.Linear's Pair(B, A), "left" for GPT-2's
+    # Conv1D): only its Gram is cached over a backward (an input may feed several layers, as
+    # q/k/v share theirs); an output gradient serves one layer and is freed after its hook
+    input_side: str = "right"
 
     def dense_right(self) -> torch.Tensor:
         """R itself (built now when the rule gave it lazily)."""
@@ -77,7 +81,8 @@ class Pair:
                 return torch.gather(t, 1, order)
             return torch.gather(t, 1, order.unsqueeze(-1).expand(-1, -1, t.shape[-1]))
 
-        return Pair(take(self.left), take(self.dense_right()), self.index_size, self.fold)
+        return Pair(take(self.left), take(self.dense_right()), self.index_size, self.fold,
+                    input_side=self.input_side)
 
     def materialize(self) -> torch.Tensor:
         """(N·fold, a, b) per-example (per-group) gradients."""
@@ -102,14 +107,15 @@ Contribution = Pair | Materialized
 def _left_gram(p: Pair, q: Pair) -> torch.Tensor:
     """Lₚ Lqᵀ per example: (N, Tp, Tq)."""
     if p.is_index and q.is_index:
-        return (p.left.unsqueeze(2) == q.left.unsqueeze(1)).to(p.right.dtype)
+        return (p.left.unsqueeze(2) == q.left.unsqueeze(1)).to(
+            torch.promote_types(p.right.dtype, torch.float32))
     if p.is_index:
         return _left_gram(q, p).transpose(1, 2)
     if q.is_index:  # dense p (N,Tp,a) against one-hot q: gather columns q.left
         N, Tp, _ = p.left.shape
         idx = q.left.unsqueeze(1).expand(N, Tp, q.left.shape[1])
-        return torch.gather(p.left, 2, idx)
-    return torch.bmm(p.left, q.left.transpose(1, 2))
+        return at_least_f32(torch.gather(p.left, 2, idx))
+    return _dense_gram(p.left, q.left, None)
 
 
 def _key(t: torch.Tensor) -> tuple:
@@ -117,12 +123,15 @@ def _key(t: torch.Tensor) -> tuple:
 
 
 def _dense_gram(x: torch.Tensor, y: torch.Tensor, cache: dict | None) -> torch.Tensor:
-    """x yᵀ per example (N, Tx, Ty); x xᵀ is cached by storage (q/k/v share one input)."""
+    """x yᵀ per example (N, Tx, Ty), in float32 at least (half-precision factors are upcast
+    here, one at a time, and not kept); with a ``cache``, x xᵀ is cached by storage (q/k/v
+    share one input)."""
     if cache is None or x is not y:
-        return torch.bmm(x, y.transpose(1, 2))
+        return torch.bmm(at_least_f32(x), at_least_f32(y).transpose(1, 2))
     k = _key(x)
     if k not in cache:  # keep x alive with its Gram so its address cannot be reused meanwhile
-        cache[k] = (x, torch.bmm(x, x.transpose(1, 2)))
+        x32 = at_least_f32(x)
+        cache[k] = (x, torch.bmm(x32, x32.transpose(1, 2)))
     return cache[k][1]
 
 
@@ -130,12 +139,13 @@ def _gram_sq_norm(pairs: list[Pair], cache: dict | None = None) -> torch.Tensor:
     total = None
     for k, p in enumerate(pairs):
         for q in pairs[k:]:
-            left = _dense_gram(p.left, q.left, cache) if not (p.is_index or q.is_index) \
-                else _left_gram(p, q)
+            left = _dense_gram(p.left, q.left, cache if p.input_side == "left" else None) \
+                if not (p.is_index or q.is_index) else _left_gram(p, q)
             if q is p and p.right_gram is not None:
-                right = p.right_gram
+                right = at_least_f32(p.right_gram)
             else:
-                right = _dense_gram(p.dense_right(), q.dense_right(), cache)
+                right = _dense_gram(p.dense_right(), q.dense_right(),
+                                    cache if p.input_side == "right" else None)
             N = left.shape[0]  # batched dot product ⟨left_n, right_n⟩ (faster than einsum)
             term = torch.bmm(left.reshape(N, 1, -1), right.reshape(N, -1, 1)).view(N)
             term = term if q is p else 2 * term
@@ -168,7 +178,7 @@ def _f32_pair(p: Pair) -> Pair:
     fn = p.right_fn
     right = p.right if fn is not None else p.right.float()  # a lazy R: only its placeholder
     return Pair(at_least_f32(p.left), right, p.index_size, p.fold, at_least_f32(p.right_gram),
-                None if fn is None else (lambda: fn().float()))
+                None if fn is None else (lambda: fn().float()), p.input_side)
 
 
 def sq_norms(contribs: list[Contribution], cache: dict | None = None) -> torch.Tensor:
@@ -177,7 +187,7 @@ def sq_norms(contribs: list[Contribution], cache: dict | None = None) -> torch.T
 
     ``cache`` (a dict shared over one backward) reuses Grams of inputs several layers share.
     """
-    pairs = [_f32_pair(c) for c in contribs if isinstance(c, Pair)]
+    pairs = [c for c in contribs if isinstance(c, Pair)]  # upcast when multiplied
     mats = [at_least_f32(c.grad) for c in contribs if isinstance(c, Materialized)]
     folds = {p.fold for p in pairs}
     if pairs and not mats and len(folds) == 1 and choose_gram(pairs):
@@ -186,7 +196,7 @@ def sq_norms(contribs: list[Contribution], cache: dict | None = None) -> torch.T
         return sq if fold == 1 else sq.view(-1, fold).sum(1)
     N = mats[0].shape[0] if mats else pairs[0].right.shape[0] // pairs[0].fold
     G = None
-    for g in mats + [p.materialize() for p in pairs]:
+    for g in mats + [_f32_pair(p).materialize() for p in pairs]:
         g = g.reshape(N, -1)  # a folded block (N·g, a, b) is example-major: (N, g·a·b)
         G = g if G is None else G + g
     return G.pow(2).sum(1)
