@@ -228,10 +228,10 @@ def _ghost_backward_blocks(s: Shape, N: int, L: int, A: int, e: int):
     d, kv, inter, V = s.hidden, s.kv_hidden, s.intermediate, s.vocab
     kept = A + 1
     f = max(e, 4)  # half-precision factors are multiplied as float32 copies (transient)
-    linears = [(d, d, 1), (kv, d, 2), (d, d, 1), (inter, d, 2), (d, inter, 1)]  # q; k,v; o; ...
+    linears = [(d, d), (kv, d), (d, d), (inter, d), (d, inter)]  # q; k and v; o; gate and up; down
     cached: list[tuple[float, float]] = []
     transient = 0.0
-    for a, b, count in linears:
+    for a, b in linears:
         if _gram_chosen(N, L, a, b):
             # the output gradient's float32 copy (half precision) and its Gram, one layer at a
             # time (only inputs' Grams are cached); the input and its Gram once per shared input
