@@ -69,16 +69,10 @@ def run_one(method: str, a) -> dict:
     base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
     def floor():
-        for p in model.parameters():
-            p.requires_grad_(False)
-        emb = model.get_input_embeddings()
-        h = emb.register_forward_hook(lambda m, i, o: o.detach().requires_grad_(True))
-        try:
+        from floor import activation_gradients_only
+
+        with activation_gradients_only(model):
             mean_answer_prob(model(ids).logits, ids, a.answer).sum().backward()
-        finally:
-            h.remove()
-            for p in model.parameters():
-                p.requires_grad_(True)
         return None
 
     def isouq():

@@ -78,17 +78,11 @@ def run_one(method: str, model_name: str, batch: int, repeats: int, threads: int
             token_probs(model, b)
 
     def floor():
-        for p in model.parameters():
-            p.requires_grad_(False)
-        emb = model.get_input_embeddings()
-        h = emb.register_forward_hook(lambda m, i, o: o.detach().requires_grad_(True))
-        try:
+        from floor import activation_gradients_only
+
+        with activation_gradients_only(model):
             p, mask = token_probs(model, b)
             summarize(p, mask)[0].sum().backward()
-        finally:
-            h.remove()
-            for p in model.parameters():
-                p.requires_grad_(True)
 
     def full_backward():
         p, mask = token_probs(model, b)
