@@ -8,6 +8,7 @@ import pytest
 
 import isouq
 import tiny
+from isouq.answer_row import FIELDS
 from isouq.ask import answer_and_score
 from isouq.cli import main
 from isouq.errors import InputError
@@ -57,6 +58,7 @@ def test_cli_json_from_arguments_file_and_stdin(model_dir, tmp_path, capsys, mon
     got = [json.loads(line) for line in capsys.readouterr().out.splitlines()
            if line.startswith("{")]
     assert [r["question"] for r in got] == QUESTIONS
+    assert all(set(FIELDS) <= set(r) for r in got)  # the one answer-row schema
     assert main([*base, "--file", "-"]) == 0
     again = [json.loads(line) for line in capsys.readouterr().out.splitlines()
              if line.startswith("{")]

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import isouq
+from isouq.answer_row import FIELDS
 from isouq.cli import main
 from isouq.runio import read_jsonl
 from isouq.score_run import plan_batches
@@ -71,6 +72,7 @@ def test_score_matches_library_and_resumes(model_dir, tmp_path):
     assert [r["key"] for r in rows] == [f"q{i}" for i in range(12)]  # input order restored
     meta = json.loads(Path(str(out) + ".meta.json").read_text())
     assert meta["params"]["n_params"] == rows[0]["n_params"]
+    assert all(set(FIELDS) <= set(r) for r in rows)  # the one answer-row schema
     # the same numbers straight from the library
     from isouq.models import load_model
     from isouq.qa.prompts import qa_prompt

@@ -179,10 +179,9 @@ def _columns(rows: Sequence[dict]) -> list[tuple[str, object, int, str]]:
     if not rows:
         return []
     first = rows[0]
-    cols = [(SCORES[s].header, lambda r, s=s: r["scores"][s], max(6, len(SCORES[s].header)),
-             SCORES[s].fmt) for s in TABLE_SCORES if s in first["scores"]]
-    if SCORES["epistemic"].header in [c[0] for c in cols]:  # .3g values need 9 places
-        cols = [(h, f, 9 if fmt == ".3g" else w, fmt) for h, f, w, fmt in cols]
+    cols = [(sc.header, lambda r, s=s: r["scores"][s],
+             9 if sc.fmt == ".3g" else max(6, len(sc.header)), sc.fmt)  # .3g needs 9 places
+            for s in TABLE_SCORES if s in first["scores"] for sc in [SCORES[s]]]
     cols += [(f"{SCORES[s].header} pct", lambda r, s=s: r["percentiles"][s],
               len(SCORES[s].header) + 4, ".0f") for s in first.get("percentiles", {})]
     cols += [(h, lambda r, f=f: r[f], w, fmt) for h, f, w, fmt in

@@ -5,6 +5,7 @@ import json
 import pytest
 import torch
 
+from isouq.answer_row import FIELDS
 from isouq.errors import DataError, InputError, ModelError
 from isouq.evaluation import study_tables
 from isouq.qa.runner import QAConfig, QARunner, agreement
@@ -41,6 +42,7 @@ def test_rows_have_every_field_and_resume(tmp_path, dataset, tiny_lm, tok):
     rows = read_jsonl(path)
     assert [r["key"] for r in rows] == [f"q{i}" for i in range(6)]
     r = rows[0]
+    assert all(set(FIELDS) <= set(row) for row in rows)  # the one answer-row schema
     for k in ("epistemic", "aleatoric", "normalized_epistemic", "naive_entropy",
               "semantic_entropy", "p_true"):
         assert isinstance(r["scores"][k], float), k
