@@ -42,15 +42,24 @@ def perturb(model):
     return model
 
 
-@pytest.fixture(params=["gram", "materialize", "materialize_by_conv", "materialize_per_example"])
+@pytest.fixture(params=["gram", "materialize", "materialize_by_conv", "materialize_by_conv_chunks",
+                        "materialize_per_example"])
 def force(request, monkeypatch):
-    """Each branch of the cost rule; convolutions materialize by bmm, by a grouped conv, or by
-    one weight-gradient convolution per example."""
+    """Each branch of the cost rule; convolutions materialize by bmm, by a grouped conv over the
+    batch or over chunks of 2 examples (3 = 2 + 1), or by one weight-gradient convolution per
+    example."""
     from isouq.ghost import conv
 
     monkeypatch.setattr(factors, "choose_gram", lambda pairs, **kw: request.param == "gram")
-    if request.param == "materialize_by_conv":
+    if request.param.startswith("materialize_by_conv"):
         monkeypatch.setattr(conv, "UNFOLD_MAX_PATCH", 0)
+    if request.param == "materialize_by_conv_chunks":
+
+        def two_per_chunk(module, grad, x, pad, *, chunk):
+            return original(module, grad, x, pad, chunk=min(2, grad.shape[0]))
+
+        original = conv._weight_grads
+        monkeypatch.setattr(conv, "_weight_grads", two_per_chunk)
     if request.param == "materialize_per_example":
         monkeypatch.setattr(conv, "UNFOLD_MAX_BYTES", 0)
     return request.param

@@ -31,9 +31,9 @@ def _affine(module: nn.Module, xhat: torch.Tensor, grad: torch.Tensor) -> dict[s
     N, C = grad.shape[0], grad.shape[1]
     b = grad.reshape(N, C, -1)
     out: dict[str, Contribution] = {}
-    if module.weight is not None:  # Σ_positions x̂ b per (example, channel), as a batched dot
-        xh = xhat.to(grad.dtype).reshape(N * C, 1, -1)
-        out["weight"] = Materialized(torch.bmm(xh, b.reshape(N * C, -1, 1)).view(N, C))
+    if module.weight is not None:  # Σ_positions x̂ b per (example, channel)
+        xh = xhat.to(grad.dtype).reshape(N, C, -1)
+        out["weight"] = Materialized(torch.linalg.vecdot(xh, b))
     if module.bias is not None:
         out["bias"] = Materialized(b.sum(-1))
     return out

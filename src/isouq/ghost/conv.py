@@ -8,8 +8,9 @@ positions, with the g groups folded into the batch, and the cost rule of ``facto
 (Gram ~ L² (a + b) against materializing ~ L a b, a = Cout/g, b = Cin/g·K, plus its memory
 cap) picks per layer and per batch:
 - Gram: ‖g_W‖² = ⟨B Bᵀ, U Uᵀ⟩ over positions (few positions, wide layers: late stages);
-- materialize: the per-example gradients (N, Cout, Cin/g, *kernel) from one weight-gradient
-  convolution with the batch folded into the groups (no unfolded copy of the input), or, for
+- materialize: the per-example gradients (N, Cout, Cin/g, *kernel) from weight-gradient
+  convolutions with chunks of the batch folded into the groups (no unfolded copy of the
+  input; ``GROUPED_CHUNK_BYTES``), or, for
   small patches (``UNFOLD_MAX_PATCH``), one bmm with the unfolded input.
 Stride, padding (numbers, ``'same'``, ``'valid'``, any ``padding_mode``), dilation and groups
 (depthwise included) are handled; bias: g_b = Σₜ bₜ.
@@ -47,6 +48,12 @@ UNFOLD_MAX_BYTES = 16 * 2**20
 #: batch-folded weight-gradient convolution runs about as slowly as the Gram path (128→256,
 #: stride 2, 8×8 out: 64 ms for 0.6 G), so there the counts are compared as they are.
 GRAM_SLOWDOWN = 4.0
+#: The batch-folded weight-gradient convolution runs on chunks of examples whose per-example
+#: gradients take about this many bytes: one call over a whole batch of wide layers slows down
+#: once its output leaves the cache (CPU, benchmarks/conv_chunks.py: 128→128 channels at
+#: 16×16, batch 32: 24 ms in one call, 15 ms in chunks of 3 examples; 512→512 at 7×7, batch 8:
+#: 89 ms against 70 ms one example at a time).
+GROUPED_CHUNK_BYTES = 2 * 2**20
 
 
 def unfold(x: torch.Tensor, kernel: tuple[int, ...], dilation: tuple[int, ...],
@@ -104,16 +111,28 @@ def _patch_gram(module, full: torch.Tensor, out_sizes: tuple[int, ...]) -> torch
     return R.reshape(N * g, L, L)
 
 
-def _per_example_weight_grads(module, grad: torch.Tensor, x: torch.Tensor,
-                              pad: tuple[int, ...]) -> torch.Tensor:
-    """(N, Cout, Cin/g, *kernel) weight gradients, one ordinary weight-gradient convolution per
-    example (``x`` padded as ``_padded`` left it, ``pad`` the padding still to apply)."""
-    d, kernel = len(module.kernel_size), tuple(module.kernel_size)
-    w = grad.new_empty(1).expand(module.out_channels, module.in_channels // module.groups, *kernel)
-    return torch.stack([torch.ops.aten.convolution_backward(
-        grad[n : n + 1], x[n : n + 1], w, None, list(module.stride), list(pad),
-        list(module.dilation), False, [0] * d, module.groups, [False, True, False])[1]
-        for n in range(grad.shape[0])])
+def _grouped_weight_grads(module, grad: torch.Tensor, x: torch.Tensor,
+                          pad: tuple[int, ...]) -> torch.Tensor:
+    """(n, Cout, Cin/g, *kernel) weight gradients of n examples from ONE weight-gradient
+    convolution with the examples folded into the groups (n·g groups, no unfolded copy)."""
+    n, d, kernel = grad.shape[0], len(module.kernel_size), tuple(module.kernel_size)
+    Cout, Cin = module.out_channels, module.in_channels
+    w = grad.new_empty(1).expand(n * Cout, Cin // module.groups, *kernel)
+    gw = torch.ops.aten.convolution_backward(
+        grad.reshape(1, n * Cout, *grad.shape[2:]), x.reshape(1, n * Cin, *x.shape[2:]), w, None,
+        list(module.stride), list(pad), list(module.dilation), False, [0] * d, n * module.groups,
+        [False, True, False],
+    )[1]
+    return gw.view(n, Cout, Cin // module.groups, *kernel)
+
+
+def _weight_grads(module, grad: torch.Tensor, x: torch.Tensor, pad: tuple[int, ...], *,
+                  chunk: int) -> torch.Tensor:
+    """(N, Cout, Cin/g, *kernel) per-example weight gradients, ``chunk`` examples per
+    weight-gradient convolution (1: the ordinary convolution of one example at a time)."""
+    N = grad.shape[0]
+    return torch.cat([_grouped_weight_grads(module, grad[s : s + chunk], x[s : s + chunk], pad)
+                      for s in range(0, N, chunk)])
 
 
 @register_rule(nn.Conv1d, nn.Conv2d, nn.Conv3d)
@@ -151,18 +170,14 @@ def contributions(module: nn.modules.conv._ConvNd, call: Call) -> dict[str, Cont
                                  right_fn=lambda: _patches(module, full, N, g, b, L))
             return out
         if N * g * b * L * full.element_size() > UNFOLD_MAX_BYTES:
-            out["weight"] = Materialized(_per_example_weight_grads(module, grad, x, pad))
+            out["weight"] = Materialized(_weight_grads(module, grad, x, pad, chunk=1))
             return out
         # small patches (a stem's 3 × 3 × 3): bmm of the unfolded input beats the grouped
         # weight-gradient convolution, which CPU libraries run slowly with N·g groups
         gw = torch.bmm(B.transpose(1, 2), _patches(module, full, N, g, b, L))
         out["weight"] = Materialized(gw.view(N, Cout, -1))
         return out
-    w = grad.new_empty(1).expand(N * Cout, Cin // g, *kernel)
-    gw = torch.ops.aten.convolution_backward(
-        grad.reshape(1, N * Cout, *grad.shape[2:]), x.reshape(1, N * Cin, *x.shape[2:]), w, None,
-        list(module.stride), list(pad), list(module.dilation), False, [0] * d, N * g,
-        [False, True, False],
-    )[1]
-    out["weight"] = Materialized(gw.view(N, Cout, Cin // g, *kernel))
+    per_example = Cout * (Cin // g) * math.prod(kernel) * grad.element_size()
+    chunk = max(1, min(N, GROUPED_CHUNK_BYTES // per_example))
+    out["weight"] = Materialized(_weight_grads(module, grad, x, pad, chunk=chunk))
     return out
