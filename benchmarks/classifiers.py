@@ -10,6 +10,8 @@ peak extra memory of:
 - ``isouq_gn`` / ``opacus_gn``: the same network with GroupNorm instead of BatchNorm (Opacus
   refuses BatchNorm), isouq against Opacus ``GradSampleModule`` per-sample gradients of the
   same scalar, squared norms included;
+- ``train_step``: forward + backward of the same scalar with every weight requiring grad (an
+  ordinary training step: activation AND batch-summed weight gradients), for scale;
 - ``loop``: one forward + backward per example (weights require grad), squared norms.
 isouq's (N,) ‖∇θ log p_c‖² is checked against the loop's, and Opacus's against isouq's on the
 GroupNorm twin (rtol 1e-3). Peak memory: on CPU, the highest running sum of the tensor
@@ -136,6 +138,15 @@ def floor(model, x, cls):
             p.requires_grad_(f)
 
 
+def train_step(model, x, cls):
+    """An ordinary forward + backward (batch-summed weight gradients, then dropped)."""
+    model.zero_grad(set_to_none=True)
+    out = model(x)
+    _log_p(out, cls).sum().backward()
+    model.zero_grad(set_to_none=True)
+    return out.detach()[:, 0]
+
+
 def loop(model, x, cls):
     params = [p for p in model.parameters()]
     rows = []
@@ -196,7 +207,8 @@ def main() -> None:
             return lambda: isouq.score_classifier(m, x, classes="predicted", batch_size=batch,
                                                   check_independent=check).epistemic_log
 
-        runs = {"floor": lambda bn=bn, x=x, c=cls_bn: floor(bn, x, c), "isouq": isouq_fn(bn),
+        runs = {"floor": lambda bn=bn, x=x, c=cls_bn: floor(bn, x, c),
+                "train_step": lambda bn=bn, x=x, c=cls_bn: train_step(bn, x, c), "isouq": isouq_fn(bn),
                 "isouq_nocheck": isouq_fn(bn, check=False), "isouq_gn": isouq_fn(gn)}
         if opacus is not None:
             # Opacus hooks the model it wraps, and records only in train mode (GroupNorm: same output)
@@ -222,6 +234,8 @@ def main() -> None:
                 row[f"{ours}_matches_{ref}"] = bool(ok)
         row["isouq_over_floor"] = round(row["isouq_s"] / row["floor_s"], 3)
         row["isouq_nocheck_over_floor"] = round(row["isouq_nocheck_s"] / row["floor_s"], 3)
+        row["train_step_over_floor"] = round(row["train_step_s"] / row["floor_s"], 3)
+        row["isouq_over_train_step"] = round(row["isouq_s"] / row["train_step_s"], 3)
         if "opacus_gn_s" in row:
             row["opacus_gn_over_isouq_gn"] = round(row["opacus_gn_s"] / row["isouq_gn_s"], 3)
         if "loop_s" in row:

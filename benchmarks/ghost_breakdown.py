@@ -4,7 +4,9 @@ In one process, on B TruthfulQA answers of SmolLM2 (median of --repeats after a 
 - floor: forward + backward with every weight frozen (activation gradients only);
 - floor+keep: the same, with every Linear input kept alive as ghost norms keep it;
 - floor+gradhooks: the same, with an empty tensor hook on every Linear output;
-- ghost: ``GhostNorms`` (norms computed in the backward hooks).
+- ghost: ``GhostNorms`` (norms computed in the backward hooks), with the seconds spent inside
+  those hooks by layer type (the Gram products of Linear layers, the norm layers' rule) and in
+  the norms left for after the backward (the tied embedding/lm_head weight).
 
     python benchmarks/ghost_breakdown.py --batch 16
 """
@@ -68,6 +70,23 @@ def main() -> None:
             for p in m.parameters():
                 p.requires_grad_(True)
 
+    in_hooks: dict[str, float] = {}
+    now, norms = GhostNorms._maybe_now, GhostNorms._norms
+
+    def timed_now(self, call):
+        t = time.perf_counter()
+        now(self, call)
+        key = type(call.module).__name__
+        in_hooks[key] = in_hooks.get(key, 0.0) + time.perf_counter() - t
+
+    def timed_norms(self, *args):
+        t = time.perf_counter()
+        out = norms(self, *args)
+        in_hooks["after backward"] = in_hooks.get("after backward", 0.0) + time.perf_counter() - t
+        return out
+
+    GhostNorms._maybe_now, GhostNorms._norms = timed_now, timed_norms
+
     def ghost():
         with GhostNorms(m, params, warn=False) as g, torch.enable_grad():
             t0 = time.perf_counter()
@@ -88,6 +107,9 @@ def main() -> None:
         fwd = statistics.median(t[0] for t in ts)
         bwd = statistics.median(t[1] for t in ts)
         print(f"{name:>16}: forward {fwd:.2f} s, backward {bwd:.2f} s, total {fwd + bwd:.2f} s")
+    runs = a.repeats + 1  # the hooks' seconds are summed over every ghost run, warm-up included
+    for key, sec in sorted(in_hooks.items(), key=lambda kv: -kv[1]):
+        print(f"  ghost norms of {key}: {sec / runs:.3f} s per batch")
 
 
 if __name__ == "__main__":

@@ -50,9 +50,8 @@ UNFOLD_MAX_BYTES = 16 * 2**20
 GRAM_SLOWDOWN = 4.0
 #: The batch-folded weight-gradient convolution runs on chunks of examples whose per-example
 #: gradients take about this many bytes: one call over a whole batch of wide layers slows down
-#: once its output leaves the cache (CPU, benchmarks/conv_chunks.py: 128→128 channels at
-#: 16×16, batch 32: 24 ms in one call, 15 ms in chunks of 3 examples; 512→512 at 7×7, batch 8:
-#: 89 ms against 70 ms one example at a time).
+#: once its output leaves the cache (CPU, benchmarks/conv_chunks.py, batch 32: 256→256 channels
+#: at 8×8, 100 ms in one call against 66 ms in chunks; 512→512 at 4×4, 357 ms against 212 ms).
 GROUPED_CHUNK_BYTES = 2 * 2**20
 
 
