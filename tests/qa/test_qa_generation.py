@@ -140,6 +140,28 @@ def test_option_probs_from_controlled_logits(rule_lm, tok):
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2", "gemma3"])
+def test_samples_of_one_prompt_share_one_prefill(family):
+    from tiny import causal_lm, tokenizer
+
+    tk, lm = tokenizer(chat=False), causal_lm(family)
+    prompts = ["Question: what is the capital of france? Answer:", "Question: who? Answer:"]
+    calls = []
+    hook = lm.register_forward_hook(lambda m, a, kw, out: calls.append(kw["input_ids"].shape),
+                                    with_kwargs=True)
+    shared = sample_completions(lm, tk, prompts, k=4, max_new_tokens=5, seed=1, batch_size=8,
+                                stop=())
+    hook.remove()
+    assert calls[0][0] == 2 and all(c == (8, 1) for c in calls[1:])  # one prefill per prompt
+    alone = sample_completions(lm, tk, prompts, k=4, max_new_tokens=5, seed=1, batch_size=1,
+                               stop=())
+    for a, b in zip(shared, alone, strict=True):
+        for x, y in zip(a.completions, b.completions, strict=True):
+            assert x.token_ids == y.token_ids
+            assert torch.allclose(torch.tensor(x.model_logprobs), torch.tensor(y.model_logprobs),
+                                  atol=1e-5)
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2", "gemma3"])
 def test_shared_prefix_gives_the_logits_of_each_prompt_alone(family):
     from isouq.qa import generation
     from isouq.qa.prompts import entailment_prompt

@@ -234,15 +234,33 @@ def _decode(
 ) -> list[tuple[list[int], list[float], list[float], str]]:
     """Decode each row until EOS, a stop string or max_new_tokens.
 
+    Rows with the same prompt (the K samples of one question) share one prefill: the distinct
+    prompts run once and their key/value cache is copied to every row (K times less prompt
+    compute; rows still draw their own tokens). A cache that cannot select rows (a legacy
+    tuple cache) gets one prefill per row.
+
     Returns per row (generated ids incl. a final EOS, sampling log-probs, model log-probs,
     stop reason).
     """
     n = len(prompt_ids)
     device = model_device(model)
     pad = tokenizer_pad_id(tokenizer)
-    ids, mask, pos = _left_pad(prompt_ids, pad, device)
+    distinct: dict[tuple[int, ...], int] = {}
+    row_of = [distinct.setdefault(tuple(p), len(distinct)) for p in prompt_ids]
+    ids, mask, pos = _left_pad([list(p) for p in distinct], pad, device)
     out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True,
                 **last_only_kwargs(model))
+    cache, last = returned_cache(out), out.logits[:, -1, :]
+    if len(distinct) < n:
+        if hasattr(cache, "batch_select_indices"):
+            sel = torch.as_tensor(row_of, device=device)
+            cache.batch_select_indices(sel)
+            last, mask, pos = last[sel], mask[sel], pos[sel]
+        else:
+            ids, mask, pos = _left_pad(prompt_ids, pad, device)
+            out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True,
+                        **last_only_kwargs(model))
+            cache, last = returned_cache(out), out.logits[:, -1, :]
     cache_name = cache_kwarg(model)
     gen: list[list[int]] = [[] for _ in range(n)]
     lps: list[list[float]] = [[] for _ in range(n)]
@@ -250,7 +268,7 @@ def _decode(
     reason: list[str | None] = [None] * n
     for step in range(max_new_tokens):
         active = [i for i in range(n) if reason[i] is None]
-        logits = out.logits[:, -1, :].float()[torch.as_tensor(active, device=device)]
+        logits = last.float()[torch.as_tensor(active, device=device)]
         _check_finite(logits)
         model_logp = torch.log_softmax(logits, dim=-1)
         nxt, lp = pick(logits, model_logp, active)
@@ -274,7 +292,8 @@ def _decode(
         mask = torch.cat([mask, torch.ones((n, 1), dtype=mask.dtype, device=device)], dim=1)
         pos = pos[:, -1:] + 1
         out = model(input_ids=feed, attention_mask=mask, position_ids=pos, use_cache=True,
-                    **{cache_name: returned_cache(out)})
+                    **{cache_name: cache})
+        cache, last = returned_cache(out), out.logits[:, -1, :]
     return [(g, a, b, r or "length") for g, a, b, r in zip(gen, lps, mlps, reason, strict=True)]
 
 
