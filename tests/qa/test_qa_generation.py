@@ -152,8 +152,8 @@ def test_samples_of_one_prompt_share_one_prefill(family):
                                 stop=())
     hook.remove()
     assert calls[0][0] == 2 and all(c == (8, 1) for c in calls[1:])  # one prefill per prompt
-    alone = sample_completions(lm, tk, prompts, k=4, max_new_tokens=5, seed=1, batch_size=1,
-                               stop=())
+    alone = sample_completions(lm, tk, prompts, k=4, max_new_tokens=5, seed=1, batch_size=8,
+                               stop=(), share_prefill=False)
     for a, b in zip(shared, alone, strict=True):
         for x, y in zip(a.completions, b.completions, strict=True):
             assert x.token_ids == y.token_ids

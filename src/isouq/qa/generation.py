@@ -231,13 +231,14 @@ def _decode(
     max_new_tokens: int,
     stop: Sequence[str],
     eos_ids: set[int],
+    share_prefill: bool = True,
 ) -> list[tuple[list[int], list[float], list[float], str]]:
     """Decode each row until EOS, a stop string or max_new_tokens.
 
     Rows with the same prompt (the K samples of one question) share one prefill: the distinct
     prompts run once and their key/value cache is copied to every row (K times less prompt
     compute; rows still draw their own tokens). A cache that cannot select rows (a legacy
-    tuple cache) gets one prefill per row.
+    tuple cache), or ``share_prefill=False``, gets one prefill per row.
 
     Returns per row (generated ids incl. a final EOS, sampling log-probs, model log-probs,
     stop reason).
@@ -245,13 +246,17 @@ def _decode(
     n = len(prompt_ids)
     device = model_device(model)
     pad = tokenizer_pad_id(tokenizer)
-    distinct: dict[tuple[int, ...], int] = {}
-    row_of = [distinct.setdefault(tuple(p), len(distinct)) for p in prompt_ids]
-    ids, mask, pos = _left_pad([list(p) for p in distinct], pad, device)
+    if share_prefill:
+        distinct: dict[tuple[int, ...], int] = {}
+        row_of = [distinct.setdefault(tuple(p), len(distinct)) for p in prompt_ids]
+        firsts = [list(p) for p in distinct]
+    else:
+        row_of, firsts = list(range(n)), list(prompt_ids)
+    ids, mask, pos = _left_pad(firsts, pad, device)
     out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True,
                 **last_only_kwargs(model))
     cache, last = returned_cache(out), out.logits[:, -1, :]
-    if len(distinct) < n:
+    if len(firsts) < n:
         if hasattr(cache, "batch_select_indices"):
             sel = torch.as_tensor(row_of, device=device)
             cache.batch_select_indices(sel)
@@ -381,13 +386,15 @@ def sample_completions(
     seed: int = 0,
     keys: Sequence[str] | None = None,
     batch_size: int = 32,
+    share_prefill: bool = True,
 ) -> list[Sampled]:
     """K sampled completions per prompt at ``temperature``, with per-token log-probs.
 
     prompts: N prompt strings; keys: N stable ids seeding each prompt's rows (default: the
     prompt text). ``batch_size`` counts rows (prompt × sample) decoded together. Returns N
     ``Sampled``, each with K Generations. Defaults: Farquhar et al. (K = 10, T = 1.0, 50 new
-    tokens) with ``generate``'s top_k = 50, top_p = 1.
+    tokens) with ``generate``'s top_k = 50, top_p = 1. ``share_prefill``: the samples of one
+    prompt share its prefill (False: one prefill per row; the same samples, for comparison).
     """
     _check_common(prompts, max_new_tokens, batch_size)
     if k < 1:
@@ -412,7 +419,7 @@ def sample_completions(
         pids = [encoded[i] for i, _ in chunk]
         t0 = time.perf_counter()
         dec = _decode(model, tokenizer, pids, pick, max_new_tokens=max_new_tokens, stop=stop,
-                      eos_ids=eos)
+                      eos_ids=eos, share_prefill=share_prefill)
         res = [_finalize(tokenizer, pid, *r, stop) for pid, r in zip(pids, dec, strict=True)]
         dt = (time.perf_counter() - t0) / len(chunk)
         for rc, g in zip(chunk, res, strict=True):
