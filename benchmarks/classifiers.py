@@ -26,13 +26,13 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import os
-import platform
 import statistics
 import time
 
 import torch
 from torch import nn
+
+from record import save_json
 
 
 class BasicBlock(nn.Module):
@@ -242,18 +242,15 @@ def main() -> None:
             row["loop_over_isouq"] = round(row["loop_s"] / row["isouq_s"], 3)
         rows.append(row)
         print(json.dumps(row), flush=True)
-    meta = {"benchmark": "classifiers", "device": a.device, "torch": torch.__version__,
-            "threads": torch.get_num_threads(), "cpu": platform.processor() or platform.machine(),
-            "cpu_count": os.cpu_count(), "widths": widths, "blocks": blocks, "repeats": repeats,
+    meta = {"benchmark": "classifiers", "device": a.device, "widths": widths, "blocks": blocks,
+            "repeats": repeats,
             "opacus": getattr(opacus, "__version__", None),
             "command": "python benchmarks/classifiers.py " + " ".join(
                 f"--{k.replace('_', '-')}" + ("" if v is True else f" {v}")
                 for k, v in vars(a).items() if v not in (None, False) and k not in ("out", "note")),
             "note": a.note}
+    save_json(a.out, meta, rows=rows)
     if a.out:
-        os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
-        with open(a.out, "w") as f:
-            json.dump({"meta": meta, "rows": rows}, f, indent=1)
         print("wrote", a.out)
 
 

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import time
 
 import torch
 from torch import nn
+
+from record import save_json
 
 SHAPES = [  # (batch, in channels, out channels, input size, stride)
     (32, 64, 64, 32, 1), (32, 64, 128, 32, 2), (32, 128, 128, 16, 1), (32, 128, 256, 16, 2),
@@ -80,14 +80,8 @@ def main() -> None:
         row.update({f"{p}_ms": round(1e3 * statistics.median(s), 2) for p, s in secs.items()})
         rows.append(row)
         print(json.dumps(row), flush=True)
-    meta = {"benchmark": "conv_chunks", "torch": torch.__version__,
-            "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
-            "cpu": platform.processor() or platform.machine(), "repeats": a.repeats,
-            "grouped_chunk_bytes": rule_chunk}
-    if a.out:
-        os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
-        with open(a.out, "w") as f:
-            json.dump({"meta": meta, "rows": rows}, f, indent=1)
+    save_json(a.out, {"benchmark": "conv_chunks", "repeats": a.repeats,
+                      "grouped_chunk_bytes": rule_chunk}, rows=rows)
 
 
 if __name__ == "__main__":

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import time
+
+from record import save_json
 
 
 def main() -> None:
@@ -59,13 +59,8 @@ def main() -> None:
     row.update(speedup=round(row["per_row"] / row["shared"], 2), same_samples=same,
                prompt_tokens=len(tok(prompts[0])["input_ids"]))
     print(json.dumps(row))
-    meta = {"benchmark": "sampling_prefill", "model": a.model, "n": a.n, "k": a.k,
-            "threads": a.threads, "torch": torch.__version__, "cpu_count": os.cpu_count(),
-            "cpu": platform.processor() or platform.machine(), "repeats": a.repeats}
-    if a.out:
-        os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
-        with open(a.out, "w") as f:
-            json.dump({"meta": meta, "seconds_per_question": row}, f, indent=1)
+    save_json(a.out, {"benchmark": "sampling_prefill", "model": a.model, "n": a.n, "k": a.k,
+                      "repeats": a.repeats}, seconds_per_question=row)
 
 
 if __name__ == "__main__":
