@@ -130,6 +130,8 @@ def _weight_grads(module, grad: torch.Tensor, x: torch.Tensor, pad: tuple[int, .
     """(N, Cout, Cin/g, *kernel) per-example weight gradients, ``chunk`` examples per
     weight-gradient convolution (1: the ordinary convolution of one example at a time)."""
     N = grad.shape[0]
+    if chunk >= N:
+        return _grouped_weight_grads(module, grad, x, pad)
     return torch.cat([_grouped_weight_grads(module, grad[s : s + chunk], x[s : s + chunk], pad)
                       for s in range(0, N, chunk)])
 
