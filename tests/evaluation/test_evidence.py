@@ -105,3 +105,34 @@ def test_report_puts_mc_and_short_rows_in_their_own_sections(tmp_path):
     q = {r["labels"]: r for r in doc["sections"][1]["tables"]["label_quality"]}
     assert q["alias match"]["n"] == 10
     assert (q["alias match"]["false yes"], q["alias match"]["false no"]) == (2, 1)
+
+
+def test_pooled_tables_average_the_models():
+    from isouq.evaluation.auroc import method_runs
+    from isouq.evaluation.evidence import paired_pooled_rows
+    from isouq.evaluation.rows import group_rows
+
+    rows = _rows(n=150, seed=1, model="a") + _rows(n=150, seed=2, model="b")
+    t = evidence_tables(rows, MC_BASELINES, n_bootstrap=100, n_raw_bootstrap=100)
+    one = evidence_tables(_rows(n=150, seed=1, model="a"), MC_BASELINES, n_bootstrap=10,
+                          n_raw_bootstrap=20)
+    assert one["raw_pooled"] == [] and one["paired_pooled"] == []  # one model: nothing pooled
+    per_model = {(r["model"], r["score"]): r["auroc"] for r in t["raw_auroc"]}
+    pooled = {r["score"]: r for r in t["raw_pooled"]}
+    for score in ("epistemic", "mean_prob", "p_true"):
+        assert pooled[score]["auroc"] == pytest.approx(
+            (per_model[("a", score)] + per_model[("b", score)]) / 2)
+        assert pooled[score]["ci_low"] <= pooled[score]["auroc"] <= pooled[score]["ci_high"]
+    assert pooled["mean_prob"]["direction"] == "higher = correct"
+    # pooled Δ, run by run, is the mean of the two models' paired Δ (no degenerate runs here)
+    runs = method_runs(group_rows(rows), n_bootstrap=100, seed=0,
+                       methods={"Epi.": ("epistemic",), "p̄": ("mean_prob",)})
+    pp = paired_pooled_rows(runs, ["Epi."], ["p̄"])
+    by_model = {(p["model"], p["method"], p["baseline"]): p["delta_auroc"] for p in t["paired"]}
+    assert len(pp) == 1 and pp[0]["models"] == 2
+    assert pp[0]["delta_auroc"] == pytest.approx(
+        (by_model[("a", "Epi.", "p̄")] + by_model[("b", "Epi.", "p̄")]) / 2)
+    tp = {(r["method"], r["baseline"]): r for r in t["paired_pooled"]}
+    assert tp[("Epi.", "p̄")]["delta_auroc"] < 0 and tp[("Epi.", "p̄")]["significant"]
+    assert all(r["p_bh"] >= r["p"] - 1e-12 for r in t["paired_pooled"])
+    assert any(line.startswith("Pooled over the 2 models") for line in verdict(t))

@@ -13,6 +13,14 @@ Per (dataset, model):
 - ``paired``: each of our methods vs each baseline, ΔAUROC over the same bootstrap runs (paired),
   its 95% interval and two-sided bootstrap p, Benjamini–Hochberg adjusted over the table.
 
+Pooled over the models of a dataset (two or more), each model weighing the same:
+- ``raw_pooled``: the mean over models of each score's raw AUROC, with a percentile interval
+  from resampling every model's questions independently;
+- ``paired_pooled``: the mean over models of each (ours, baseline) ΔAUROC; bootstrap run r of the
+  pooled Δ is the mean of run r of every model (independent draws), giving its interval and
+  two-sided p, Benjamini–Hochberg adjusted over the pooled table. Pooling the models is what
+  gives a small difference the power one model's 400–800 questions lack.
+
 p̄ (mean token probability) is a baseline here: ‖∇θ p̄‖² = p̄² ‖∇θ log p̄‖² carries p̄.
 """
 
@@ -128,6 +136,109 @@ def raw_auroc_rows(g: QAGroup, *, n_bootstrap: int = 1000, seed: int = 0) -> lis
     return out
 
 
+def _p_two_sided(d: np.ndarray) -> float:
+    """Two-sided bootstrap p of "the mean of d is 0" from its draws d."""
+    return min(1.0, 2 * (min((d <= 0).sum(), (d >= 0).sum()) + 1) / (d.size + 1))
+
+
+def raw_pooled_rows(groups: Mapping[tuple[str, str], QAGroup], *, n_bootstrap: int = 1000,
+                    seed: int = 0) -> list[dict]:
+    """Per dataset with two or more models: the mean over models of each score's raw AUROC
+    (oriented as in :func:`raw_auroc_rows`) and its percentile interval.
+
+    Args:
+        groups: the judged rows by (dataset, model).
+        n_bootstrap: resamples; each resamples every model's questions on its own.
+        seed: seed of the resampling.
+
+    Returns:
+        Dict rows {"dataset", "models", "score", "auroc", "ci_low", "ci_high", "direction"}
+        for the scores every model of the dataset has.
+    """
+    out = []
+    for ds in dict.fromkeys(d for d, _ in groups):
+        gs = [g for (d, _), g in groups.items() if d == ds]
+        if len(gs) < 2:
+            continue
+        for score in RAW_SCORES:
+            cols = [g.score(score) for g in gs]
+            if not all(np.isfinite(c).any() for c in cols):
+                continue
+            point, boots = [], []
+            for g, x in zip(gs, cols, strict=True):
+                conf = x if score in CONFIDENCES else -x
+                ok = np.isfinite(conf)
+                y, c = g.correct[ok].astype(int), conf[ok]
+                point.append(auroc(y, c))
+                rng = group_rng(seed, "raw_pooled", ds, g.model)
+                draws = []
+                for _ in range(n_bootstrap):
+                    i = rng.integers(0, y.size, y.size)
+                    draws.append(auroc(y[i], c[i]) if 0 < y[i].sum() < y.size else np.nan)
+                boots.append(draws)
+            pooled = np.nanmean(np.array(boots), axis=0) if boots else np.array([])
+            lo, hi = np.percentile(pooled[np.isfinite(pooled)], [2.5, 97.5])
+            direction = ("higher = correct" if lo > 0.5 else "higher = wrong" if hi < 0.5
+                         else "none")
+            out.append({"dataset": ds, "models": len(gs), "score": score,
+                        "oriented": "as is" if score in CONFIDENCES else "negated",
+                        "auroc": to_float(np.mean(point)), "ci_low": to_float(lo),
+                        "ci_high": to_float(hi), "direction": direction})
+    return out
+
+
+def paired_pooled_rows(runs: Mapping[tuple[str, str, str], Mapping[str, np.ndarray]],
+                       ours: Iterable[str], baselines: Iterable[str], *,
+                       alpha: float = 0.05) -> list[dict]:
+    """Per dataset with two or more models: each (ours, baseline) ΔAUROC averaged over the
+    models, run by run (module doc), with its interval, p and BH-adjusted p.
+
+    Args:
+        runs: :func:`auroc.method_runs` output.
+        ours, baselines: method names.
+        alpha: BH false-discovery rate over the returned rows.
+
+    Returns:
+        Dict rows {"dataset", "models", "method", "baseline", "runs", "delta_auroc",
+        "ci_low", "ci_high", "p", "p_bh", "significant", "direction"}.
+    """
+    datasets: dict[str, list[str]] = {}
+    for ds, model, _ in runs:
+        if model not in datasets.setdefault(ds, []):
+            datasets[ds].append(model)
+    out = []
+    for ds, models in datasets.items():
+        if len(models) < 2:
+            continue
+        for a in ours:
+            for b in baselines:
+                deltas = [runs[(ds, m, a)]["auroc"] - runs[(ds, m, b)]["auroc"] for m in models
+                          if (ds, m, a) in runs and (ds, m, b) in runs]
+                if len(deltas) < 2:
+                    continue
+                n = min(d.size for d in deltas)
+                d = np.mean([x[:n] for x in deltas], axis=0)
+                d = d[np.isfinite(d)]
+                if not d.size:
+                    continue
+                lo, hi = np.percentile(d, [2.5, 97.5])
+                out.append({"dataset": ds, "models": len(deltas), "method": a, "baseline": b,
+                            "runs": int(d.size), "delta_auroc": to_float(d.mean()),
+                            "ci_low": to_float(lo), "ci_high": to_float(hi),
+                            "p": _p_two_sided(d)})
+    _mark_bh(out, alpha)
+    return out
+
+
+def _mark_bh(rows: list[dict], alpha: float) -> None:
+    """Add p_bh, significant and direction (↑/↓ when significant) to paired rows in place."""
+    reject, p_adj = bh_adjust([r["p"] for r in rows], alpha)
+    for r, rej, pa in zip(rows, reject, p_adj, strict=True):
+        r["p_bh"] = to_float(pa)
+        r["significant"] = bool(rej)
+        r["direction"] = ("↑" if r["delta_auroc"] > 0 else "↓") if rej else ""
+
+
 def evidence_tables(
     rows: Iterable[Mapping],
     baselines: Mapping[str, Sequence[str]],
@@ -138,7 +249,8 @@ def evidence_tables(
     seed: int = 0,
     alpha: float = 0.05,
 ) -> dict[str, list[dict]]:
-    """QA rows of one setting -> {"counts", "metrics", "raw_auroc", "paired"} (module doc).
+    """QA rows of one setting -> {"counts", "metrics", "raw_auroc", "paired", "raw_pooled",
+    "paired_pooled"} (module doc; the pooled tables are empty with one model).
 
     Args:
         rows: rows with ``key``, ``model``, ``dataset``, ``correct`` (0/1) and ``scores``.
@@ -180,16 +292,14 @@ def evidence_tables(
                 if not d.size:
                     continue
                 lo, hi = np.percentile(d, [2.5, 97.5])
-                p = min(1.0, 2 * (min((d <= 0).sum(), (d >= 0).sum()) + 1) / (d.size + 1))
                 paired.append({"dataset": ds, "model": model, "method": a, "baseline": b,
                                "runs": int(d.size), "delta_auroc": to_float(d.mean()),
-                               "ci_low": to_float(lo), "ci_high": to_float(hi), "p": p})
-    reject, p_adj = bh_adjust([r["p"] for r in paired], alpha)
-    for r, rej, pa in zip(paired, reject, p_adj, strict=True):
-        r["p_bh"] = to_float(pa)
-        r["significant"] = bool(rej)
-        r["direction"] = ("↑" if r["delta_auroc"] > 0 else "↓") if rej else ""
-    return {"counts": counts, "metrics": metrics, "raw_auroc": raw, "paired": paired}
+                               "ci_low": to_float(lo), "ci_high": to_float(hi),
+                               "p": _p_two_sided(d)})
+    _mark_bh(paired, alpha)
+    return {"counts": counts, "metrics": metrics, "raw_auroc": raw, "paired": paired,
+            "raw_pooled": raw_pooled_rows(groups, n_bootstrap=n_raw_bootstrap, seed=seed),
+            "paired_pooled": paired_pooled_rows(runs, ours, baselines, alpha=alpha)}
 
 
 def verdict(tables: Mapping[str, list[dict]], ours: Sequence[str] = tuple(OURS)) -> list[str]:
@@ -228,4 +338,19 @@ def verdict(tables: Mapping[str, list[dict]], ours: Sequence[str] = tuple(OURS))
                         else "no gradient method significantly above it")
                      + (f"; significantly below it: {', '.join(losses)}" if losses else ""))
         lines.append(line + (f"; {dirs}" if dirs else "") + ".")
+    for ds in dict.fromkeys(r["dataset"] for r in tables.get("paired_pooled", [])):
+        pp = [r for r in tables["paired_pooled"] if r["dataset"] == ds]
+        up = [f"{r['method']} > {r['baseline']} (Δ {r['delta_auroc']:+.3f}, p_BH "
+              f"{r['p_bh']:.3g})" for r in pp if r["significant"] and r["delta_auroc"] > 0]
+        down = [f"{r['method']} < {r['baseline']} (Δ {r['delta_auroc']:+.3f}, p_BH "
+                f"{r['p_bh']:.3g})" for r in pp if r["significant"] and r["delta_auroc"] < 0]
+        raw = {r["score"]: r for r in tables.get("raw_pooled", []) if r["dataset"] == ds}
+        dirs = "; ".join(f"pooled raw AUROC of −{s} {raw[s]['auroc']:.3f} [{raw[s]['ci_low']:.3f}, "
+                         f"{raw[s]['ci_high']:.3f}]" for s in ("epistemic", "epistemic_log")
+                         if s in raw)
+        lines.append(f"Pooled over the {pp[0]['models']} models on {ds}: "
+                     + (f"significantly above: {', '.join(up)}" if up
+                        else "no gradient method significantly above any baseline")
+                     + (f"; significantly below: {', '.join(down)}" if down else "")
+                     + (f"; {dirs}" if dirs else "") + ".")
     return lines

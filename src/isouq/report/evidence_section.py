@@ -103,6 +103,15 @@ def evidence_section(kind: str, rows: Sequence[Mapping], taken: set[str], *,
                               title="Ours vs baselines: ΔAUROC over paired runs, BH-adjusted",
                               formatters={"p": format_p, "p_bh": format_p})),
     ]
+    if tables["paired_pooled"]:
+        blocks += [
+            Block(ours=make_table("evidence_raw_pooled", tables["raw_pooled"],
+                                  title="Raw AUROC pooled over the models (mean over models)")),
+            Block(ours=make_table("evidence_paired_pooled", tables["paired_pooled"],
+                                  title="Ours vs baselines pooled over the models: mean "
+                                        "ΔAUROC, BH-adjusted",
+                                  formatters={"p": format_p, "p_bh": format_p})),
+        ]
     if quality:
         blocks.insert(1, Block(ours=make_table("label_quality", quality,
                                                title="Labels against hand labels")))
