@@ -20,4 +20,4 @@ for m in "${MODELS[@]}"; do mc "$m" 817; done
 short smollm2 1000
 short gemma3-270m 500
 short qwen2.5-coder-0.5b 500
-"$ISOUQ" report results/qa_mc results/qa_short --out results/report_evidence
+"$ISOUQ" report results/qa_mc results/qa_short --n-bootstrap 2000 --out results/report_evidence
