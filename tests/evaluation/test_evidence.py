@@ -91,7 +91,8 @@ def test_report_puts_mc_and_short_rows_in_their_own_sections(tmp_path):
     for g in ones[:2] + zeros[:1]:
         g["gold_correct"] = not g["gold_correct"]
     (tmp_path / "in").mkdir()
-    for name, rows in (("mc.jsonl", _rows(n=80)), ("short.jsonl", short),
+    mc_rows = _rows(n=80) + _rows(n=80, seed=3, model="m2")  # two models: a pooled panel
+    for name, rows in (("mc.jsonl", mc_rows), ("short.jsonl", short),
                        ("short.gold.jsonl", gold)):
         (tmp_path / "in" / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
     build_report([tmp_path / "in"], tmp_path / "out", n_bootstrap=20)
@@ -105,6 +106,10 @@ def test_report_puts_mc_and_short_rows_in_their_own_sections(tmp_path):
     q = {r["labels"]: r for r in doc["sections"][1]["tables"]["label_quality"]}
     assert q["alias match"]["n"] == 10
     assert (q["alias match"]["false yes"], q["alias match"]["false no"]) == (2, 1)
+    for sec in doc["sections"]:  # each setting draws its raw AUROC forest
+        assert sec["figures"] == [f"{sec['id']}/raw_auroc.png"]
+        assert (tmp_path / "out" / sec["figures"][0]).stat().st_size > 1000
+    assert mc["raw_pooled"] and not doc["sections"][1]["tables"]["raw_pooled"]
 
 
 def test_pooled_tables_average_the_models():

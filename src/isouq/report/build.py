@@ -69,7 +69,8 @@ def report_json(
     for sec in sections:  # TruthfulQA MC1 and TriviaQA short answers (issue 25)
         if sec.id in (evidence or {}):
             doc["sections"].append({"id": sec.id, "kind": "qa_evidence", "title": sec.title,
-                                    "notes": list(sec.notes), "tables": evidence[sec.id]})
+                                    "notes": list(sec.notes), "tables": evidence[sec.id],
+                                    "figures": [f.path.as_posix() for f in sec.figures]})
     return doc
 
 
@@ -130,7 +131,7 @@ def build_report(
     for kind, ev_rows in evidence_rows.items():
         if ev_rows:
             sec, tables = evidence_section(kind, ev_rows, taken, n_bootstrap=n_bootstrap,
-                                           seed=seed, gold_rows=found.gold_rows)
+                                           seed=seed, gold_rows=found.gold_rows, out_dir=out)
             sections.append(sec)
             evidence[sec.id] = tables
     header = {"created": time.strftime("%Y-%m-%dT%H:%M:%S"), "versions": versions()}

@@ -4,10 +4,12 @@ TriviaQA short-answer rows (``qa short``), kept apart from the open-question QA 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 
 from ..errors import DataError
 from ..evaluation.evidence import MC_BASELINES, OURS, SHORT_BASELINES, evidence_tables, verdict
-from .document import Block, Section, unique_slug
+from .document import Block, Figure, Section, unique_slug
+from .figures import raw_auroc_forest
 from .tables import format_p, format_value, make_table
 
 MC_DATASET = "truthfulqa_mc1"
@@ -60,10 +62,12 @@ def label_quality(rows: Sequence[Mapping], gold_rows: Sequence[Mapping]) -> list
 
 def evidence_section(kind: str, rows: Sequence[Mapping], taken: set[str], *,
                      n_bootstrap: int = 300, seed: int = 0,
-                     gold_rows: Sequence[Mapping] = ()) -> tuple[Section, dict]:
+                     gold_rows: Sequence[Mapping] = (),
+                     out_dir: Path | None = None) -> tuple[Section, dict]:
     """(Section, tables) of one setting ("mc" or "short"); DataError when no model has two
     correct and two incorrect answers (the section then says so instead of tables).
-    ``gold_rows``: hand labels (``isouq qa label``); for short answers, the label quality."""
+    ``gold_rows``: hand labels (``isouq qa label``); for short answers, the label quality.
+    ``out_dir``: the report folder; the raw-AUROC figure goes to ``out_dir/<section id>/``."""
     baselines = MC_BASELINES if kind == "mc" else SHORT_BASELINES
     sid = unique_slug(f"qa-evidence-{kind}", taken)
     models = list(dict.fromkeys(str(r["model"]) for r in rows))
@@ -115,8 +119,18 @@ def evidence_section(kind: str, rows: Sequence[Mapping], taken: set[str], *,
     if quality:
         blocks.insert(1, Block(ours=make_table("label_quality", quality,
                                                title="Labels against hand labels")))
+    figures: tuple[Figure, ...] = ()
+    if out_dir is not None:
+        (out_dir / sid).mkdir(parents=True, exist_ok=True)
+        raw_auroc_forest(tables["raw_auroc"], tables["raw_pooled"],
+                         out_dir / sid / "raw_auroc.png")
+        figures = (Figure(Path(sid) / "raw_auroc.png",
+                          "Raw AUROC of each score (oriented as a confidence) with its 95% "
+                          "bootstrap interval, per model and pooled: right of 0.5 = the score "
+                          "ranks correct answers as more trustworthy; ours blue, the "
+                          "critique's orange, baselines grey"),)
     sec = Section(id=sid, title=TITLES[kind], source=", ".join(models), meta=meta,
                   details={"options": {"n_bootstrap": str(n_bootstrap), "seed": str(seed)}},
-                  notes=tuple(notes), blocks=tuple(blocks),
+                  notes=tuple(notes), blocks=tuple(blocks), figures=figures,
                   raw=tuple(make_table(name, t) for name, t in tables.items()))
     return sec, tables

@@ -174,3 +174,47 @@ def score_distributions(
     fig.savefig(path, dpi=DPI)
     plt.close(fig)
     return path
+
+
+#: scores of ours (blue) and of the critique (orange) in the raw-AUROC forest; the rest grey
+OUR_SCORES = ("epistemic", "epistemic_log", "aleatoric")
+CRITIQUE_SCORES = ("semgrad", "lm_head_grad", "hybridgrad")
+CRITIQUE_COLOR, BASELINE_COLOR = "#e08a1e", "#7f7f7f"
+
+
+def raw_auroc_forest(raw: Sequence[Mapping], pooled: Sequence[Mapping], path: str | Path) -> Path:
+    """Raw AUROC of each score with its 95% interval: one panel per model, then one for the
+    models pooled (when given). Rows are :func:`evaluation.evidence.raw_auroc_rows` /
+    ``raw_pooled_rows`` (scores oriented as confidences), so a point right of the dashed 0.5
+    line means the score ranks correct answers as more trustworthy. Writes a PNG, returns it."""
+    path = Path(path)
+    models = list(dict.fromkeys(str(r["model"]) for r in raw))
+    panels = [(m, [r for r in raw if r["model"] == m]) for m in models]
+    if pooled:
+        panels.append((f"{pooled[0]['models']} models pooled", list(pooled)))
+    scores = list(dict.fromkeys(str(r["score"]) for _, rows in panels for r in rows))
+    y = {s: len(scores) - 1 - i for i, s in enumerate(scores)}
+    fig, axes = plt.subplots(1, len(panels), squeeze=False, sharey=True,
+                             figsize=(2.6 * len(panels) + 1.6, 0.32 * len(scores) + 1.3))
+    for ax, (title, rows) in zip(axes[0], panels, strict=True):
+        for r in rows:
+            a, lo, hi = _finite(r["auroc"]), _finite(r["ci_low"]), _finite(r["ci_high"])
+            if a is None:
+                continue
+            s = str(r["score"])
+            color = (CORRECT_COLOR if s in OUR_SCORES else
+                     CRITIQUE_COLOR if s in CRITIQUE_SCORES else BASELINE_COLOR)
+            err = [[a - lo], [hi - a]] if lo is not None and hi is not None else None
+            ax.errorbar(a, y[s], xerr=err, fmt="o", color=color, ms=4, capsize=2, lw=1)
+        ax.axvline(0.5, color="0.4", lw=0.8, ls="--")
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("raw AUROC", fontsize=8)
+        ax.tick_params(labelsize=8)
+        ax.grid(axis="x", alpha=0.3)
+    axes[0][0].set_yticks([y[s] for s in scores],
+                          [s if s in ("mean_prob", "max_prob", "p_true") else f"−{s}"
+                           for s in scores])
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return path
