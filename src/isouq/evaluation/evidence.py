@@ -176,8 +176,11 @@ def raw_pooled_rows(groups: Mapping[tuple[str, str], QAGroup], *, n_bootstrap: i
                     i = rng.integers(0, y.size, y.size)
                     draws.append(auroc(y[i], c[i]) if 0 < y[i].sum() < y.size else np.nan)
                 boots.append(draws)
-            pooled = np.nanmean(np.array(boots), axis=0) if boots else np.array([])
-            lo, hi = np.percentile(pooled[np.isfinite(pooled)], [2.5, 97.5])
+            pooled = np.array(boots).mean(axis=0)  # a run with a one-class resample: NaN
+            pooled = pooled[np.isfinite(pooled)]
+            if not pooled.size:
+                continue
+            lo, hi = np.percentile(pooled, [2.5, 97.5])
             direction = ("higher = correct" if lo > 0.5 else "higher = wrong" if hi < 0.5
                          else "none")
             out.append({"dataset": ds, "models": len(gs), "score": score,
