@@ -67,6 +67,16 @@ RAW_SCORES: tuple[str, ...] = ("epistemic", "epistemic_log", "aleatoric", "mean_
                                "semgrad", "lm_head_grad", "hybridgrad")
 
 
+def _as_confidence(score: str, x: np.ndarray) -> np.ndarray:
+    """A score oriented as a confidence: confidences as they are, uncertainties negated."""
+    return x if score in CONFIDENCES else -x
+
+
+def _direction(lo: float, hi: float) -> str:
+    """What a confidence's AUROC interval supports."""
+    return "higher = correct" if lo > 0.5 else "higher = wrong" if hi < 0.5 else "none"
+
+
 def _ci(v: np.ndarray) -> tuple[float | None, float | None, float | None]:
     v = v[np.isfinite(v)]
     if not v.size:
@@ -99,9 +109,8 @@ def raw_auroc_ci(correct: np.ndarray, confidence: np.ndarray, *, n_bootstrap: in
         if 0 < y[i].sum() < y.size:
             boots.append(auroc(y[i], s[i]))
     lo, hi = (np.percentile(boots, [2.5, 97.5]) if boots else (np.nan, np.nan))
-    direction = "higher = correct" if lo > 0.5 else "higher = wrong" if hi < 0.5 else "none"
     return {"n": int(y.size), "auroc": to_float(a), "ci_low": to_float(lo),
-            "ci_high": to_float(hi), "direction": direction}
+            "ci_high": to_float(hi), "direction": _direction(lo, hi)}
 
 
 def raw_auroc_rows(g: QAGroup, *, n_bootstrap: int = 1000, seed: int = 0) -> list[dict]:
@@ -125,7 +134,7 @@ def raw_auroc_rows(g: QAGroup, *, n_bootstrap: int = 1000, seed: int = 0) -> lis
         x = g.score(score)
         if not np.isfinite(x).any():
             continue
-        conf = x if score in CONFIDENCES else -x
+        conf = _as_confidence(score, x)
         row = {"dataset": g.dataset, "model": g.model, "score": score,
                "oriented": "as is" if score in CONFIDENCES else "negated",
                **raw_auroc_ci(g.correct, conf, n_bootstrap=n_bootstrap, rng=rng)}
@@ -166,7 +175,7 @@ def raw_pooled_rows(groups: Mapping[tuple[str, str], QAGroup], *, n_bootstrap: i
                 continue
             point, boots = [], []
             for g, x in zip(gs, cols, strict=True):
-                conf = x if score in CONFIDENCES else -x
+                conf = _as_confidence(score, x)
                 ok = np.isfinite(conf)
                 y, c = g.correct[ok].astype(int), conf[ok]
                 point.append(auroc(y, c))
@@ -181,12 +190,10 @@ def raw_pooled_rows(groups: Mapping[tuple[str, str], QAGroup], *, n_bootstrap: i
             if not pooled.size:
                 continue
             lo, hi = np.percentile(pooled, [2.5, 97.5])
-            direction = ("higher = correct" if lo > 0.5 else "higher = wrong" if hi < 0.5
-                         else "none")
             out.append({"dataset": ds, "models": len(gs), "score": score,
                         "oriented": "as is" if score in CONFIDENCES else "negated",
                         "auroc": to_float(np.mean(point)), "ci_low": to_float(lo),
-                        "ci_high": to_float(hi), "direction": direction})
+                        "ci_high": to_float(hi), "direction": _direction(lo, hi)})
     return out
 
 
@@ -343,10 +350,10 @@ def verdict(tables: Mapping[str, list[dict]], ours: Sequence[str] = tuple(OURS))
         lines.append(line + (f"; {dirs}" if dirs else "") + ".")
     for ds in dict.fromkeys(r["dataset"] for r in tables.get("paired_pooled", [])):
         pp = [r for r in tables["paired_pooled"] if r["dataset"] == ds]
-        up = [f"{r['method']} > {r['baseline']} (Δ {r['delta_auroc']:+.3f}, p_BH "
-              f"{r['p_bh']:.3g})" for r in pp if r["significant"] and r["delta_auroc"] > 0]
-        down = [f"{r['method']} < {r['baseline']} (Δ {r['delta_auroc']:+.3f}, p_BH "
-                f"{r['p_bh']:.3g})" for r in pp if r["significant"] and r["delta_auroc"] < 0]
+        up, down = (
+            [f"{r['method']} {op} {r['baseline']} (Δ {r['delta_auroc']:+.3f}, p_BH "
+             f"{r['p_bh']:.3g})" for r in pp if r["significant"] and sign * r["delta_auroc"] > 0]
+            for sign, op in ((1, ">"), (-1, "<")))
         raw = {r["score"]: r for r in tables.get("raw_pooled", []) if r["dataset"] == ds}
         dirs = "; ".join(f"pooled raw AUROC of −{s} {raw[s]['auroc']:.3f} [{raw[s]['ci_low']:.3f}, "
                          f"{raw[s]['ci_high']:.3f}]" for s in ("epistemic", "epistemic_log")
