@@ -14,8 +14,10 @@ peak extra memory of:
   ordinary training step: activation AND batch-summed weight gradients), for scale;
 - ``loop``: one forward + backward per example (weights require grad), squared norms.
 isouq's (N,) ‖∇θ log p_c‖² is checked against the loop's, and Opacus's against isouq's on the
-GroupNorm twin (rtol 1e-3). Peak memory: on CPU, the highest running sum of the tensor
-allocations the torch profiler records during one call; on CUDA, max_memory_allocated.
+GroupNorm twin (rtol 1e-3). For every method alike the process keeps freed memory for
+reuse (``isouq.runtime.tune_allocator``, as the ``isouq`` command does). Peak memory: on CPU,
+the highest running sum of the tensor allocations the torch profiler records during one call;
+on CUDA, max_memory_allocated.
 
     python benchmarks/classifiers.py --out benchmarks/results/classifiers_cpu.json
     python benchmarks/classifiers.py --quick          # small widths, a smoke run
@@ -180,7 +182,9 @@ def main() -> None:
     a = ap.parse_args()
 
     import isouq
+    from isouq.runtime import tune_allocator
 
+    tuned = tune_allocator()  # as the isouq command does, for every method alike
     if a.threads:
         torch.set_num_threads(a.threads)
     torch.manual_seed(0)
@@ -243,7 +247,7 @@ def main() -> None:
         rows.append(row)
         print(json.dumps(row), flush=True)
     meta = {"benchmark": "classifiers", "device": a.device, "widths": widths, "blocks": blocks,
-            "repeats": repeats,
+            "repeats": repeats, "malloc_tuned": tuned,
             "opacus": getattr(opacus, "__version__", None),
             "command": "python benchmarks/classifiers.py " + " ".join(
                 f"--{k.replace('_', '-')}" + ("" if v is True else f" {v}")

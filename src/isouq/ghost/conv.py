@@ -126,14 +126,13 @@ def _grouped_weight_grads(module, grad: torch.Tensor, x: torch.Tensor,
 
 
 def _weight_grads(module, grad: torch.Tensor, x: torch.Tensor, pad: tuple[int, ...], *,
-                  chunk: int) -> torch.Tensor:
-    """(N, Cout, Cin/g, *kernel) per-example weight gradients, ``chunk`` examples per
-    weight-gradient convolution (1: the ordinary convolution of one example at a time)."""
-    N = grad.shape[0]
-    if chunk >= N:
-        return _grouped_weight_grads(module, grad, x, pad)
-    return torch.cat([_grouped_weight_grads(module, grad[s : s + chunk], x[s : s + chunk], pad)
-                      for s in range(0, N, chunk)])
+                  chunk: int) -> tuple[torch.Tensor, ...]:
+    """Per-example weight gradients in blocks of ``chunk`` examples, each block
+    (n, Cout, Cin/g, *kernel) from one weight-gradient convolution (1: the ordinary
+    convolution of one example at a time); the blocks are not concatenated (a lone
+    contribution's norms are taken block by block)."""
+    return tuple(_grouped_weight_grads(module, grad[s : s + chunk], x[s : s + chunk], pad)
+                 for s in range(0, grad.shape[0], chunk))
 
 
 @register_rule(nn.Conv1d, nn.Conv2d, nn.Conv3d)

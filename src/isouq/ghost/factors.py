@@ -96,9 +96,18 @@ class Pair:
 
 @dataclass
 class Materialized:
-    """A per-example gradient (N, *param.shape)."""
+    """A per-example gradient (N, *param.shape), or its consecutive blocks of examples.
 
-    grad: torch.Tensor
+    A rule that builds the gradient in chunks of examples (convolutions) gives the blocks as a
+    tuple: when the parameter has no other contribution, its norms are taken block by block,
+    with no concatenated copy (:func:`sq_norms`).
+    """
+
+    grad: torch.Tensor | tuple[torch.Tensor, ...]
+
+    def dense(self) -> torch.Tensor:
+        """The whole (N, *param.shape) gradient, its blocks concatenated."""
+        return self.grad if isinstance(self.grad, torch.Tensor) else torch.cat(self.grad)
 
 
 Contribution = Pair | Materialized
@@ -187,8 +196,12 @@ def sq_norms(contribs: list[Contribution], cache: dict | None = None) -> torch.T
 
     ``cache`` (a dict shared over one backward) reuses Grams of inputs several layers share.
     """
+    if len(contribs) == 1 and isinstance(contribs[0], Materialized):
+        blocks = contribs[0].grad
+        blocks = (blocks,) if isinstance(blocks, torch.Tensor) else blocks
+        return torch.cat([row_sq_norms(at_least_f32(g).reshape(g.shape[0], -1)) for g in blocks])
     pairs = [c for c in contribs if isinstance(c, Pair)]  # upcast when multiplied
-    mats = [at_least_f32(c.grad) for c in contribs if isinstance(c, Materialized)]
+    mats = [at_least_f32(c.dense()) for c in contribs if isinstance(c, Materialized)]
     folds = {p.fold for p in pairs}
     if pairs and not mats and len(folds) == 1 and choose_gram(pairs):
         sq = _gram_sq_norm(pairs, cache)
