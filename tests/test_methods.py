@@ -36,6 +36,10 @@ def test_the_evaluation_and_the_cli_read_the_registry():
     assert GRADIENT_METHODS == evaluated_labels(ours=True) and "p̄" in EVAL_BASELINES
     args = build_parser(["qa", "run"]).parse_args(["qa", "run", "--out", "x"])
     assert args.methods == list(METHODS)
+    args = build_parser(["qa", "short"]).parse_args(
+        ["qa", "short", "--out", "x", "--methods", "gradient", "semantic_entropy",
+         "--entailment-model", "nli"])
+    assert args.methods == ["gradient", "semantic_entropy"] and args.entailment_model == "nli"
     args = build_parser(["ask"]).parse_args(["ask", "q", "--baselines", *reversed(BASELINES)])
     assert check_methods(args.baselines, among=BASELINES) == list(BASELINES)
 

@@ -326,7 +326,7 @@ def cmd_qa_short(args) -> int:
     configure()
     path = run_short(args.model, args.out, limit=args.limit, seed=args.seed,
                      methods=tuple(args.methods), k=args.k, batch_size=args.batch_size,
-                     **_load_kw(args))
+                     entailment_model=args.entailment_model, **_load_kw(args))
     print(f"qa short complete: {path}")
     return 0
 
@@ -488,9 +488,13 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     q.add_argument("--out", type=out_dir, required=True, help="output folder (resumable)")
     q.add_argument("--limit", type=positive_int, default=1000, help="questions (seeded subset)")
     q.add_argument("--seed", type=int, default=0, help="subset and sampling seed")
-    _methods_arg(q, "--methods", [m for m in METHODS if m != "semantic_entropy"],
-                 ("gradient", "naive_entropy", "p_true"), "the methods")
-    q.add_argument("--k", type=positive_int, default=5, help="samples for naive entropy/P(True)")
+    _methods_arg(q, "--methods", list(METHODS), ("gradient", "naive_entropy", "p_true"),
+                 "the methods")
+    q.add_argument("--entailment-model", default="qwen2.5-coder-1.5b",
+                   help="semantic entropy's entailment judge, with --methods semantic_entropy "
+                        "(as for `isouq qa run`)")
+    q.add_argument("--k", type=positive_int, default=5,
+                   help="samples for naive entropy, P(True) and semantic entropy")
     q.add_argument("--batch-size", type=positive_int, default=8)
     q.set_defaults(func=cmd_qa_short)
     q = qsub.add_parser("label", help="hand-label answers of a QA run (gold labels)")

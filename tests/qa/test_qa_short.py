@@ -91,3 +91,34 @@ def test_gradient_rows_carry_epistemic_log(tmp_path, tok, tiny_lm, monkeypatch):
 def test_judge_is_refused(tmp_path):
     with pytest.raises(InputError, match="alias match"):
         short.ShortRunner(QAConfig(dataset="triviaqa"), tmp_path)
+
+
+
+def test_semantic_entropy_on_a_nested_subset_keeps_the_other_rows(tmp_path, tok, rule_lm, tiny_nli):
+    """The costly baseline on the first `limit` questions, into the same folder: those rows gain
+    semantic entropy from the cached samples (as computed directly from them), the others stay
+    as they were."""
+    from isouq.qa.baselines.semantic_entropy import NLIEntailment, semantic_entropy
+    from isouq.qa.runner import _sampled_from
+
+    lm = rule_lm(scripted(tok, " Paris", eos=True))
+    models = {"rule": (lm, tok, {"name": "rule"}), "nli": (tiny_nli, tok, {"name": "nli"})}
+    out = tmp_path / "out"
+    first = dict(model="rule", out=out, methods=("naive_entropy",), k=3, max_new_tokens=4,
+                 loader=models.__getitem__, progress=False)
+    before = read_jsonl(short.run_short(limit=2, **first))  # the shipped TriviaQA's first two
+    after = read_jsonl(short.run_short(limit=1, **{**first, "methods": ("naive_entropy",
+                                                                          "semantic_entropy")},
+                                       entailment_model="nli"))
+    assert sorted(r["key"] for r in after) == sorted(r["key"] for r in before)
+    before = {r["key"]: r for r in before}  # the subset's row first, then the other one
+    assert after[1] == before[after[1]["key"]]
+    assert "semantic_entropy" not in after[1]["scores"]
+    samples = {r["key"]: _sampled_from(r)
+               for r in read_jsonl(out / "cache" / "triviaqa__rule.samples.jsonl")}
+    want = semantic_entropy([after[0]["question"]], [samples[after[0]["key"]]],
+                            NLIEntailment(tiny_nli, tok))[0]
+    assert after[0]["scores"]["semantic_entropy"] == pytest.approx(want.value, abs=1e-9)
+    assert after[0]["scores"]["naive_entropy"] == before[after[0]["key"]]["scores"]["naive_entropy"]
+    run = json.loads((out / "qa_triviaqa__rule.run.json").read_text())
+    assert run["entailment"]["kind"] == "NLIEntailment"

@@ -146,7 +146,8 @@ class ShortRunner(QARunner):
 
 def run_short(model: str, out: str | Path, *, limit: int = 1000, seed: int = 0,
               methods: tuple[str, ...] = ("gradient", "naive_entropy", "p_true"), k: int = 5,
-              max_new_tokens: int = 24, batch_size: int = 8, device: str = "cpu",
+              max_new_tokens: int = 24, batch_size: int = 8,
+              entailment_model: str | None = "qwen2.5-coder-1.5b", device: str = "cpu",
               dtype: str | None = None, trust_remote_code: bool = False,
               allow_pickle: bool = False, loader=None, progress: bool = True) -> Path:
     """Run (or resume) TriviaQA short answers for one model; returns the rows file.
@@ -156,10 +157,15 @@ def run_short(model: str, out: str | Path, *, limit: int = 1000, seed: int = 0,
         out: output folder.
         limit: questions, a seeded subset of the validation set (nested across limits).
         seed: subset and sampling seed.
-        methods: of ``isouq.methods.METHODS`` (semantic entropy needs an entailment model; off).
-        k: samples shared by naive entropy and P(True) (its brainstormed answers).
+        methods: of ``isouq.methods.METHODS``; semantic entropy is off by default (its
+            entailment judge costs far more than the rest, ``docs/qa-study.md``): run it on a
+            smaller ``limit`` (the subsets are nested) into the same ``out``.
+        k: samples shared by naive entropy, P(True) (its brainstormed answers) and semantic
+            entropy.
         max_new_tokens: answer length cap.
         batch_size: questions per batch.
+        entailment_model: semantic entropy's entailment judge (registry name, folder or hub
+            id; an MNLI-style classifier or a causal LM), loaded only with that method.
         device: torch device.
         dtype, trust_remote_code, allow_pickle: as ``isouq.models.load_model``.
         loader: optional ``name -> (model, tokenizer, info)`` (tests).
@@ -170,6 +176,7 @@ def run_short(model: str, out: str | Path, *, limit: int = 1000, seed: int = 0,
     """
     cfg = QAConfig(dataset="triviaqa", model=model, limit=limit, seed=seed, methods=methods, k=k,
                    max_new_tokens=max_new_tokens, batch_size=batch_size, judge_model=None,
+                   entailment_model=entailment_model if "semantic_entropy" in methods else None,
                    device=device, dtype=dtype, trust_remote_code=trust_remote_code,
                    allow_pickle=allow_pickle)
     return ShortRunner(cfg, out, loader=loader, progress=progress).run()
