@@ -141,3 +141,36 @@ def test_pooled_tables_average_the_models():
     assert tp[("Epi.", "p̄")]["delta_auroc"] < 0 and tp[("Epi.", "p̄")]["significant"]
     assert all(r["p_bh"] >= r["p"] - 1e-12 for r in t["paired_pooled"])
     assert any(line.startswith("Pooled over the 2 models") for line in verdict(t))
+
+
+def test_a_baseline_on_the_first_questions_gets_its_own_tables_on_those_rows(tmp_path):
+    """Semantic entropy on a nested subset: the main tables leave it out, the subset tables
+    refit every method on the rows that carry it (raw AUROC as sklearn's on those rows)."""
+    from isouq.report.evidence_section import evidence_section
+
+    rows = _rows(n=150, seed=4, model="s")
+    rng = np.random.default_rng(5)
+    for r in rows:
+        r |= {"dataset": "triviaqa", "label_source": "alias_match"}
+        del r["option_mean_prob"]
+    sub = rows[:60]
+    for r in sub:  # informative: lower for correct answers
+        r["scores"]["semantic_entropy"] = float(1.0 - 0.5 * r["correct"] + rng.normal(0, 0.3))
+    sec, tables = evidence_section("short", rows, set(), n_bootstrap=20)
+    assert "Sem. Ent." not in {m["method"] for m in tables["metrics"]}
+    assert {r["n"] for r in tables["raw_auroc"]} == {150}
+    assert tables["subset_counts"][0]["n"] == 60
+    raw = {r["score"]: r for r in tables["subset_raw_auroc"]}
+    y = np.array([r["correct"] for r in sub])
+    se = np.array([r["scores"]["semantic_entropy"] for r in sub])
+    assert raw["semantic_entropy"]["auroc"] == pytest.approx(roc_auc_score(y, -se))
+    assert raw["semantic_entropy"]["n"] == raw["mean_prob"]["n"] == 60
+    assert {p["baseline"] for p in tables["subset_paired"]} == {"Sem. Ent."}
+    assert {m["method"] for m in tables["subset_metrics"]} >= {"Epi.", "Sem. Ent."}
+    assert any(n.startswith("On the 60 answers with Sem. Ent.") for n in sec.notes)
+    for r in sub[2:]:  # too few rows of one class left: said, not an error
+        r["scores"]["semantic_entropy"] = None
+    sub[0]["correct"] = sub[1]["correct"] = 1
+    sec, tables = evidence_section("short", rows, set(), n_bootstrap=20)
+    assert "subset_counts" not in tables
+    assert any("not yet evaluable" in n for n in sec.notes)

@@ -21,6 +21,10 @@ Pooled over the models of a dataset (two or more), each model weighing the same:
   two-sided p, Benjamini–Hochberg adjusted over the pooled table. Pooling the models is what
   gives a small difference the power one model's 400–800 questions lack.
 
+A baseline computed on the first questions only (semantic entropy, whose entailment judge
+costs far more than the rest: ``SUBSET_BASELINES``) gets the same tables on those questions,
+every method refitted there (:func:`subset_rows`), so it is compared on the same rows.
+
 p̄ (mean token probability) is a baseline here: ‖∇θ p̄‖² = p̄² ‖∇θ log p̄‖² carries p̄.
 """
 
@@ -60,11 +64,19 @@ SHORT_BASELINES: dict[str, tuple[str, ...]] = {
     "P(True)": ("p_true",),
     **CRITIQUE,
 }
+#: baselines run on a nested subset of the questions (``qa short --limit``): their own tables
+SUBSET_BASELINES: dict[str, tuple[str, ...]] = {"Sem. Ent.": ("semantic_entropy",)}
 #: scores that are confidences (higher = more likely correct); the others are uncertainties
 CONFIDENCES: tuple[str, ...] = ("mean_prob", "max_prob", "p_true")
 RAW_SCORES: tuple[str, ...] = ("epistemic", "epistemic_log", "aleatoric", "mean_prob",
                                "max_prob", "option_entropy", "naive_entropy", "p_true",
                                "semgrad", "lm_head_grad", "hybridgrad")
+
+
+def subset_rows(rows: Iterable[Mapping], score: str) -> list[Mapping]:
+    """The rows that carry ``score`` (the questions a subset baseline was run on)."""
+    return [r for r in rows if isinstance(sc := r.get("scores"), Mapping)
+            and sc.get(score) is not None]
 
 
 def _as_confidence(score: str, x: np.ndarray) -> np.ndarray:
@@ -113,14 +125,16 @@ def raw_auroc_ci(correct: np.ndarray, confidence: np.ndarray, *, n_bootstrap: in
             "ci_high": to_float(hi), "direction": _direction(lo, hi)}
 
 
-def raw_auroc_rows(g: QAGroup, *, n_bootstrap: int = 1000, seed: int = 0) -> list[dict]:
-    """One row per score of ``RAW_SCORES`` the group has: its raw AUROC as a confidence
+def raw_auroc_rows(g: QAGroup, *, n_bootstrap: int = 1000, seed: int = 0,
+                   scores: Sequence[str] = RAW_SCORES) -> list[dict]:
+    """One row per score of ``scores`` the group has: its raw AUROC as a confidence
     (:func:`raw_auroc_ci`), with how it was oriented.
 
     Args:
         g: the judged rows of one (dataset, model).
         n_bootstrap: resamples of the questions for the interval.
         seed: seed of the resampling (one stream per group).
+        scores: the score names (default ``RAW_SCORES``).
 
     Returns:
         Dict rows {"dataset", "model", "score", "oriented", "n", "auroc", "ci_low", "ci_high",
@@ -130,7 +144,7 @@ def raw_auroc_rows(g: QAGroup, *, n_bootstrap: int = 1000, seed: int = 0) -> lis
     """
     rng = group_rng(seed, "raw", g.dataset, g.model)
     out = []
-    for score in RAW_SCORES:
+    for score in scores:
         x = g.score(score)
         if not np.isfinite(x).any():
             continue
@@ -151,7 +165,7 @@ def _p_two_sided(d: np.ndarray) -> float:
 
 
 def raw_pooled_rows(groups: Mapping[tuple[str, str], QAGroup], *, n_bootstrap: int = 1000,
-                    seed: int = 0) -> list[dict]:
+                    seed: int = 0, scores: Sequence[str] = RAW_SCORES) -> list[dict]:
     """Per dataset with two or more models: the mean over models of each score's raw AUROC
     (oriented as in :func:`raw_auroc_rows`) and its percentile interval.
 
@@ -159,6 +173,7 @@ def raw_pooled_rows(groups: Mapping[tuple[str, str], QAGroup], *, n_bootstrap: i
         groups: the judged rows by (dataset, model).
         n_bootstrap: resamples; each resamples every model's questions on its own.
         seed: seed of the resampling.
+        scores: the score names (default ``RAW_SCORES``).
 
     Returns:
         Dict rows {"dataset", "models", "score", "auroc", "ci_low", "ci_high", "direction"}
@@ -169,7 +184,7 @@ def raw_pooled_rows(groups: Mapping[tuple[str, str], QAGroup], *, n_bootstrap: i
         gs = [g for (d, _), g in groups.items() if d == ds]
         if len(gs) < 2:
             continue
-        for score in RAW_SCORES:
+        for score in scores:
             cols = [g.score(score) for g in gs]
             if not all(np.isfinite(c).any() for c in cols):
                 continue
@@ -258,6 +273,7 @@ def evidence_tables(
     n_raw_bootstrap: int = 1000,
     seed: int = 0,
     alpha: float = 0.05,
+    raw_scores: Sequence[str] = RAW_SCORES,
 ) -> dict[str, list[dict]]:
     """QA rows of one setting -> {"counts", "metrics", "raw_auroc", "paired", "raw_pooled",
     "paired_pooled"} (module doc; the pooled tables are empty with one model).
@@ -270,6 +286,7 @@ def evidence_tables(
         n_raw_bootstrap: resamples for the raw AUROC intervals.
         seed: seed of every draw.
         alpha: BH false-discovery rate of ``paired``.
+        raw_scores: the scores of the raw AUROC tables.
 
     Returns:
         Table name -> list of dict rows. Raises DataError (``rows.check_classes``) when a group
@@ -291,7 +308,7 @@ def evidence_tables(
             for m in METRICS:
                 row[m], row[f"{m}_low"], row[f"{m}_high"] = _ci(r[m])
             metrics.append(row)
-        raw += raw_auroc_rows(g, n_bootstrap=n_raw_bootstrap, seed=seed)
+        raw += raw_auroc_rows(g, n_bootstrap=n_raw_bootstrap, seed=seed, scores=raw_scores)
         for a in ours:
             for b in baselines:
                 ra, rb = runs.get((ds, model, a)), runs.get((ds, model, b))
@@ -308,7 +325,8 @@ def evidence_tables(
                                "p": _p_two_sided(d)})
     _mark_bh(paired, alpha)
     return {"counts": counts, "metrics": metrics, "raw_auroc": raw, "paired": paired,
-            "raw_pooled": raw_pooled_rows(groups, n_bootstrap=n_raw_bootstrap, seed=seed),
+            "raw_pooled": raw_pooled_rows(groups, n_bootstrap=n_raw_bootstrap, seed=seed,
+                                          scores=raw_scores),
             "paired_pooled": paired_pooled_rows(runs, ours, baselines, alpha=alpha)}
 
 

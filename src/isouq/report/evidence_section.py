@@ -7,7 +7,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from ..errors import DataError
-from ..evaluation.evidence import MC_BASELINES, OURS, SHORT_BASELINES, evidence_tables, verdict
+from ..evaluation.evidence import (
+    MC_BASELINES,
+    OURS,
+    RAW_SCORES,
+    SHORT_BASELINES,
+    SUBSET_BASELINES,
+    evidence_tables,
+    subset_rows,
+    verdict,
+)
 from .document import Block, Figure, Section, unique_slug
 from .figures import raw_auroc_forest
 from .tables import format_p, format_value, make_table
@@ -58,6 +67,41 @@ def label_quality(rows: Sequence[Mapping], gold_rows: Sequence[Mapping]) -> list
                     "accuracy": r["accuracy"], "false yes": r["false positive"],
                     "false no": r["gold correct"] - r["true positive"]})
     return out
+
+
+def _subset_part(name: str, score: str, rows: Sequence[Mapping], *, n_bootstrap: int,
+                 seed: int) -> tuple[list[Block], list[str], dict[str, list[dict]]]:
+    """Blocks, notes and tables (keys prefixed ``subset_``) of a baseline run on the first
+    questions only: every method refitted on the rows that carry ``score``; ([], [], {}) when
+    no row does."""
+    sub = subset_rows(rows, score)
+    if not sub:
+        return [], [], {}
+    head = f"On the {len(sub)} answers with {name} ({score})"
+    try:
+        t = evidence_tables(sub, {name: (score,)}, n_bootstrap=n_bootstrap, seed=seed,
+                            raw_scores=(*RAW_SCORES, score))
+    except DataError as e:
+        return [], [f"{head}: not yet evaluable: {e}"], {}
+    cols = ["model", "n", *OURS, name]
+    blocks = [
+        Block(ours=make_table("subset_counts", t["counts"], title=f"{head}: questions")),
+        Block(ours=make_table("subset_auroc", _wide(t["metrics"], "auroc"),
+                              title=f"{head}: AUROC [95% interval]", columns=cols)),
+        Block(ours=make_table("subset_raw_auroc", t["raw_auroc"],
+                              title=f"{head}: raw AUROC of each score (direction)")),
+        Block(ours=make_table("subset_paired", t["paired"],
+                              title=f"{head}: ours vs {name}, ΔAUROC, BH-adjusted",
+                              formatters={"p": format_p, "p_bh": format_p})),
+    ]
+    if t["paired_pooled"]:
+        blocks.append(Block(ours=make_table(
+            "subset_paired_pooled", t["paired_pooled"],
+            title=f"{head}: ours vs {name} pooled over the models, BH-adjusted",
+            formatters={"p": format_p, "p_bh": format_p})))
+    notes = [f"{head} (a nested subset; every method refitted there): {line}"
+             for line in verdict(t)]
+    return blocks, notes, {f"subset_{k}": v for k, v in t.items()}
 
 
 def evidence_section(kind: str, rows: Sequence[Mapping], taken: set[str], *,
@@ -119,6 +163,12 @@ def evidence_section(kind: str, rows: Sequence[Mapping], taken: set[str], *,
     if quality:
         blocks.insert(1, Block(ours=make_table("label_quality", quality,
                                                title="Labels against hand labels")))
+    for name, score_names in SUBSET_BASELINES.items():
+        sub_blocks, sub_notes, sub_tables = _subset_part(name, score_names[0], rows,
+                                                         n_bootstrap=n_bootstrap, seed=seed)
+        blocks += sub_blocks
+        notes += sub_notes
+        tables.update(sub_tables)
     figures: tuple[Figure, ...] = ()
     if out_dir is not None:
         (out_dir / sid).mkdir(parents=True, exist_ok=True)
