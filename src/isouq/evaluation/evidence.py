@@ -65,6 +65,7 @@ SHORT_BASELINES: dict[str, tuple[str, ...]] = {
     **CRITIQUE,
 }
 #: baselines run on a nested subset of the questions (``qa short --limit``): their own tables
+#: (the report keys them ``subset_*``: one such baseline)
 SUBSET_BASELINES: dict[str, tuple[str, ...]] = {"Sem. Ent.": ("semantic_entropy",)}
 #: scores that are confidences (higher = more likely correct); the others are uncertainties
 CONFIDENCES: tuple[str, ...] = ("mean_prob", "max_prob", "p_true")
