@@ -15,7 +15,7 @@ from pathlib import Path
 from .errors import InputError, IsouqError, require
 from .methods import BASELINES, METHODS
 from .qa.prompts import JUDGE_STYLES
-from .qa.runner import DEFAULT_JUDGE_PROMPT
+from .qa.runner import DEFAULT_JUDGE_MODEL, DEFAULT_JUDGE_PROMPT
 from .runtime import configure
 
 EXPERIMENTS = {
@@ -399,7 +399,7 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
                  "also the QA study's sampling baselines (K sampled answers per question; "
                  "semantic entropy also loads --entailment-model)")
     _sampling_args(p, k=10, what="the baselines")
-    p.add_argument("--entailment-model", default="qwen2.5-coder-1.5b",
+    p.add_argument("--entailment-model", default=DEFAULT_JUDGE_MODEL,
                    help="semantic entropy's entailment judge (as for `isouq qa run`)")
     p.set_defaults(func=cmd_ask)
 
@@ -465,7 +465,7 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     _sampling_args(q, k=10, what="the entropies and P(True) (Farquhar: 10)")
     q.add_argument("--max-new-tokens", type=positive_int, default=50)
     q.add_argument("--batch-size", type=positive_int, default=8)
-    q.add_argument("--judge-model", default="qwen2.5-coder-1.5b",
+    q.add_argument("--judge-model", default=DEFAULT_JUDGE_MODEL,
                    help="LLM judge of correctness ('none': lexical labels only)")
     q.add_argument("--judge-prompt", default=DEFAULT_JUDGE_PROMPT, choices=JUDGE_STYLES,
                    help="'farquhar2024': their prompt as is; 'strict': the same with explicit "
@@ -490,7 +490,7 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     q.add_argument("--seed", type=int, default=0, help="subset and sampling seed")
     _methods_arg(q, "--methods", list(METHODS), ("gradient", "naive_entropy", "p_true"),
                  "the methods")
-    q.add_argument("--entailment-model", default="qwen2.5-coder-1.5b",
+    q.add_argument("--entailment-model", default=DEFAULT_JUDGE_MODEL,
                    help="semantic entropy's entailment judge, with --methods semantic_entropy "
                         "(as for `isouq qa run`)")
     q.add_argument("--k", type=positive_int, default=5,

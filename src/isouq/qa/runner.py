@@ -41,6 +41,8 @@ CONTENT_SETTINGS = ("seed", "k", "k_p_true", "temperature", "max_new_tokens", "d
 #: the same run (the dataset's content is compared through ``dataset_sha`` and each row's text)
 SPELLING_SETTINGS = ("data_path",)
 DEFAULT_JUDGE_PROMPT = "strict"  # measured against hand labels: README, QA study
+#: the judge of correctness and semantic entropy's entailment judge unless one is named
+DEFAULT_JUDGE_MODEL = "qwen2.5-coder-1.5b"
 
 
 def item_changed(row: dict | None, item) -> bool:
@@ -92,7 +94,7 @@ class QAConfig:
     temperature: float = 1.0
     max_new_tokens: int = 50
     batch_size: int = 8
-    judge_model: str | None = "qwen2.5-coder-1.5b"   # None: lexical labels only
+    judge_model: str | None = DEFAULT_JUDGE_MODEL    # None: lexical labels only
     judge_prompt: str = DEFAULT_JUDGE_PROMPT         # see prompts.JUDGE_STYLES
     entailment_model: str | None = None              # LLM or NLI classifier; default: the judge
     device: str = "cpu"

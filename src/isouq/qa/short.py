@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 from ..errors import InputError
-from .runner import QAConfig, QARunner
+from .runner import DEFAULT_JUDGE_MODEL, QAConfig, QARunner
 
 PROMPT_NAME = "kuhn2023-fewshot-10"
 HEADER = "This is a bot that correctly answers questions. \n"
@@ -147,7 +147,7 @@ class ShortRunner(QARunner):
 def run_short(model: str, out: str | Path, *, limit: int = 1000, seed: int = 0,
               methods: tuple[str, ...] = ("gradient", "naive_entropy", "p_true"), k: int = 5,
               max_new_tokens: int = 24, batch_size: int = 8,
-              entailment_model: str | None = "qwen2.5-coder-1.5b", device: str = "cpu",
+              entailment_model: str | None = DEFAULT_JUDGE_MODEL, device: str = "cpu",
               dtype: str | None = None, trust_remote_code: bool = False,
               allow_pickle: bool = False, loader=None, progress: bool = True) -> Path:
     """Run (or resume) TriviaQA short answers for one model; returns the rows file.
