@@ -174,3 +174,13 @@ def test_a_baseline_on_the_first_questions_gets_its_own_tables_on_those_rows(tmp
     sec, tables = evidence_section("short", rows, set(), n_bootstrap=20)
     assert "subset_counts" not in tables
     assert any("not yet evaluable" in n for n in sec.notes)
+
+
+def test_the_tables_do_not_depend_on_the_order_of_the_rows():
+    """A nested `--limit` run rewrites a rows file with its questions first: the seeded
+    resampling must draw the same questions whatever order the file lists them in."""
+    rows = _rows(n=90, seed=6)
+    shuffled = [rows[i] for i in np.random.default_rng(1).permutation(len(rows))]
+    a = evidence_tables(rows, MC_BASELINES, n_bootstrap=20, n_raw_bootstrap=100)
+    b = evidence_tables(shuffled, MC_BASELINES, n_bootstrap=20, n_raw_bootstrap=100)
+    assert a == b

@@ -87,7 +87,8 @@ def _as_score(v, name: str, where: str) -> float:
 
 
 def group_rows(rows: Iterable[Mapping]) -> dict[tuple[str, str], QAGroup]:
-    """Validate rows and group the judged ones by ``(dataset, model)`` (first-seen order).
+    """Validate rows and group the judged ones by ``(dataset, model)`` (first-seen order), each
+    group's rows in the order of their keys.
 
     Rows with ``correct`` null are dropped. Raises DataError on a missing field, a non-dict
     ``scores``, a bad value, or a key repeated within one (dataset, model).
@@ -134,17 +135,20 @@ def group_rows(rows: Iterable[Mapping]) -> dict[tuple[str, str], QAGroup]:
             f"no judged rows among {n_rows}: every row needs 'correct' 0 or 1; "
             "run the judge first"
         )
-    return {
-        k: QAGroup(
+    out = {}
+    for k, g in acc.items():
+        # rows sorted by key: the seeded resampling draws the same questions whatever order
+        # the file lists them in (a nested --limit run rewrites it with its questions first)
+        order = sorted(range(len(g["keys"])), key=g["keys"].__getitem__)
+        out[k] = QAGroup(
             dataset=k[0],
             model=k[1],
-            keys=tuple(g["keys"]),
-            correct=np.asarray(g["correct"], dtype=int),
-            scores=with_epistemic_log({s: np.asarray(v, dtype=float)
+            keys=tuple(g["keys"][i] for i in order),
+            correct=np.asarray(g["correct"], dtype=int)[order],
+            scores=with_epistemic_log({s: np.asarray(v, dtype=float)[order]
                                        for s, v in g["scores"].items()}),
         )
-        for k, g in acc.items()
-    }
+    return out
 
 
 def with_epistemic_log(scores: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
