@@ -105,6 +105,10 @@ class Materialized:
 
     grad: torch.Tensor | tuple[torch.Tensor, ...]
 
+    def blocks(self) -> tuple[torch.Tensor, ...]:
+        """The gradient's blocks of examples, in order (one block when it is whole)."""
+        return (self.grad,) if isinstance(self.grad, torch.Tensor) else self.grad
+
     def dense(self) -> torch.Tensor:
         """The whole (N, *param.shape) gradient, its blocks concatenated."""
         return self.grad if isinstance(self.grad, torch.Tensor) else torch.cat(self.grad)
@@ -197,9 +201,8 @@ def sq_norms(contribs: list[Contribution], cache: dict | None = None) -> torch.T
     ``cache`` (a dict shared over one backward) reuses Grams of inputs several layers share.
     """
     if len(contribs) == 1 and isinstance(contribs[0], Materialized):
-        blocks = contribs[0].grad
-        blocks = (blocks,) if isinstance(blocks, torch.Tensor) else blocks
-        return torch.cat([row_sq_norms(at_least_f32(g).reshape(g.shape[0], -1)) for g in blocks])
+        return torch.cat([row_sq_norms(at_least_f32(g).reshape(g.shape[0], -1))
+                          for g in contribs[0].blocks()])
     pairs = [c for c in contribs if isinstance(c, Pair)]  # upcast when multiplied
     mats = [at_least_f32(c.dense()) for c in contribs if isinstance(c, Materialized)]
     folds = {p.fold for p in pairs}

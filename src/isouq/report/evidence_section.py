@@ -69,18 +69,19 @@ def label_quality(rows: Sequence[Mapping], gold_rows: Sequence[Mapping]) -> list
     return out
 
 
-def _subset_part(name: str, score: str, rows: Sequence[Mapping], *, n_bootstrap: int,
-                 seed: int) -> tuple[list[Block], list[str], dict[str, list[dict]]]:
+def _subset_part(name: str, scores: tuple[str, ...], rows: Sequence[Mapping], *,
+                 n_bootstrap: int, seed: int) -> tuple[list[Block], list[str], dict[str, list[dict]]]:
     """Blocks, notes and tables (keys prefixed ``subset_``) of a baseline run on the first
-    questions only: every method refitted on the rows that carry ``score``; ([], [], {}) when
-    no row does."""
+    questions only: every method refitted on the rows that carry its first score; ([], [], {})
+    when no row does."""
+    score = scores[0]
     sub = subset_rows(rows, score)
     if not sub:
         return [], [], {}
     head = f"On the {len(sub)} answers with {name} ({score})"
     try:
-        t = evidence_tables(sub, {name: (score,)}, n_bootstrap=n_bootstrap, seed=seed,
-                            raw_scores=(*RAW_SCORES, score))
+        t = evidence_tables(sub, {name: scores}, n_bootstrap=n_bootstrap, seed=seed,
+                            raw_scores=(*RAW_SCORES, *scores))
     except DataError as e:
         return [], [f"{head}: not yet evaluable: {e}"], {}
     cols = ["model", "n", *OURS, name]
@@ -163,8 +164,8 @@ def evidence_section(kind: str, rows: Sequence[Mapping], taken: set[str], *,
     if quality:
         blocks.insert(1, Block(ours=make_table("label_quality", quality,
                                                title="Labels against hand labels")))
-    for name, score_names in SUBSET_BASELINES.items():
-        sub_blocks, sub_notes, sub_tables = _subset_part(name, score_names[0], rows,
+    for name, scores in SUBSET_BASELINES.items():
+        sub_blocks, sub_notes, sub_tables = _subset_part(name, scores, rows,
                                                          n_bootstrap=n_bootstrap, seed=seed)
         blocks += sub_blocks
         notes += sub_notes
