@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from isouq.errors import DataError
-from isouq.runio import JsonlWriter, machine_label, read_jsonl, write_results
+from isouq.errors import DataError, InputError
+from isouq.runio import JsonlWriter, machine_label, read_jsonl, update_tables, write_results
 
 
 def test_torn_tail_skipped_complete_tail_kept(tmp_path):
@@ -44,6 +44,21 @@ def test_write_results(tmp_path):
     assert "torch" in doc["versions"]
     md = (tmp_path / "tables.md").read_text()
     assert "| a | b |" in md and "Paper:" in md
+
+
+def test_update_tables_replaces_adds_and_removes_only_the_named(tmp_path):
+    import time
+
+    with pytest.raises(InputError, match="run the experiment there first"):
+        update_tables(tmp_path, {"t": [{"a": 1}]})
+    write_results(tmp_path, "demo", settings={"n": 1}, seed=0, started=time.time(),
+                  tables={"t": [{"a": 1.0}], "u": [{"c": 3}]}, extra={"rows": 7})
+    update_tables(tmp_path, {"t": [{"a": 5.0}], "new": [{"z": "q"}], "u": []})
+    doc = json.loads((tmp_path / "results.json").read_text())
+    assert doc["tables"] == {"t": [{"a": 5.0}], "new": [{"z": "q"}]}
+    assert doc["rows"] == 7 and doc["settings"] == {"n": 1}
+    md = (tmp_path / "tables.md").read_text()
+    assert "## new" in md and "| 5 |" in md and "## u" not in md
 
 
 def test_tune_allocator_is_optional(monkeypatch):

@@ -283,6 +283,29 @@ def write_results(
     return out / "results.json"
 
 
+def update_tables(out_dir: str | os.PathLike, tables: dict[str, list[dict]]) -> Path:
+    """Replace (or add) some tables of an existing ``out_dir/results.json`` atomically and
+    rebuild ``tables.md``; every other field is kept. An empty table is removed.
+
+    Raises:
+        InputError: there is no results.json in ``out_dir`` yet.
+    """
+    path = Path(out_dir) / "results.json"
+    if not path.exists():
+        raise InputError(f"no results.json in {out_dir}; run the experiment there first")
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    for name, rows in tables.items():
+        if rows:
+            doc.setdefault("tables", {})[name] = rows
+        else:
+            doc.get("tables", {}).pop(name, None)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(dumps(doc, indent=2), encoding="utf-8")
+    os.replace(tmp, path)
+    (path.parent / "tables.md").write_text(tables_markdown(doc), encoding="utf-8")
+    return path
+
+
 def slug(text: str, *, lower: bool = False) -> str:
     """A piece of a file name or an anchor: runs of other characters become '-' (letters,
     digits and dots kept: 'qwen2.5-coder-0.5b'); ``lower``: lowercase letters and digits only

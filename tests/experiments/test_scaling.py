@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
 
 from isouq.errors import InputError
 from isouq.experiments import scaling as sc
-from isouq.runio import read_jsonl
+from isouq.runio import read_jsonl, write_results
 
 # --------------------------------------------------------------------------- pure functions
 
@@ -96,6 +97,53 @@ def test_spent_budget_starts_nothing(tmp_path):
     assert run["ran"] == [] and set(run["not_started"]) == {"hmc:0", "hmc:8", "vi:8", "vi:16"}
     assert all(v.startswith("budget spent") for v in run["not_started"].values())
     assert doc["settings"]["budget_minutes"] == 1e-9
+
+
+def _fake_checkpoint(out, width: int, done: int, log: list[dict]) -> None:
+    d = out / "checkpoints" / f"hmc_w{width}"
+    d.mkdir(parents=True)
+    (d / "meta.json").write_text(json.dumps({
+        "format": 1, "fingerprint": {"num_warmup": 1000}, "done": done, "total": 2000,
+        "every": 8, "seconds": 7200.0, "state": None, "parts": [], "log": log,
+        "updated": "2026-11-25T18:00:00"}))
+
+
+def test_progress_prints_and_records_sizes_in_progress(tmp_path, capsys):
+    # 2 segments of 8 iterations: 40 s and 20 s, 1,000 + 1,000 leapfrog steps
+    log = [{"start": 1000, "stop": 1008, "seconds": 40.0, "leapfrog_steps": 1000},
+           {"start": 1008, "stop": 1016, "seconds": 20.0, "leapfrog_steps": 1000}]
+    _fake_checkpoint(tmp_path, 512, 1016, log)
+    _fake_checkpoint(tmp_path, 16, 400, log[:1])
+    (tmp_path / "checkpoints" / "hmc_wrong").mkdir()  # not a size: ignored
+    rows = sc.in_progress_rows(tmp_path)
+    assert [r["model"] for r in rows] == ["MLP(16,16)", "MLP(512,512)"]
+    big = rows[1]
+    assert big["n_params"] == 266_244 and big["status"] == "incomplete: sampling"
+    assert rows[0]["status"] == "incomplete: warmup"
+    assert big["iterations"] == "1,016 of 2,000" and big["hours_so_far"] == 2.0
+    assert big["leapfrog_steps"] == 2000 and big["ms_per_leapfrog_step"] == 30.0
+    # 60 s per 16 iterations, 984 left: 3,690 s
+    assert big["hours_left_at_recent_rate"] == round(984 * 60 / 16 / 3600, 1)
+    # without results.json: printed only; with one: stored as a table, then dropped when done
+    assert sc.run(tmp_path, progress=True) == tmp_path / "results.json"
+    assert "MLP(512,512) (266,244 params) incomplete: sampling" in capsys.readouterr().out
+    assert not (tmp_path / "results.json").exists()
+    write_results(tmp_path, "scaling", settings={}, seed=0, started=0.0, tables={"hmc": []})
+    sc.run(tmp_path, progress=True)
+    doc = json.loads((tmp_path / "results.json").read_text())
+    assert doc["tables"]["hmc_in_progress"] == rows and doc["tables"]["hmc"] == []
+    for w in (16, 512):
+        shutil.rmtree(tmp_path / "checkpoints" / f"hmc_w{w}")
+    sc.run(tmp_path, progress=True)
+    assert "no HMC size in progress" in capsys.readouterr().out
+    assert "hmc_in_progress" not in json.loads((tmp_path / "results.json").read_text())["tables"]
+
+
+def test_progress_flag_on_the_command_line(tmp_path, capsys):
+    from isouq.cli import main
+
+    assert main(["experiment", "scaling", "--out", str(tmp_path), "--progress"]) == 0
+    assert "no HMC size in progress" in capsys.readouterr().out
 
 
 # --------------------------------------------------------------------------- end to end

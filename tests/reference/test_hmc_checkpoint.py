@@ -12,7 +12,7 @@ from isouq.data.synthetic import make_problem
 from isouq.errors import InputError
 from isouq.models import toy as tm
 from isouq.reference import hmc as hmc_mod
-from isouq.reference.checkpoint import copy_checkpoint, kept_indices, read_meta, segments
+from isouq.reference.checkpoint import copy_checkpoint, kept_indices, progress_summary, read_meta, segments
 
 # 2 warmup + 3 sampling segments of 7 iterations (one compiled length), thinning 4 (21 % 4 = 1)
 KW = dict(num_warmup=14, num_samples=21, num_chains=2, seed=3, thinning=4, keep_samples=True,
@@ -62,6 +62,11 @@ def test_interrupted_and_resumed_run_gives_exactly_the_same_draws(problem, unint
         with pytest.raises(KeyboardInterrupt):
             R.hmc_reference(p, spec, checkpoint=ck, **KW)
     assert read_meta(ck)["done"] == segments(14, 21, 7)[call - 2][1]
+    status = progress_summary(read_meta(ck))
+    assert status["done"] == read_meta(ck)["done"] and status["total"] == 35
+    assert status["leapfrog_steps"] == sum(s["leapfrog_steps"] for s in read_meta(ck)["log"]) > 0
+    assert status["eta_seconds"] == pytest.approx(
+        status["seconds_per_iteration"] * (35 - status["done"]))
     resumed = R.hmc_reference(p, spec, checkpoint=ck, **KW)
     assert resumed.diagnostics["resumed_at"] == read_meta(ck)["log"][call - 2]["stop"]
     _same(uninterrupted, resumed)

@@ -227,6 +227,58 @@ def checkpoint_dir(out: Path, job: Job) -> Path:
     return Path(out) / "checkpoints" / f"{job.study}_w{job.width}"
 
 
+def in_progress_rows(out: Path) -> list[dict]:
+    """One row per HMC size with a checkpoint in ``out/checkpoints`` (started, not finished),
+    smallest first: the ``hmc_in_progress`` table, each row marked incomplete.
+
+    Columns: ``model``, ``n_params``, ``status`` (``"incomplete: warmup"`` or
+    ``"incomplete: sampling"``), ``iterations`` (done of total, per chain), ``hours_so_far``
+    (sampling wall time summed over sessions), ``leapfrog_steps`` (all chains),
+    ``ms_per_leapfrog_step`` and ``hours_left_at_recent_rate`` (the last 10 checkpoint segments,
+    on the machine that ran them), ``as_of`` (the last checkpoint).
+    """
+    from ..reference.checkpoint import progress_summary, read_meta
+
+    rows = []
+    for d in sorted((Path(out) / "checkpoints").glob("hmc_w*")):
+        width = d.name.removeprefix("hmc_w")
+        meta = read_meta(d) if width.isdigit() else None
+        if meta is None:
+            continue
+        p = progress_summary(meta)
+        warmup = int((meta.get("fingerprint") or {}).get("num_warmup", 0))
+        eta, ms = p["eta_seconds"], p["ms_per_leapfrog_step"]
+        rows.append({
+            "model": model_label(int(width)), "n_params": spec_for_width(int(width)).n_params,
+            "status": "incomplete: " + ("warmup" if p["done"] < warmup else "sampling"),
+            "iterations": f"{p['done']:,} of {p['total']:,}",
+            "hours_so_far": round(p["seconds"] / 3600, 2),
+            "leapfrog_steps": p["leapfrog_steps"],
+            "ms_per_leapfrog_step": None if ms is None else round(ms, 2),
+            "hours_left_at_recent_rate": None if eta is None else round(eta / 3600, 1),
+            "as_of": p["updated"]})
+    return sorted(rows, key=lambda r: r["n_params"])
+
+
+def record_progress(out: Path) -> list[dict]:
+    """Print the ``hmc_in_progress`` rows and store them in ``out/results.json`` (its other
+    tables untouched; ``tables.md`` rebuilt). Runs nothing; returns the rows."""
+    from ..runio import update_tables
+
+    rows = in_progress_rows(out)
+    if not rows:
+        print(f"{NAME}: no HMC size in progress in {out}")
+    for r in rows:
+        left = r["hours_left_at_recent_rate"]
+        print(f"{NAME}: {r['model']} ({r['n_params']:,} params) {r['status']}, "
+              f"{r['iterations']} iterations, {r['hours_so_far']} h so far"
+              + ("" if left is None else f", about {left} h left at the recent rate")
+              + f" (as of {r['as_of']})", flush=True)
+    if (Path(out) / "results.json").exists():
+        update_tables(out, {"hmc_in_progress": rows})
+    return rows
+
+
 def run_hmc_size(job: Job, settings: dict, device: str = "cpu",
                  checkpoint: Path | None = None) -> dict:
     """Study A at one size: MAP, HMC reference, GN at θ*; a JSON-ready ``sizes.jsonl`` row.
@@ -517,6 +569,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"grid points per axis (default {GRID_N['full']}; --quick "
                         f"{GRID_N['quick']})")
     p.add_argument("--prior-precision", type=float, default=1.0)
+    p.add_argument("--progress", action="store_true",
+                   help="run nothing: print where each HMC size with a checkpoint in --out "
+                        "stands (iterations, hours, hours left) and store it as the "
+                        "hmc_in_progress table of --out/results.json")
 
 
 def study_settings(study: str, *, seed: int, grid_n: int, prior_precision: float,
@@ -546,8 +602,11 @@ def rebuild(out: Path, started: float, settings: dict, seed: int) -> Path:
         elbo = plot_elbo(rows, out)
         if elbo is not None:
             figures.append(elbo.name)
+    tables = build_tables(rows, runs)
+    if progress := in_progress_rows(out):
+        tables["hmc_in_progress"] = progress
     return write_results(out, NAME, settings=settings, seed=seed, started=started,
-                         tables=build_tables(rows, runs), paper=PAPER, figures=figures,
+                         tables=tables, paper=PAPER, figures=figures,
                          extra={"rows": len(rows)})
 
 
@@ -562,6 +621,7 @@ def run(
     budget_minutes: float | None = None,
     grid_n: int | None = None,
     prior_precision: float = 1.0,
+    progress: bool = False,
     **options,
 ) -> Path:
     """Run the sizes not yet in ``out/sizes.jsonl`` and rebuild ``out/results.json``.
@@ -571,9 +631,13 @@ def run(
     fields of :class:`HMCSettings` (``num_warmup``, ``num_samples``, ``num_chains``,
     ``kernel``, ``hmc_init``) and of :class:`VISettings` with a ``vi_`` prefix (``vi_steps``,
     …); each one given (not None) overrides the preset; an unknown one is an InputError.
+    progress: run nothing; print and record the HMC sizes in progress (:func:`record_progress`).
     """
     started = time.time()
     out = Path(out)
+    if progress:
+        record_progress(out)
+        return out / "results.json"
     if study not in ("hmc", "vi", "both"):
         raise InputError(f"study must be 'hmc', 'vi' or 'both', got {study!r}")
     if budget_minutes is not None and budget_minutes <= 0:

@@ -229,4 +229,34 @@ def read_meta(path: str | os.PathLike) -> dict | None:
     return json.loads(f.read_text()) if f.exists() else None
 
 
-__all__ = ["Checkpoint", "Progress", "copy_checkpoint", "kept_indices", "read_meta", "segments"]
+def progress_summary(meta: dict, recent: int = 10) -> dict:
+    """Where a checkpointed run stands, from its ``meta.json`` (:func:`read_meta`).
+
+    Args:
+        meta: the checkpoint's meta (``done``, ``total``, ``seconds``, ``log``, ``updated``).
+        recent: how many of the last segments set the current rate.
+
+    Returns:
+        ``done``, ``total`` (iterations per chain), ``seconds`` (sampling wall seconds summed
+        over every session that ran it), ``leapfrog_steps`` (summed over the segments),
+        ``seconds_per_iteration`` and ``ms_per_leapfrog_step`` over the last ``recent``
+        segments (None before the first), ``eta_seconds`` (the iterations left at that rate,
+        on the machine that ran them; None without a rate) and ``updated`` (the last commit).
+    """
+    log = list(meta.get("log") or [])
+    last = log[-recent:] if recent > 0 else []
+    its = sum(s["stop"] - s["start"] for s in last)
+    secs = sum(s["seconds"] for s in last)
+    steps = sum(s.get("leapfrog_steps", 0) for s in last)
+    per_it = secs / its if its else None
+    done, total = int(meta["done"]), int(meta["total"])
+    return {"done": done, "total": total, "seconds": float(meta.get("seconds", 0.0)),
+            "leapfrog_steps": sum(s.get("leapfrog_steps", 0) for s in log),
+            "seconds_per_iteration": per_it,
+            "ms_per_leapfrog_step": 1e3 * secs / steps if steps else None,
+            "eta_seconds": None if per_it is None else per_it * max(total - done, 0),
+            "updated": meta.get("updated")}
+
+
+__all__ = ["Checkpoint", "Progress", "copy_checkpoint", "kept_indices", "progress_summary",
+           "read_meta", "segments"]
