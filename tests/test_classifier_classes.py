@@ -152,6 +152,43 @@ def test_a_layer_mixing_examples_is_refused(layer):
         isouq.score_classifier(m, torch.randn(5, 3), classes="predicted")
 
 
+
+class CountBatchOfOne(nn.Module):
+    """Counts the forwards of a single example (the mixing check's extra forward)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ones = 0
+
+    def forward(self, x):
+        self.ones += x.shape[0] == 1
+        return x
+
+
+def test_the_mixing_check_runs_once_per_model_and_kind_of_input():
+    counter = CountBatchOfOne()
+    m = nn.Sequential(counter, nn.Linear(3, 4), nn.BatchNorm1d(4), nn.Linear(4, 3))
+    x = torch.randn(5, 3)
+    first = isouq.score_classifier(m, x, classes="predicted")
+    seen = counter.ones
+    assert seen >= 1  # the check's forward of example 0 alone
+    again = isouq.score_classifier(m, x, classes="predicted")
+    assert counter.ones == seen  # remembered: no second check
+    torch.testing.assert_close(again.epistemic, first.epistemic)
+    isouq.score_classifier(m, x.double().float()[:, :3], classes="predicted")
+    assert counter.ones == seen
+    isouq.score_classifier(m.double(), x.double(), classes="predicted")
+    assert counter.ones > seen  # another dtype: checked again
+    m.float()
+    m[2].track_running_stats = False  # now it mixes examples: the changed mode is seen
+    m[2].running_mean = m[2].running_var = None
+    seen = counter.ones
+    with pytest.raises(ModelError, match="mixes examples"):
+        isouq.score_classifier(m, x, classes="predicted")
+    assert counter.ones > seen
+    with pytest.raises(ModelError, match="mixes examples"):  # and refused on every call
+        isouq.score_classifier(m, x, classes="predicted")
+
 def test_batch_first_false_attention_with_ghost_names_the_fix():
     class A(nn.Module):
         def __init__(self):

@@ -18,6 +18,7 @@ binary model): ‖∇θ p_c‖² = p_c² ‖∇θ log p_c‖² (∇ log p = ∇p
 from __future__ import annotations
 
 import warnings
+import weakref
 from collections.abc import Callable
 from contextlib import contextmanager
 from typing import Literal
@@ -37,6 +38,17 @@ Method = Literal["auto", "ghost", "functorch"]
 ClassSpec = Literal["all", "predicted"] | np.ndarray | torch.Tensor | list
 GHOST_BATCH = 256
 _WARNED_FALLBACK: set[str] = set()
+#: model → the input signatures (:func:`_independence_key`) for which its outputs were found
+#: not to mix examples: the check then runs once per model and kind of input, not every call
+_INDEPENDENT: weakref.WeakKeyDictionary[nn.Module, set] = weakref.WeakKeyDictionary()
+
+
+def _independence_key(model: nn.Module, x: torch.Tensor) -> tuple:
+    """What the mixing check's verdict depends on: the example shape, dtype and device, and
+    every submodule's type and mode (train/eval, BatchNorm's running statistics on or off)."""
+    modes = tuple((type(m), m.training, getattr(m, "track_running_stats", None))
+                  for m in model.modules())
+    return tuple(x.shape[1:]), x.dtype, str(x.device), modes
 
 
 @contextmanager
@@ -358,6 +370,8 @@ def score_classifier(
         method: ``"auto"``, ``"ghost"`` (identity covariance only) or ``"functorch"``.
         check_independent: compare example 0's output alone with its output in the batch
             (one extra forward of one example) and refuse a model whose layers mix examples.
+            A model that passed is remembered for inputs of the same shape, dtype and device
+            and the same module modes: later calls skip the extra forward.
 
     Returns:
         Scores with ``probs`` (N, C), and, for ``classes="all"``, ``epistemic`` =
@@ -371,7 +385,10 @@ def score_classifier(
     spec = _classes_spec(classes, n)
     with eval_mode(model):
         alone = None
-        if check_independent and n > 1:
+        key = _independence_key(model, x) if check_independent and n > 1 else None
+        if key is not None and key in _INDEPENDENT.get(model, ()):
+            key = None  # checked before with inputs like these
+        if key is not None:
             with torch.no_grad():  # example 0 alone (or beside a copy of itself, for models
                 try:                # that refuse a batch of one, e.g. batch-statistics BatchNorm)
                     alone = model(x[:1])
@@ -399,6 +416,8 @@ def score_classifier(
         probs = class_probs(logits)
         epi, epi_log = _from_log(G, probs, None if cls is None else cls.to(probs.device),
                                  logits.shape[1] == 1)
+    if key is not None:  # the check passed
+        _INDEPENDENT.setdefault(model, set()).add(key)
     if cls is None:
         alea = probs * (1 - probs)
     else:
