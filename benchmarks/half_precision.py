@@ -5,7 +5,10 @@ and against the float32 loop (the reference), on the same answers.
 
 Writes ``OUT/half_precision.json``: per dtype, the largest and median relative difference of
 ghost from the same-dtype loop, and each method's median / largest relative error against the
-float32 loop and its Spearman ρ with it.
+float32 loop and its Spearman ρ with it. ``ghost_b1`` is ghost with one answer per batch: it
+sees the same half-precision forward as the loop (one unpadded answer), so ghost_b1 against
+the loop isolates what the ghost arithmetic itself adds, and ghost against ghost_b1 what the
+batched (padded) half-precision forward changes.
 """
 
 from __future__ import annotations
@@ -44,12 +47,17 @@ def main() -> None:
     for name in a.dtypes:
         m = copy.deepcopy(model).to(getattr(torch, name))  # rounded from the float32 weights
         g = score_sequences(m, tok, prompts, answers, method="ghost", batch_size=a.n).epistemic
+        g1 = score_sequences(m, tok, prompts, answers, method="ghost", batch_size=1).epistemic
         lo = score_sequences(m, tok, prompts, answers, method="loop", batch_size=a.n).epistemic
-        d = rel(g, lo)
+        d, d1, db = rel(g, lo), rel(g1, lo), rel(g, g1)
         doc["dtypes"][name] = {
             "ghost_vs_loop_max": float(d.max()), "ghost_vs_loop_median": float(d.median()),
+            "ghost_b1_vs_loop_max": float(d1.max()), "ghost_b1_vs_loop_median": float(d1.median()),
+            "ghost_vs_ghost_b1_max": float(db.max()),
+            "ghost_vs_ghost_b1_median": float(db.median()),
             **{f"{k}_vs_f32_{s}": float(getattr(rel(v, ref), s)())
-               for k, v in (("ghost", g), ("loop", lo)) for s in ("median", "max")},
+               for k, v in (("ghost", g), ("ghost_b1", g1), ("loop", lo))
+               for s in ("median", "max")},
             "ghost_spearman_f32": float(spearmanr(g, ref).statistic),
             "loop_spearman_f32": float(spearmanr(lo, ref).statistic),
         }
