@@ -56,8 +56,11 @@ def _by_channel_stats(module: nn.Module, x: torch.Tensor, grad: torch.Tensor,
     Running statistics: ``mean``/``var`` (C,) repeated per example, ``train=False``. Per-example
     statistics: ``save_mean``/``save_invstd`` (N·C,), ``train=True``.
     """
-    N, C = grad.shape[0], grad.shape[1]
-    rep = (lambda s: None if s is None else s.to(grad.dtype).repeat(N))
+    N = grad.shape[0]
+
+    def rep(stat: torch.Tensor | None) -> torch.Tensor | None:  # (C,) → (N·C,)
+        return None if stat is None else stat.to(grad.dtype).repeat(N)
+
     _, g_w, g_b = torch.ops.aten.native_batch_norm_backward(
         _folded(grad), _folded(x), None, rep(mean), rep(var), save_mean, save_invstd, train,
         module.eps, [False, True, True])
