@@ -10,8 +10,9 @@
 # $OUT/checkpoints/hmc_w<width>/ (git-ignored); kill it at any time and run this script again
 # to resume exactly where the last checkpoint left off. On a new checkout, a size with no live
 # checkpoint starts from its snapshot in git, $OUT/checkpoint_snapshot/hmc_w<width>/, if any
-# (docs/scaling.md: a consistent copy of a checkpoint, taken while the run writes it). A finished size becomes one row of
-# $OUT/sizes.jsonl and results.json, tables.md and scaling.png are rebuilt.
+# (docs/scaling.md: a consistent copy of a checkpoint, taken while the run writes it). A
+# finished size becomes one row of $OUT/sizes.jsonl and results.json, tables.md and
+# scaling.png are rebuilt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-results/scaling}

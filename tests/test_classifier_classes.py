@@ -152,7 +152,6 @@ def test_a_layer_mixing_examples_is_refused(layer):
         isouq.score_classifier(m, torch.randn(5, 3), classes="predicted")
 
 
-
 class CountBatchOfOne(nn.Module):
     """Counts the forwards of a single example (the mixing check's extra forward)."""
 
@@ -175,7 +174,7 @@ def test_the_mixing_check_runs_once_per_model_and_kind_of_input():
     again = isouq.score_classifier(m, x, classes="predicted")
     assert counter.ones == seen  # remembered: no second check
     torch.testing.assert_close(again.epistemic, first.epistemic)
-    isouq.score_classifier(m, x.double().float()[:, :3], classes="predicted")
+    isouq.score_classifier(m, torch.randn(7, 3), classes="predicted")  # another batch, same kind
     assert counter.ones == seen
     isouq.score_classifier(m.double(), x.double(), classes="predicted")
     assert counter.ones > seen  # another dtype: checked again
@@ -188,6 +187,7 @@ def test_the_mixing_check_runs_once_per_model_and_kind_of_input():
     assert counter.ones > seen
     with pytest.raises(ModelError, match="mixes examples"):  # and refused on every call
         isouq.score_classifier(m, x, classes="predicted")
+
 
 def test_batch_first_false_attention_with_ghost_names_the_fix():
     class A(nn.Module):
