@@ -113,6 +113,44 @@ def test_norm_layers_torch_and_hf():
         check(m, torch.randn(5, 4, 3), lambda o: o[..., 0].sum(1))
 
 
+class OddRMSNorm(nn.Module):
+    """Named like an RMS norm, but y = w · x / mean|x|: no fused formula fits it."""
+
+    def __init__(self, d):
+        super().__init__()
+        self.weight = nn.Parameter(1 + 0.3 * torch.randn(d))
+        self.eps = 1e-6
+
+    def forward(self, x):
+        return self.weight * x / (x.abs().mean(-1, keepdim=True) + self.eps)
+
+
+class T5LikeLayerNorm(OddRMSNorm):
+    """Named LayerNorm, computes an RMS norm (as T5LayerNorm does)."""
+
+    def forward(self, x):
+        return self.weight * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+
+
+def test_norm_fast_path_is_taken_only_where_it_matches_the_module():
+    """The fused x̂ is used for a module only after it gave f(w + 1) − f(w) on its first call;
+    a module whose formula is neither RMS nor LayerNorm keeps the general path, exactly."""
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    from isouq.ghost import norms
+
+    cases = [(nn.LayerNorm(6), "layer"), (nn.RMSNorm(6), "rms"), (LlamaRMSNorm(6), "rms"),
+             (T5LikeLayerNorm(6), "rms"), (OddRMSNorm(6), None)]
+    for norm, kind in cases:
+        with torch.no_grad():
+            for p in norm.parameters():
+                p.add_(0.3 * torch.randn_like(p))
+        m = nn.Sequential(nn.Linear(3, 6), norm, nn.Tanh(), nn.Linear(6, 1))
+        for _ in range(2):  # the first call compares both paths, the second uses the verdict
+            check(m, torch.randn(5, 4, 3), lambda o: o[..., 0].sum(1))
+        assert norms._FAST_CHECKED[norm] == {torch.float32: kind}, type(norm).__name__
+
+
 def test_gpt2_conv1d():
     from transformers.pytorch_utils import Conv1D
 

@@ -8,13 +8,22 @@ recorded output, whatever the exact formula (for a half-precision layer both ter
 evaluated on a float32 copy: a difference of two rounded outputs would keep few digits).
 Per example: gᵢ = Σₜ (∂yₜ/∂w) ⊙ bₜ, shape (N, *w.shape), t running over the leading dims
 between the batch and the normalized ones.
+
+The fast path: for a weight that scales the normalized input, ∂y/∂w = x̂, one fused kernel
+(``F.rms_norm`` / ``F.layer_norm`` without affine parameters, half the time of the module's own
+forward as Hugging Face writes it), and ∂y/∂b = 1. Which formula a module follows is not
+assumed from its name: on its first call (per module and dtype) both paths run and the fast
+one is kept only if it gives the same ∂y/∂w as f(w + 1) − f(w); otherwise the module stays on
+the general path.
 """
 
 from __future__ import annotations
 
+import weakref
 from contextlib import contextmanager
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
@@ -23,6 +32,8 @@ from .factors import LOW_PRECISION, Contribution, Materialized, at_least_f32
 from .registry import register_rule
 
 _NAMES = ("LayerNorm", "RMSNorm")
+#: module -> {dtype: whether its fast path gave the general path's ∂y/∂w on its first call}
+_FAST_CHECKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _by_name(module: nn.Module) -> bool:
@@ -48,30 +59,107 @@ def _dtype_eps(module: nn.Module, dtype: torch.dtype):
         module.eps = None
 
 
+def _eps(module: nn.Module, dtype: torch.dtype) -> float | None:
+    """The module's ε (torch's ``eps``, Hugging Face's ``variance_epsilon``); None if unknown."""
+    for attr in ("eps", "variance_epsilon", "epsilon"):
+        v = getattr(module, attr, None)
+        if isinstance(v, int | float) and not isinstance(v, bool):
+            return float(v)
+    if isinstance(module, nn.RMSNorm):  # eps=None: the input dtype's machine epsilon
+        return torch.finfo(dtype).eps
+    return None
+
+
+def _kinds(module: nn.Module) -> tuple[str, ...]:
+    """Candidate formulas for x̂, in the order tried: "rms" (x / rms(x)), "layer" ((x − mean) /
+    std). A name ending in LayerNorm may still be an RMS norm (T5LayerNorm)."""
+    return ("rms",) if type(module).__name__.endswith("RMSNorm") else ("layer", "rms")
+
+
+def _fast_derivatives(module: nn.Module, x: torch.Tensor, names: list[str], shape: tuple,
+                      kind: str) -> dict[str, torch.Tensor] | None:
+    """∂y/∂w = x̂ for ``weight``, 1 for ``bias``, by the fused normalization of x of the
+    ``kind`` formula (float32 for a half-precision input, as the general path); None when the
+    module's ε is unknown or it has other parameters."""
+    eps = _eps(module, x.dtype)
+    if eps is None or not set(names) <= {"weight", "bias"}:
+        return None
+    x32 = at_least_f32(x)
+    xhat = (F.rms_norm(x32, shape, eps=eps) if kind == "rms"
+            else F.layer_norm(x32, shape, eps=eps))
+    return {n: xhat if n == "weight" else torch.ones((), dtype=xhat.dtype) for n in names}
+
+
+def _general_derivative(module: nn.Module, call: Call, own: dict, name: str,
+                        dtype: torch.dtype) -> torch.Tensor:
+    """f(w + 1) − f(w) for parameter ``name``, in float32 for half precision."""
+    x = call.args[0]
+    w = own[name]
+    if w.dtype in LOW_PRECISION or x.dtype in LOW_PRECISION:
+        # f(w + 1) − f(w) both in float32: a difference of two rounded half-precision
+        # outputs would keep only a few digits of ∂y/∂w
+        own32 = {n: p.float() for n, p in own.items()}
+        with _dtype_eps(module, x.dtype):
+            f = lambda params: functional_call(module, params, (x.float(),), call.kwargs)  # noqa: E731
+            return f({**own32, name: own32[name] + 1}) - f(own32)
+    shifted = functional_call(module, {**own, name: w + 1}, (x,), call.kwargs)
+    return shifted.to(dtype) - call.output.detach().to(dtype)
+
+
+def _agree(fast: torch.Tensor, general: torch.Tensor) -> bool:
+    """Same ∂y/∂w up to the rounding of f(w + 1) − f(w) (a wrong formula is off by O(1))."""
+    fast = fast.expand_as(general)
+    scale = float(general.abs().max()) if general.numel() else 0.0
+    tol = 1e-3 * max(scale, 1e-12)
+    return bool(torch.isfinite(general).all()) and float((fast - general).abs().max()) <= tol
+
+
+def _fast_path(module: nn.Module, call: Call, own: dict, shapes: set
+               ) -> dict[str, torch.Tensor] | None:
+    """The fused ∂y/∂w of the formula this module was found to follow on its first call in this
+    dtype (both paths compared then), or None: the general path."""
+    x = call.args[0]
+    if len(shapes) != 1 or call.kwargs:
+        return None
+    shape = next(iter(shapes))
+    checked = _FAST_CHECKED.setdefault(module, {})
+    if x.dtype in checked:
+        kind = checked[x.dtype]
+        return None if kind is None else _fast_derivatives(module, x, list(own), shape, kind)
+    checked[x.dtype] = None
+    for kind in _kinds(module):
+        fast = _fast_derivatives(module, x, list(own), shape, kind)
+        if fast is None:
+            return None
+        if all(_agree(fast[n], _general_derivative(module, call, own, n, call.grad.dtype))
+               for n in own):
+            checked[x.dtype] = kind
+            return fast
+    return None
+
+
 @register_rule(nn.LayerNorm, nn.RMSNorm, match=_by_name, applies=applies, subclasses=True)
 def contributions(module: nn.Module, call: Call) -> dict[str, Contribution]:
     """Per-example gradient of each affine parameter, materialized: (N, *w.shape)."""
-    x = call.args[0]
     own = {n: p.detach() for n, p in module.named_parameters(recurse=False)}
     grad = call.grad
     N = grad.shape[0]
-    out: dict[str, Contribution] = {}
+    shapes = {tuple(w.shape) for w in own.values()}
     for name, w in own.items():
         k = w.ndim
         if grad.ndim < k + 1 or tuple(grad.shape[grad.ndim - k:]) != tuple(w.shape):
             raise ValueError(f"{type(module).__name__}.{name} {tuple(w.shape)} does not act on "
                              f"the trailing dims of its output {tuple(grad.shape)}")
-        with torch.no_grad():
-            if w.dtype in LOW_PRECISION or x.dtype in LOW_PRECISION:
-                # f(w + 1) − f(w) both in float32: a difference of two rounded half-precision
-                # outputs would keep only a few digits of ∂y/∂w
-                own32 = {n: p.float() for n, p in own.items()}
-                with _dtype_eps(module, x.dtype):
-                    f = lambda params: functional_call(module, params, (x.float(),), call.kwargs)  # noqa: E731
-                    D = f({**own32, name: own32[name] + 1}) - f(own32)
+    with torch.no_grad():
+        fast = _fast_path(module, call, own, shapes)
+        out: dict[str, Contribution] = {}
+        for name, w in own.items():
+            D = fast[name] if fast is not None else \
+                _general_derivative(module, call, own, name, grad.dtype)
+            b = at_least_f32(grad)
+            if D.ndim == 0:  # ∂y/∂b = 1: gᵢ = Σₜ bₜ
+                g = b.reshape(N, -1, w.numel()).sum(1)
             else:
-                shifted = functional_call(module, {**own, name: w + 1}, (x,), call.kwargs)
-                D = shifted.to(grad.dtype) - call.output.detach().to(grad.dtype)
-        g = (D * at_least_f32(grad)).reshape(N, -1, w.numel()).sum(1)
-        out[name] = Materialized(g)
+                g = (D.to(b.dtype) * b).reshape(N, -1, w.numel()).sum(1)
+            out[name] = Materialized(g)
     return out
