@@ -32,7 +32,8 @@ from .factors import LOW_PRECISION, Contribution, Materialized, at_least_f32
 from .registry import register_rule
 
 _NAMES = ("LayerNorm", "RMSNorm")
-#: module -> {dtype: whether its fast path gave the general path's ∂y/∂w on its first call}
+#: module -> {dtype: the formula ("rms"/"layer") whose fused x̂ matched f(w + 1) − f(w) on the
+#: module's first call in that dtype, or None: the general path}
 _FAST_CHECKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
