@@ -115,28 +115,32 @@ def _agree(fast: torch.Tensor, general: torch.Tensor) -> bool:
     return bool(torch.isfinite(general).all()) and float((fast - general).abs().max()) <= tol
 
 
-def _fast_path(module: nn.Module, call: Call, own: dict, shapes: set
-               ) -> dict[str, torch.Tensor] | None:
-    """The fused ∂y/∂w of the formula this module was found to follow on its first call in this
-    dtype (both paths compared then), or None: the general path."""
+def _derivatives(module: nn.Module, call: Call, own: dict, shapes: set
+                 ) -> dict[str, torch.Tensor]:
+    """∂y/∂w of every parameter: the fused x̂ of the formula this module was found to follow on
+    its first call in this dtype (both paths compared then), else f(w + 1) − f(w)."""
     x = call.args[0]
+
+    def general() -> dict[str, torch.Tensor]:
+        return {n: _general_derivative(module, call, own, n, call.grad.dtype) for n in own}
+
     if len(shapes) != 1 or call.kwargs:
-        return None
+        return general()
     shape = next(iter(shapes))
     checked = _FAST_CHECKED.setdefault(module, {})
     if x.dtype in checked:
         kind = checked[x.dtype]
-        return None if kind is None else _fast_derivatives(module, x, list(own), shape, kind)
+        return general() if kind is None else _fast_derivatives(module, x, list(own), shape, kind)
     checked[x.dtype] = None
+    exact = general()
     for kind in _kinds(module):
         fast = _fast_derivatives(module, x, list(own), shape, kind)
         if fast is None:
-            return None
-        if all(_agree(fast[n], _general_derivative(module, call, own, n, call.grad.dtype))
-               for n in own):
+            break
+        if all(_agree(fast[n], exact[n]) for n in own):
             checked[x.dtype] = kind
             return fast
-    return None
+    return exact
 
 
 @register_rule(nn.LayerNorm, nn.RMSNorm, match=_by_name, applies=applies, subclasses=True)
@@ -151,13 +155,12 @@ def contributions(module: nn.Module, call: Call) -> dict[str, Contribution]:
         if grad.ndim < k + 1 or tuple(grad.shape[grad.ndim - k:]) != tuple(w.shape):
             raise ValueError(f"{type(module).__name__}.{name} {tuple(w.shape)} does not act on "
                              f"the trailing dims of its output {tuple(grad.shape)}")
+    b = at_least_f32(grad)
     with torch.no_grad():
-        fast = _fast_path(module, call, own, shapes)
+        derivatives = _derivatives(module, call, own, shapes)
         out: dict[str, Contribution] = {}
         for name, w in own.items():
-            D = fast[name] if fast is not None else \
-                _general_derivative(module, call, own, name, grad.dtype)
-            b = at_least_f32(grad)
+            D = derivatives[name]
             if D.ndim == 0:  # ∂y/∂b = 1: gᵢ = Σₜ bₜ
                 g = b.reshape(N, -1, w.numel()).sum(1)
             else:
