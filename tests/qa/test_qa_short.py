@@ -7,7 +7,7 @@ import json
 import pytest
 
 from isouq.data.qa import QAItem
-from isouq.errors import InputError
+from isouq.errors import DataError, InputError
 from isouq.qa import short
 from isouq.qa.runner import QAConfig
 from isouq.runio import read_jsonl
@@ -40,6 +40,15 @@ def test_alias_match():
     assert not short.alias_match("", ["Paris"])
 
 
+@pytest.fixture
+def shipped_shots():
+    """The runner's few-shot prefix comes from the shipped TriviaQA train split."""
+    try:
+        short.few_shot_prefix()
+    except DataError as e:  # pragma: no cover - without the shared data folder
+        pytest.skip(str(e))
+
+
 def _data(tmp_path):
     p = tmp_path / "tq.jsonl"
     rows = [{"id": "t0", "question": "What is the capital of France?", "answers": ["Paris"]},
@@ -48,7 +57,8 @@ def _data(tmp_path):
     return p
 
 
-def test_runner_labels_by_alias_and_refuses_another_prompt(tmp_path, tok, rule_lm):
+def test_runner_labels_by_alias_and_refuses_another_prompt(tmp_path, tok, rule_lm,
+                                                            shipped_shots):
     lm = rule_lm(scripted(tok, " Paris", eos=True))
 
     def loader(name):
@@ -94,7 +104,8 @@ def test_judge_is_refused(tmp_path):
 
 
 
-def test_semantic_entropy_on_a_nested_subset_keeps_the_other_rows(tmp_path, tok, rule_lm, tiny_nli):
+def test_semantic_entropy_on_a_nested_subset_keeps_the_other_rows(tmp_path, tok, rule_lm, tiny_nli,
+                                                                 shipped_shots):
     """The costly baseline on the first `limit` questions, into the same folder: those rows gain
     semantic entropy from the cached samples (as computed directly from them), the others stay
     as they were."""
