@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import weakref
 from collections.abc import Callable, Sequence
 
 import torch
@@ -100,11 +101,30 @@ def select_params(
     return chosen
 
 
+#: id(parameter) -> (weak reference, (version, address, dtype), ‖p‖²): a scoring call reuses
+#: the squared norm of a parameter left unchanged since the last call (reading every weight
+#: takes 0.08 s for a 135M model on CPU); an in-place update bumps the version, a new tensor
+#: moves the address. (By id: tensors compare elementwise, so they cannot be dictionary keys.)
+_SQ_NORMS: dict[int, tuple] = {}
+
+
+def _sq_norm(p: torch.Tensor) -> float:
+    """‖p‖² (float32 norm, squared in Python's float64), cached while p is unchanged."""
+    key = (p._version, p.data_ptr(), p.dtype)
+    hit = _SQ_NORMS.get(id(p))
+    if hit is not None and hit[0]() is p and hit[1] == key:
+        return hit[2]
+    with torch.no_grad():
+        sq = float(torch.linalg.vector_norm(p.detach())) ** 2
+    i = id(p)
+    _SQ_NORMS[i] = (weakref.ref(p, lambda _: _SQ_NORMS.pop(i, None)), key, sq)
+    return sq
+
+
 def param_info(params: dict[str, nn.Parameter]) -> ParamInfo:
     """Names, total count and ‖θ*‖² of the selected parameters."""
-    with torch.no_grad():
-        # float32 norms per tensor (no float64 copy of a large model), summed in float64
-        sq = sum(float(torch.linalg.vector_norm(p.detach())) ** 2 for p in params.values())
+    # float32 norms per tensor (no float64 copy of a large model), summed in float64
+    sq = sum(_sq_norm(p) for p in params.values())
     return ParamInfo(
         names=tuple(params), n_params=sum(p.numel() for p in params.values()), sq_norm=sq
     )

@@ -133,22 +133,40 @@ class T5LikeLayerNorm(OddRMSNorm):
 
 
 def test_norm_fast_path_is_taken_only_where_it_matches_the_module():
-    """The fused x̂ is used for a module only after it gave f(w + 1) − f(w) on its first call;
-    a module whose formula is neither RMS nor LayerNorm keeps the general path, exactly."""
+    """The fused x̂ is used for a module only after it gave f(w + 1) − f(w) on its first call,
+    and gᵢ = Σₜ bₜ ⊙ yₜ / w only after y / w gave that x̂ back; a module whose formula is
+    neither RMS nor LayerNorm keeps the general path, exactly (Gemma's (1 + w) ⊙ x̂ takes the
+    fused x̂ but not the output ratio)."""
+    from transformers.models.gemma3.modeling_gemma3 import Gemma3RMSNorm
     from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
     from isouq.ghost import norms
 
-    cases = [(nn.LayerNorm(6), "layer"), (nn.RMSNorm(6), "rms"), (LlamaRMSNorm(6), "rms"),
-             (T5LikeLayerNorm(6), "rms"), (OddRMSNorm(6), None)]
-    for norm, kind in cases:
+    cases = [(nn.LayerNorm(6), "layer", False), (nn.RMSNorm(6), "rms", True),
+             (LlamaRMSNorm(6), "rms", True), (Gemma3RMSNorm(6), "rms", False),
+             (T5LikeLayerNorm(6), "rms", True), (OddRMSNorm(6), None, False)]
+    for norm, kind, scales in cases:
         with torch.no_grad():
             for p in norm.parameters():
                 p.add_(0.3 * torch.randn_like(p))
         m = nn.Sequential(nn.Linear(3, 6), norm, nn.Tanh(), nn.Linear(6, 1))
-        for _ in range(2):  # the first call compares both paths, the second uses the verdict
+        for _ in range(2):  # the first call compares the paths, the second uses the verdicts
             check(m, torch.randn(5, 4, 3), lambda o: o[..., 0].sum(1))
         assert norms._FAST_CHECKED[norm] == {torch.float32: kind}, type(norm).__name__
+        assert norms._SCALES_OUTPUT[norm] == {torch.float32: scales}, type(norm).__name__
+
+
+def test_norm_output_ratio_steps_aside_for_a_zero_weight():
+    """A weight entry of 0 (y / w undefined) sends the call back to the fused x̂, exactly."""
+    from isouq.ghost import norms
+
+    norm = nn.RMSNorm(6)
+    m = nn.Sequential(nn.Linear(3, 6), norm, nn.Tanh(), nn.Linear(6, 1))
+    check(m, torch.randn(5, 4, 3), lambda o: o[..., 0].sum(1))
+    assert norms._SCALES_OUTPUT[norm] == {torch.float32: True}
+    with torch.no_grad():
+        norm.weight[2] = 0.0
+    check(m, torch.randn(5, 4, 3), lambda o: o[..., 0].sum(1))
 
 
 def test_gpt2_conv1d():
