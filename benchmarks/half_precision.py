@@ -2,6 +2,9 @@
 and against the float32 loop (the reference), on the same answers.
 
     python benchmarks/half_precision.py --model smollm2 --n 16 --out benchmarks/results
+    python benchmarks/half_precision.py --config DIR --device cuda --tag cuda   # a GPU
+
+(``--config DIR``: random weights of a saved config and tokenizer, ``random_weights.py``.)
 
 Writes ``OUT/half_precision.json``: per dtype, the largest and median relative difference of
 ghost from the same-dtype loop, and each method's median / largest relative error against the
@@ -23,6 +26,10 @@ def main() -> None:
     ap.add_argument("--model", default="smollm2")
     ap.add_argument("--n", type=int, default=16)
     ap.add_argument("--dtypes", nargs="+", default=["bfloat16", "float16"])
+    ap.add_argument("--config", default=None, metavar="DIR",
+                    help="random weights of the config (and tokenizer) saved in DIR")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--tag", default=None, help="suffix of the result file's name")
     ap.add_argument("--out", default="benchmarks/results")
     a = ap.parse_args()
     import torch
@@ -34,14 +41,24 @@ def main() -> None:
     from isouq.runtime import configure
 
     configure()
-    model, tok, _ = load_model(a.model)
+    if a.config:
+        from random_weights import random_model  # benchmarks/random_weights.py
+
+        model, tok, name, _ = random_model(a.config)
+    else:
+        model, tok, _ = load_model(a.model)
+        name = a.model
+    model.to(a.device)
+    torch.backends.cuda.matmul.allow_tf32 = False  # the float32 reference stays float32
     prompts, answers = truthfulqa_answers(tok, a.n)
     ref = score_sequences(model, tok, prompts, answers, method="loop", batch_size=a.n).epistemic
 
     def rel(x, y):
         return ((x - y).abs() / y.abs()).double()
 
-    doc = {"benchmark": "half_precision", "model": a.model, "n": a.n, "dtypes": {}}
+    device = torch.cuda.get_device_name() if a.device.startswith("cuda") else a.device
+    doc = {"benchmark": "half_precision", "model": name, "device": device, "n": a.n,
+           "dtypes": {}}
     import copy
 
     for name in a.dtypes:
@@ -64,7 +81,7 @@ def main() -> None:
         print(name, json.dumps(doc["dtypes"][name]), flush=True)
         del m
     Path(a.out).mkdir(parents=True, exist_ok=True)
-    path = Path(a.out) / "half_precision.json"
+    path = Path(a.out) / f"half_precision{'_' + a.tag if a.tag else ''}.json"
     path.write_text(json.dumps(doc, indent=1), encoding="utf-8")
     print(f"-> {path}")
 

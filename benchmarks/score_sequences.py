@@ -11,15 +11,25 @@ SmolLM2-135M-Instruct), each method runs in its own subprocess (so peak RSS is i
 - ghost: ``score_sequences(method="ghost")``, every answer from one backward pass.
 
 Reports seconds per answer (median of --repeats after one warm-up), the ratios loop/ghost,
-ghost/forward and ghost/floor, and peak RSS; writes JSON + Markdown to --out.
+ghost/forward and ghost/floor, and peak RSS; writes JSON + Markdown to --out. A method's time
+moves by several percent from one process to the next: ``--rounds R`` runs every method (but
+the slow loop) in R fresh processes, one round after the other, and reports the median over
+rounds, with each round's ghost/floor ratio beside it.
 
-    python benchmarks/score_sequences.py --batch-sizes 16 32 --out benchmarks/results
+    python benchmarks/score_sequences.py --batch-sizes 16 32 --rounds 3 --out benchmarks/results
 
 With ``--prompt-tokens L`` each question is preceded by few-shot context (other TruthfulQA
 questions with their answers) so that prompt + answer come to about L tokens, as with retrieved
 context or few-shot examples; the files are then named ``score_sequences_tL.*``:
 
     python benchmarks/score_sequences.py --prompt-tokens 1024 --batch-sizes 4 --out benchmarks/results
+
+On a GPU, or where the weights cannot travel: ``--config DIR`` builds the model with random
+weights from a saved config and tokenizer (the same architecture costs the same; the scores
+are not meaningful), ``--device cuda`` and ``--dtype bfloat16`` place it (times are taken after
+a device synchronize; peak memory is then the GPU's ``max_memory_allocated``):
+
+    python benchmarks/score_sequences.py --config DIR --device cuda --batch-sizes 16 32 --tag cuda
 """
 
 from __future__ import annotations
@@ -59,7 +69,8 @@ def load_pairs(n: int, tokenizer=None, total: int | None = None) -> tuple[list, 
 
 
 def run_one(method: str, model_name: str, batch: int, repeats: int, threads: int,
-            total: int | None = None) -> dict:
+            total: int | None = None, config: str | None = None, device: str = "cpu",
+            dtype: str = "float32") -> dict:
     import torch
 
     from isouq.models import load_model
@@ -68,7 +79,15 @@ def run_one(method: str, model_name: str, batch: int, repeats: int, threads: int
 
     tuned = tune_allocator()  # as the isouq command does, for every method alike
     torch.set_num_threads(threads)
-    model, tok, info = load_model(model_name)
+    if config:
+        from random_weights import random_model  # benchmarks/random_weights.py
+
+        model, tok, name, n_params = random_model(config)
+    else:
+        model, tok, info = load_model(model_name)
+        name, n_params = info.name, info.n_params
+    model.to(device=device, dtype=getattr(torch, dtype))
+    cuda = torch.device(device).type == "cuda"
     prompts, answers = load_pairs(batch, tok, total)
     enc = encode(tok, prompts, answers)
     b = collate(enc, tok.pad_token_id or 0)
@@ -97,18 +116,25 @@ def run_one(method: str, model_name: str, batch: int, repeats: int, threads: int
 
     fn = locals()[method]
     fn()  # warm-up
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
     times = []
     for _ in range(repeats):
         t = time.perf_counter()
         fn()
+        if cuda:
+            torch.cuda.synchronize()
         times.append(time.perf_counter() - t)
+    peak = (torch.cuda.max_memory_allocated() if cuda
+            else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 2**10) / 2**30
     return {
         "method": method, "batch": batch, "tokens_padded": int(b.input_ids.shape[1]),
         "answer_tokens_mean": float(b.answer_mask.sum(1).float().mean()),
         "seconds_batch": statistics.median(times), "seconds_per_answer":
         statistics.median(times) / batch, "repeats": repeats,
-        "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
-        "model": info.name, "n_params": info.n_params, "malloc_tuned": tuned,
+        "peak_rss_gib": peak, "device": torch.cuda.get_device_name() if cuda else "cpu",
+        "dtype": dtype, "model": name, "n_params": n_params, "malloc_tuned": tuned,
     }
 
 
@@ -118,46 +144,73 @@ def main() -> None:
     ap.add_argument("--batch-sizes", type=int, nargs="+", default=[16, 32])
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="fresh processes per method (the loop: one), one round after another")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--prompt-tokens", type=int, default=None, metavar="L",
                     help="lead each question with few-shot context to about L tokens in all")
+    ap.add_argument("--config", default=None, metavar="DIR",
+                    help="random weights of the config (and tokenizer) saved in DIR")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    ap.add_argument("--tag", default=None, help="suffix of the result files' names")
     ap.add_argument("--out", default="benchmarks/results")
     ap.add_argument("--child", nargs=2, metavar=("METHOD", "BATCH"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
         print(json.dumps(run_one(a.child[0], a.model, int(a.child[1]), a.repeats, a.threads,
-                                 a.prompt_tokens)))
+                                 a.prompt_tokens, a.config, a.device, a.dtype)))
         return
-    rows = []
+    rows, ratios = [], []
     for batch in a.batch_sizes:
-        for m in a.methods:
-            reps = 1 if m == "loop" else a.repeats
-            cmd = [sys.executable, __file__, "--child", m, str(batch), "--model", a.model,
-                   "--repeats", str(reps), "--threads", str(a.threads)]
-            if a.prompt_tokens:
-                cmd += ["--prompt-tokens", str(a.prompt_tokens)]
-            out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-            rows.append(json.loads(out.strip().splitlines()[-1]))
-            print(f"batch {batch} {m:>13}: {rows[-1]['seconds_per_answer']:.3f} s/answer, "
-                  f"peak RSS {rows[-1]['peak_rss_gib']:.2f} GiB", flush=True)
-    ratios = []
-    for batch in a.batch_sizes:
+        runs: dict[str, list[dict]] = {m: [] for m in a.methods}
+        for rnd in range(a.rounds):
+            for m in a.methods:
+                if m == "loop" and rnd:
+                    continue
+                reps = 1 if m == "loop" else a.repeats
+                cmd = [sys.executable, __file__, "--child", m, str(batch), "--model", a.model,
+                       "--repeats", str(reps), "--threads", str(a.threads)]
+                if a.prompt_tokens:
+                    cmd += ["--prompt-tokens", str(a.prompt_tokens)]
+                if a.config:
+                    cmd += ["--config", a.config]
+                cmd += ["--device", a.device, "--dtype", a.dtype]
+                out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+                runs[m].append(json.loads(out.strip().splitlines()[-1]))
+                print(f"batch {batch} {m:>13} (round {rnd + 1}): "
+                      f"{runs[m][-1]['seconds_per_answer']:.3f} s/answer, "
+                      f"peak RSS {runs[m][-1]['peak_rss_gib']:.2f} GiB", flush=True)
+        for _m, rs in runs.items():
+            row = dict(rs[0])
+            per_round = [r["seconds_per_answer"] for r in rs]
+            row.update(seconds_per_answer=statistics.median(per_round),
+                       seconds_batch=statistics.median(r["seconds_batch"] for r in rs),
+                       peak_rss_gib=max(r["peak_rss_gib"] for r in rs),
+                       rounds_seconds_per_answer=per_round)
+            rows.append(row)
         t = {r["method"]: r["seconds_per_answer"] for r in rows if r["batch"] == batch}
         if {"ghost", "loop", "forward", "floor"} <= set(t):
+            by_round = [g["seconds_per_answer"] / f["seconds_per_answer"]
+                        for g, f in zip(runs["ghost"], runs["floor"], strict=True)]
             ratios.append({"batch": batch, "loop/ghost": t["loop"] / t["ghost"],
                            "ghost/forward": t["ghost"] / t["forward"],
                            "ghost/floor": t["ghost"] / t["floor"],
-                           "floor/forward": t["floor"] / t["forward"]})
+                           "floor/forward": t["floor"] / t["forward"],
+                           "ghost/floor by round": ", ".join(f"{x:.2f}" for x in by_round)})
     doc = {"machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
                        "threads": a.threads, "processor": platform.processor()},
-           "date": time.strftime("%Y-%m-%d %H:%M"), "rows": rows, "ratios": ratios}
+           "date": time.strftime("%Y-%m-%d %H:%M"), "rounds": a.rounds, "rows": rows,
+           "ratios": ratios}
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    stem = "score_sequences" + (f"_t{a.prompt_tokens}" if a.prompt_tokens else "")
+    stem = ("score_sequences" + (f"_t{a.prompt_tokens}" if a.prompt_tokens else "")
+            + (f"_{a.tag}" if a.tag else ""))
     (out / f"{stem}.json").write_text(json.dumps(doc, indent=2))
     from isouq.runio import markdown_table
 
-    md = ["# score_sequences benchmark\n", f"{doc['date']}, {doc['machine']}\n\n",
+    md = ["# score_sequences benchmark\n",
+          f"{doc['date']}, {doc['machine']}; median of {a.rounds} round(s) of fresh processes\n\n",
           markdown_table([{k: r[k] for k in ("batch", "method", "tokens_padded",
                                               "seconds_per_answer", "peak_rss_gib")}
                           for r in rows]), "\n", markdown_table(ratios)]

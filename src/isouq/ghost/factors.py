@@ -69,7 +69,10 @@ class Pair:
         their own nonzero positions, padded to the longest row with zero positions.
         """
         g = self.left if by == "left" else self.right
-        keep = g.abs().amax(-1).ne(0)  # (N, T); NaN kept (half the time of ne(0).any(-1))
+        # (N, T): a position is kept if its largest or smallest entry is not 0 (NaN kept): two
+        # reductions and no temporary as large as g (g.ne(0).any(-1) writes an N·T·V mask,
+        # g.abs() an N·T·V copy: 0.17 s of fresh pages for SmolLM2's logits at batch 32)
+        keep = g.amax(-1).ne(0) | g.amin(-1).ne(0)
         T = keep.shape[1]
         Tk = int(keep.sum(1).max()) if T else 0
         if Tk > 0.75 * T:

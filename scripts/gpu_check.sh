@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The GPU checks, in one call of a lent GPU machine (docs/development.md, "On a GPU"):
+#
+#   device run:  bash scripts/gpu_check.sh      (carry .gpu, made here by scripts/gpu_prepare.sh)
+#
+# 1. exactness: the ghost-rule, classifier and sequence tests with every tensor on the GPU
+#    (ISOUQ_TEST_DEVICE=cuda, TF32 off), against brute-force per-example gradients and Opacus;
+# 2. LLM scoring: benchmarks/score_sequences.py on SmolLM2's architecture (random weights) in
+#    float32 and bfloat16, batch 16 and 32: forward, floor, training backward, loop, ghost;
+# 3. half precision: ghost against the loop in bf16/fp16 and against the float32 loop;
+# 4. classifiers: benchmarks/classifiers.py (ResNet-10, BatchNorm; Opacus on the GroupNorm twin).
+# Results land in $OUT (JSON, and one log of everything printed).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/gpu_check}
+mkdir -p "$OUT"
+exec > >(tee "$OUT/gpu_check.log") 2>&1
+export PYTHONUNBUFFERED=1 ISOUQ_DATA=$PWD/.gpu/data
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .gpu/whl/*.whl
+export PYTHONPATH=$PWD/src:$PWD/benchmarks:/tmp/site
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
+
+step() {  # name, seconds allowed, command...
+  local name=$1 limit=$2 t0=$SECONDS
+  shift 2
+  echo "== $name"
+  timeout "$limit" "$@"
+  echo "== $name: exit $?, $((SECONDS - t0)) s"
+}
+step tests 150 env ISOUQ_TEST_DEVICE=cuda python3 -m pytest -q -n 8 -p no:cacheprovider \
+  --ignore=tests/ghost/test_memory.py tests/ghost tests/test_classifier_classes.py tests/test_sequences.py
+step llm_fp32 130 python3 benchmarks/score_sequences.py --config .gpu/smollm2 --device cuda \
+  --batch-sizes 16 32 --methods forward floor ghost loop --repeats 10 --tag cuda --out "$OUT"
+step llm_bf16 70 python3 benchmarks/score_sequences.py --config .gpu/smollm2 --device cuda \
+  --dtype bfloat16 --batch-sizes 16 32 --methods floor ghost --repeats 10 --tag cuda_bf16 --out "$OUT"
+step half_precision 60 python3 benchmarks/half_precision.py --config .gpu/smollm2 --device cuda \
+  --tag cuda --out "$OUT"
+step classifiers 110 python3 benchmarks/classifiers.py --device cuda --repeats 9 --no-loop \
+  --out "$OUT/classifiers_cuda.json"
+rm -f "$OUT"/*.md  # the tables are printed above; the JSON holds every number
