@@ -44,7 +44,7 @@ def main() -> None:
     if a.config:
         from random_weights import random_model  # benchmarks/random_weights.py
 
-        model, tok, name, _ = random_model(a.config)
+        model, tok, name, _ = random_model(a.config, device=a.device)
     else:
         model, tok, _ = load_model(a.model)
         name = a.model

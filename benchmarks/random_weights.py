@@ -10,16 +10,18 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def random_model(config: str | Path, seed: int = 0):
+def random_model(config: str | Path, seed: int = 0, device: str = "cpu"):
     """(model in eval mode, tokenizer with a pad token, name, n_params) for the config and
-    tokenizer files saved in folder ``config``, weights drawn by the config's initializer."""
+    tokenizer files saved in folder ``config``, weights drawn by the config's initializer
+    directly on ``device``."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     from isouq.models.info import count_params, ensure_pad_token
 
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(config)).eval()
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(config)).eval()
     tok = AutoTokenizer.from_pretrained(config)
     ensure_pad_token(tok, model)
     return model, tok, f"{Path(config).name} (random weights)", count_params(model)

@@ -82,7 +82,7 @@ def run_one(method: str, model_name: str, batch: int, repeats: int, threads: int
     if config:
         from random_weights import random_model  # benchmarks/random_weights.py
 
-        model, tok, name, n_params = random_model(config)
+        model, tok, name, n_params = random_model(config, device=device)
     else:
         model, tok, info = load_model(model_name)
         name, n_params = info.name, info.n_params

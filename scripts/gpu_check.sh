@@ -2,6 +2,7 @@
 # The GPU checks, in one call of a lent GPU machine (docs/development.md, "On a GPU"):
 #
 #   device run:  bash scripts/gpu_check.sh      (carry .gpu, made here by scripts/gpu_prepare.sh)
+#                STEPS="tests classifiers" bash scripts/gpu_check.sh    (some of the steps)
 #
 # 1. exactness: the ghost-rule, classifier and sequence tests with every tensor on the GPU
 #    (ISOUQ_TEST_DEVICE=cuda, TF32 off), against brute-force per-example gradients and Opacus;
@@ -28,14 +29,16 @@ step() {  # name, seconds allowed, command...
   timeout "$limit" "$@"
   echo "== $name: exit $?, $((SECONDS - t0)) s"
 }
-step tests 150 env ISOUQ_TEST_DEVICE=cuda python3 -m pytest -q -n 8 -p no:cacheprovider \
+STEPS=${STEPS:-tests llm_fp32 llm_bf16 half_precision classifiers}
+want() { [[ " $STEPS " == *" $1 "* ]]; }
+want tests && step tests 90 env ISOUQ_TEST_DEVICE=cuda python3 -m pytest -q -n 8 -p no:cacheprovider \
   --ignore=tests/ghost/test_memory.py tests/ghost tests/test_classifier_classes.py tests/test_sequences.py
-step llm_fp32 130 python3 benchmarks/score_sequences.py --config .gpu/smollm2 --device cuda \
+want llm_fp32 && step llm_fp32 180 python3 benchmarks/score_sequences.py --config .gpu/smollm2 --device cuda \
   --batch-sizes 16 32 --methods forward floor ghost loop --repeats 10 --tag cuda --out "$OUT"
-step llm_bf16 70 python3 benchmarks/score_sequences.py --config .gpu/smollm2 --device cuda \
+want llm_bf16 && step llm_bf16 70 python3 benchmarks/score_sequences.py --config .gpu/smollm2 --device cuda \
   --dtype bfloat16 --batch-sizes 16 32 --methods floor ghost --repeats 10 --tag cuda_bf16 --out "$OUT"
-step half_precision 60 python3 benchmarks/half_precision.py --config .gpu/smollm2 --device cuda \
-  --tag cuda --out "$OUT"
-step classifiers 110 python3 benchmarks/classifiers.py --device cuda --repeats 9 --no-loop \
-  --out "$OUT/classifiers_cuda.json"
+want half_precision && step half_precision 60 python3 benchmarks/half_precision.py --config .gpu/smollm2 \
+  --device cuda --tag cuda --out "$OUT"
+want classifiers && step classifiers 150 python3 benchmarks/classifiers.py --device cuda --repeats 9 \
+  --no-loop --out "$OUT/classifiers_cuda.json"
 rm -f "$OUT"/*.md  # the tables are printed above; the JSON holds every number

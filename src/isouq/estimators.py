@@ -185,7 +185,8 @@ def _epistemic(
     if _engine(model, params, cov, method) == "ghost":
         epi = _ghost_epistemic(model, params, x, outputs, n_out, batch_size or GHOST_BATCH)
         return cov.scale * epi
-    epi = torch.empty(x.shape[0], n_out, dtype=x.dtype if x.is_floating_point() else torch.float32)
+    epi = torch.empty(x.shape[0], n_out, dtype=x.dtype if x.is_floating_point() else torch.float32,
+                      device=x.device)
 
     def single(o):
         return outputs(o).reshape(-1)

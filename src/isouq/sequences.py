@@ -354,7 +354,7 @@ def _per_token(ghost: GhostNorms, p: torch.Tensor, mask: torch.Tensor):
     T = mask.sum(1)
     # position of the k-th answer token in each row
     order = torch.cumsum(mask.long(), 1) - 1
-    total = torch.zeros(N, dtype=p.dtype)
+    total = torch.zeros(N, dtype=p.dtype, device=p.device)
     per = None
     kmax = int(T.max())
     for k in range(kmax):

@@ -134,6 +134,22 @@ def test_residual_nets_with_norms(norm, force):
     check(m, torch.randn(3, 3, 9, 7), lambda o: torch.softmax(o, 1)[:, 2])
 
 
+@pytest.mark.parametrize("norm", ["batchnorm", "instancenorm", "instancenorm_running"])
+def test_channel_norm_sums_formed_directly_where_no_fused_kernel_serves(norm, monkeypatch):
+    """The path other devices than the CPU take (normalize, multiply, reduce) is exact too."""
+    from isouq.ghost import channel_norms
+
+    monkeypatch.setattr(channel_norms, "FUSED_DEVICES", ())
+    m = perturb(nn.Sequential(Block(3, NORMS[norm], stride=2), nn.AdaptiveAvgPool2d(1),
+                              nn.Flatten(), nn.Linear(6, 4))).eval()
+    for mod in m.modules():
+        if getattr(mod, "running_mean", None) is not None:
+            mod.running_mean.normal_(0, 0.3)
+            mod.running_var.uniform_(0.5, 2.0)
+    check(m, torch.randn(3, 3, 9, 7).to(memory_format=torch.channels_last),
+          lambda o: torch.softmax(o, 1)[:, 2])
+
+
 def test_channels_last_inputs_and_batch_norm_1d_3d(force):
     m = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Conv2d(4, 4, 3, groups=2),
                       nn.Flatten(), nn.LazyLinear(6), nn.BatchNorm1d(6), nn.Linear(6, 2))

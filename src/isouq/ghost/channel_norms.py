@@ -6,14 +6,15 @@ by each example's own statistics (GroupNorm, InstanceNorm otherwise). Per exampl
 g_w = Σ_positions x̂ ⊙ b and g_b = Σ_positions b, each (N, C): materialized, the cheapest form
 (a Gram over positions never is).
 
-Both sums come from ONE call of the layer's own fused backward kernel with the examples folded
-into the channels: the input (N, C, *positions) is read as one example with N·C channels (a
-view for contiguous inputs), normalized with the statistics repeated per example (running
-statistics) or computed per (example, group) (per-example statistics), so the kernel's
-"weight gradient" of the folded layer is the per-example g_w, and its "bias gradient" g_b. One
-pass over x and b, with x̂ never written out (the BatchNorm rules of the ResNet of
-``benchmarks/classifiers.py``: 10 ms per call on CPU, against 17-18 ms for normalizing, then
-reducing).
+On CPU both sums come from ONE call of the layer's own fused backward kernel with the examples
+folded into the channels: the input (N, C, *positions) is read as one example with N·C channels
+(a view for contiguous inputs), normalized by a mean and 1/σ per (example, channel) (the running
+statistics repeated per example, or each example's own), so the kernel's "weight gradient" of
+the folded layer is the per-example g_w, and its "bias gradient" g_b. One pass over x and b,
+with x̂ never written out (the BatchNorm rules of the ResNet of ``benchmarks/classifiers.py``:
+10 ms per call on CPU, against 17-18 ms for normalizing, then reducing). On other devices
+(CUDA's form of that kernel asks for statistics the CPU one does not) x̂ ⊙ b is formed and
+reduced, one memory-bound pass of the same sums.
 
 BatchNorm normalizing by batch statistics (training mode, or ``track_running_stats=False``)
 makes every example's output depend on the whole batch: no per-example gradient exists, and
@@ -48,24 +49,31 @@ def _contributions(module: nn.Module, g_w: torch.Tensor, g_b: torch.Tensor, N: i
     return out
 
 
+#: devices whose fused batch-norm backward kernel takes the statistics as given (CUDA's
+#: asserts on ones this call leaves out; there the sums are formed directly)
+FUSED_DEVICES = ("cpu",)
+
+
 def _by_channel_stats(module: nn.Module, x: torch.Tensor, grad: torch.Tensor,
-                      mean: torch.Tensor | None, var: torch.Tensor | None, train: bool,
-                      save_mean: torch.Tensor | None = None,
-                      save_invstd: torch.Tensor | None = None) -> dict[str, Contribution]:
-    """Per-example (g_w, g_b) by ``native_batch_norm_backward`` on the folded input.
-
-    Running statistics: ``mean``/``var`` (C,) repeated per example, ``train=False``. Per-example
-    statistics: ``save_mean``/``save_invstd`` (N·C,), ``train=True``.
-    """
+                      mean: torch.Tensor, invstd: torch.Tensor) -> dict[str, Contribution]:
+    """Per-example (g_w, g_b) for x̂ = (x − mean) · invstd, mean and invstd (N·C,) per
+    (example, channel): the fused kernel on the folded input (``FUSED_DEVICES``), else
+    normalize and reduce."""
     N = grad.shape[0]
+    if x.device.type in FUSED_DEVICES:  # train=True: the kernel reads the statistics given
+        _, g_w, g_b = torch.ops.aten.native_batch_norm_backward(
+            _folded(grad), _folded(x), None, None, None, mean, invstd, True, module.eps,
+            [False, True, True])
+        return _contributions(module, g_w, g_b, N)
+    xs, gs = x.reshape(N * x.shape[1], -1), grad.reshape(N * grad.shape[1], -1)
+    g_w = ((xs - mean[:, None]) * invstd[:, None] * gs).sum(1)
+    return _contributions(module, g_w, gs.sum(1), N)
 
-    def rep(stat: torch.Tensor | None) -> torch.Tensor | None:  # (C,) → (N·C,)
-        return None if stat is None else stat.to(grad.dtype).repeat(N)
 
-    _, g_w, g_b = torch.ops.aten.native_batch_norm_backward(
-        _folded(grad), _folded(x), None, rep(mean), rep(var), save_mean, save_invstd, train,
-        module.eps, [False, True, True])
-    return _contributions(module, g_w, g_b, N)
+def _running(module: nn.Module, N: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """The running mean and 1/√(var + eps), repeated per example: (N·C,) each."""
+    mean, var = module.running_mean.to(dtype), module.running_var.to(dtype)
+    return mean.repeat(N), torch.rsqrt(var + module.eps).repeat(N)
 
 
 @register_rule(_BatchNorm)
@@ -84,8 +92,8 @@ def batch_norm(module: _BatchNorm, call: Call) -> dict[str, Contribution]:
         )
     grad = at_least_f32(call.grad)  # half-precision models: every term in float32
     with torch.no_grad():
-        return _by_channel_stats(module, call.args[0].to(grad.dtype), grad, module.running_mean,
-                                 module.running_var, train=False)
+        return _by_channel_stats(module, call.args[0].to(grad.dtype), grad,
+                                 *_running(module, grad.shape[0], grad.dtype))
 
 
 def _own_stats(x: torch.Tensor, groups: int, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -120,9 +128,6 @@ def instance_norm(module: _InstanceNorm, call: Call) -> dict[str, Contribution]:
     x = x.to(grad.dtype)
     running = not module.training and module.track_running_stats and module.running_mean is not None
     with torch.no_grad():
-        if running:
-            return _by_channel_stats(module, x, grad, module.running_mean, module.running_var,
-                                     train=False)
-        mean, invstd = _own_stats(x, x.shape[1], module.eps)
-        return _by_channel_stats(module, x, grad, None, None, train=True, save_mean=mean,
-                                 save_invstd=invstd)
+        stats = (_running(module, x.shape[0], grad.dtype) if running
+                 else _own_stats(x, x.shape[1], module.eps))
+        return _by_channel_stats(module, x, grad, *stats)

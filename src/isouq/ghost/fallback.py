@@ -37,6 +37,6 @@ def contributions(module: nn.Module, call: Call, names: list[str]) -> dict[str, 
                 retain_graph=True, allow_unused=True,
             )
             for n, g in zip(names, gs, strict=False):
-                g = torch.zeros(len(rows), *own[n].shape, dtype=cot.dtype) if g is None else g
+                g = cot.new_zeros(len(rows), *own[n].shape) if g is None else g
                 grads[n].append(g)
     return {n: Materialized(torch.cat(v)) for n, v in grads.items()}

@@ -93,7 +93,8 @@ def _fast_derivatives(module: nn.Module, x: torch.Tensor, names: list[str], shap
     x32 = at_least_f32(x)
     xhat = (F.rms_norm(x32, shape, eps=eps) if kind == "rms"
             else F.layer_norm(x32, shape, eps=eps))
-    return {n: xhat if n == "weight" else torch.ones((), dtype=xhat.dtype) for n in names}
+    return {n: xhat if n == "weight" else torch.ones((), dtype=xhat.dtype, device=xhat.device)
+            for n in names}
 
 
 def _general_derivative(module: nn.Module, call: Call, own: dict, name: str,
