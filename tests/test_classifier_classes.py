@@ -81,7 +81,7 @@ def test_selected_classes_equal_all_gathered(method, kind):
         classes = "predicted"
     else:
         want = torch.tensor([0, 6, 3, 3, 1, 2])
-        classes = want if kind == "labels" else want.numpy().astype(np.int32)
+        classes = want if kind == "labels" else want.cpu().numpy().astype(np.int32)
     s = isouq.score_classifier(m, x, method=method, classes=classes, batch_size=4)
     assert torch.equal(s.classes, want)
     assert s.epistemic.shape == s.epistemic_log.shape == s.aleatoric.shape == (6,)

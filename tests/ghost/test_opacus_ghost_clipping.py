@@ -18,7 +18,8 @@ def test_ghost_norms_match_opacus_ghost_clipping_on_an_untied_lm():
                            max_position_embeddings=16, tie_word_embeddings=False,
                            attention_dropout=0.0, hidden_dropout=0.0, use_cache=False)
     model = tf.GPTNeoXForCausalLM(cfg)
-    ids = torch.randint(0, 97, (5, 12), generator=torch.Generator().manual_seed(1))
+    ids = torch.randint(0, 97, (5, 12), generator=torch.Generator().manual_seed(1),
+                        device="cpu").to(torch.get_default_device())
 
     def p_bar(logits):  # (B,) mean probability of the last 4 tokens
         lp = torch.log_softmax(logits[:, -5:-1], dim=-1)

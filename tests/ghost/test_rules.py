@@ -286,10 +286,11 @@ def test_half_precision_terms_are_exact_in_float32(dtype):
     lin = nn.Linear(d, 2 * d).to(dtype)
     with GhostNorms(lin, dict(lin.named_parameters())) as ghost:
         out = lin(x)
-        s = (out.float() * torch.randn(out.shape, generator=torch.Generator().manual_seed(1))
-             .to(dtype).float()).sum((1, 2))
-        res = ghost.backward_detailed(s)
-    b = torch.randn(out.shape, generator=torch.Generator().manual_seed(1)).to(dtype).double()
+        # the same draw on any default device (ISOUQ_TEST_DEVICE): a CPU generator, then moved
+        c = torch.randn(out.shape, generator=torch.Generator().manual_seed(1), device="cpu")
+        c = c.to(out.device).to(dtype)
+        res = ghost.backward_detailed((out.float() * c.float()).sum((1, 2)))
+    b = c.double()
     w_truth = torch.einsum("nto,nti->noi", b, x.double()).pow(2).sum((1, 2))
     b_truth = b.sum(1).pow(2).sum(1)
     torch.testing.assert_close(res.per_param.double(), torch.stack([w_truth, b_truth], 1),

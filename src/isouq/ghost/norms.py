@@ -149,14 +149,24 @@ def _derivatives(module: nn.Module, call: Call, own: dict, shapes: set
     return exact
 
 
-def _divisible(call: Call, own: dict) -> bool:
+#: module -> ((weight version, address), whether every |wⱼ| is a normal number): read once per
+#: weight state, not per call (a host synchronization per norm layer stalls a GPU's queue)
+_NORMAL_WEIGHT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _divisible(module: nn.Module, call: Call, own: dict) -> bool:
     """Whether gᵢ may come from the output divided by w: a lone float32/64 weight over the
     output's trailing dims, every |wⱼ| a normal number."""
     w, y = own.get("weight"), call.output
     if (set(own) != {"weight"} or y.dtype not in (torch.float32, torch.float64)
             or w.dtype != y.dtype or tuple(y.shape[y.ndim - w.ndim:]) != tuple(w.shape)):
         return False
-    return torch.finfo(w.dtype).tiny <= float(w.abs().min()) < float("inf")  # NaN: False
+    key = (module.weight._version, w.data_ptr())
+    hit = _NORMAL_WEIGHT.get(module)
+    if hit is None or hit[0] != key:  # NaN: False
+        hit = (key, torch.finfo(w.dtype).tiny <= float(w.abs().min()) < float("inf"))
+        _NORMAL_WEIGHT[module] = hit
+    return hit[1]
 
 
 @register_rule(nn.LayerNorm, nn.RMSNorm, match=_by_name, applies=applies, subclasses=True)
@@ -175,14 +185,14 @@ def contributions(module: nn.Module, call: Call) -> dict[str, Contribution]:
     with torch.no_grad():
         dtype, y = call.args[0].dtype, call.output.detach()
         scales = _SCALES_OUTPUT.setdefault(module, {})
-        if scales.get(dtype) and _divisible(call, own):
+        if scales.get(dtype) and _divisible(module, call, own):
             w = own["weight"]
             return {"weight": Materialized((b * y).reshape(N, -1, w.numel()).sum(1)
                                            / w.reshape(-1))}
         derivatives = _derivatives(module, call, own, shapes)
         if dtype not in scales:  # first call: y = w ⊙ x̂ exactly, with x̂ the verified fused one?
             scales[dtype] = (_FAST_CHECKED.get(module, {}).get(dtype) is not None
-                             and _divisible(call, own)
+                             and _divisible(module, call, own)
                              and _agree(y / own["weight"], derivatives["weight"]))
         out: dict[str, Contribution] = {}
         for name, w in own.items():
