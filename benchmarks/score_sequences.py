@@ -10,11 +10,11 @@ SmolLM2-135M-Instruct), each method runs in its own subprocess (so peak RSS is i
 - loop: one backward pass per answer (the paper's way), ``score_sequences(method="loop")``;
 - ghost: ``score_sequences(method="ghost")``, every answer from one backward pass.
 
-Reports seconds per answer (median of --repeats after one warm-up), the ratios loop/ghost,
-ghost/forward and ghost/floor, and peak RSS; writes JSON + Markdown to --out. A method's time
-moves by several percent from one process to the next: ``--rounds R`` runs every method (but
-the slow loop) in R fresh processes, one round after the other, and reports the median over
-rounds, with each round's ghost/floor ratio beside it.
+Reports seconds per answer (median of --repeats after --warmups untimed calls, default 1), the
+ratios loop/ghost, ghost/forward and ghost/floor, and peak RSS; writes JSON + Markdown to --out.
+A method's time moves by several percent from one process to the next: ``--rounds R`` runs
+every method (but the slow loop) in R fresh processes, one round after the other, and reports
+the median over rounds, with each round's ghost/floor ratio beside it.
 
     python benchmarks/score_sequences.py --batch-sizes 16 32 --rounds 3 --out benchmarks/results
 
@@ -70,7 +70,7 @@ def load_pairs(n: int, tokenizer=None, total: int | None = None) -> tuple[list, 
 
 def run_one(method: str, model_name: str, batch: int, repeats: int, threads: int,
             total: int | None = None, config: str | None = None, device: str = "cpu",
-            dtype: str = "float32") -> dict:
+            dtype: str = "float32", warmups: int = 1) -> dict:
     import torch
 
     from isouq.models import load_model
@@ -115,7 +115,8 @@ def run_one(method: str, model_name: str, batch: int, repeats: int, threads: int
         score_sequences(model, tok, prompts, answers, method="ghost", batch_size=batch)
 
     fn = locals()[method]
-    fn()  # warm-up
+    for _ in range(warmups):
+        fn()
     if cuda:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
@@ -144,6 +145,7 @@ def main() -> None:
     ap.add_argument("--batch-sizes", type=int, nargs="+", default=[16, 32])
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--warmups", type=int, default=1, help="untimed calls before the repeats")
     ap.add_argument("--rounds", type=int, default=1,
                     help="fresh processes per method (the loop: one), one round after another")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
@@ -159,7 +161,7 @@ def main() -> None:
     a = ap.parse_args()
     if a.child:
         print(json.dumps(run_one(a.child[0], a.model, int(a.child[1]), a.repeats, a.threads,
-                                 a.prompt_tokens, a.config, a.device, a.dtype)))
+                                 a.prompt_tokens, a.config, a.device, a.dtype, a.warmups)))
         return
     rows, ratios = [], []
     for batch in a.batch_sizes:
@@ -175,7 +177,7 @@ def main() -> None:
                     cmd += ["--prompt-tokens", str(a.prompt_tokens)]
                 if a.config:
                     cmd += ["--config", a.config]
-                cmd += ["--device", a.device, "--dtype", a.dtype]
+                cmd += ["--device", a.device, "--dtype", a.dtype, "--warmups", str(a.warmups)]
                 out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
                 runs[m].append(json.loads(out.strip().splitlines()[-1]))
                 print(f"batch {batch} {m:>13} (round {rnd + 1}): "
@@ -190,14 +192,17 @@ def main() -> None:
                        rounds_seconds_per_answer=per_round)
             rows.append(row)
         t = {r["method"]: r["seconds_per_answer"] for r in rows if r["batch"] == batch}
-        if {"ghost", "loop", "forward", "floor"} <= set(t):
-            by_round = [g["seconds_per_answer"] / f["seconds_per_answer"]
-                        for g, f in zip(runs["ghost"], runs["floor"], strict=True)]
-            ratios.append({"batch": batch, "loop/ghost": t["loop"] / t["ghost"],
-                           "ghost/forward": t["ghost"] / t["forward"],
-                           "ghost/floor": t["ghost"] / t["floor"],
-                           "floor/forward": t["floor"] / t["forward"],
-                           "ghost/floor by round": ", ".join(f"{x:.2f}" for x in by_round)})
+        ratio = {"batch": batch}
+        for num, den in (("loop", "ghost"), ("ghost", "forward"), ("ghost", "floor"),
+                         ("floor", "forward")):  # those the methods run allow
+            if num in t and den in t:
+                ratio[f"{num}/{den}"] = t[num] / t[den]
+        if "ghost" in t and "floor" in t:
+            ratio["ghost/floor by round"] = ", ".join(
+                f"{g['seconds_per_answer'] / f['seconds_per_answer']:.2f}"
+                for g, f in zip(runs["ghost"], runs["floor"], strict=True))
+        if len(ratio) > 1:
+            ratios.append(ratio)
     doc = {"machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
                        "threads": a.threads, "processor": platform.processor()},
            "date": time.strftime("%Y-%m-%d %H:%M"), "rounds": a.rounds, "rows": rows,

@@ -16,8 +16,9 @@ assumed from its name: on its first call (per module and dtype) both paths run a
 one is kept only if it gives the same ∂y/∂w as f(w + 1) − f(w); otherwise the module stays on
 the general path. A bias-free norm (RMSNorm) whose output is exactly y = w ⊙ x̂ (also checked
 on the first call: Gemma's (1 + w) ⊙ x̂ is not) needs no x̂ at all in float32/64:
-gᵢ = (Σₜ bₜ ⊙ yₜ) / w from the recorded output, one multiply-and-sum (a fifth of the fused
-path's time), used while every |wⱼ| is a normal number (no division by zero or a subnormal).
+gᵢ = (Σₜ bₜ ⊙ yₜ) / w from the recorded output, one multiply-and-sum (SmolLM2's 61 norms, batch
+of 16 on CPU: 0.05 s against 0.08 s with the fused x̂), used while every |wⱼ| is a normal
+number (no division by zero or by a subnormal).
 """
 
 from __future__ import annotations
