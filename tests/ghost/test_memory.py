@@ -51,3 +51,18 @@ def test_ghost_norms_releases_every_call_after_backward():
     once()
     c = counts(once)
     assert c == [c[0]] * len(c), f"live tensors grow across calls: {c}"
+
+
+def test_outputs_no_rule_reads_are_not_kept_until_the_backward():
+    """A Linear layer's output (autograd would free it early) is not held by the engine; a norm
+    layer's, which its rule reads, is; the norms are exact either way (brute force in
+    test_rules.py)."""
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(3, 5), torch.nn.LayerNorm(5), torch.nn.Tanh(),
+                            torch.nn.Linear(5, 2))
+    with GhostNorms(m, dict(m.named_parameters())) as ghost:
+        out = m(torch.randn(4, 3))
+        held = {type(c.module).__name__: c.output is not None for c in ghost.calls}
+        sq = ghost.backward(out[:, 0])
+    assert held == {"Linear": False, "LayerNorm": True}
+    assert sq.shape == (4,) and bool((sq > 0).all())

@@ -43,7 +43,7 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
             and a.dtype == b.dtype)
 
 
-@register_rule(nn.MultiheadAttention, composite=True, applies=applies)
+@register_rule(nn.MultiheadAttention, composite=True, applies=applies, uses_output=False)
 def contributions(module: nn.MultiheadAttention, call: Call) -> dict[str, Contribution]:
     """in_proj (or q/k/v_proj) weight and bias, out_proj weight and bias, per example."""
     if module.training and module.dropout > 0:

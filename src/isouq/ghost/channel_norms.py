@@ -76,7 +76,7 @@ def _running(module: nn.Module, N: int, dtype: torch.dtype) -> tuple[torch.Tenso
     return mean.repeat(N), torch.rsqrt(var + module.eps).repeat(N)
 
 
-@register_rule(_BatchNorm)
+@register_rule(_BatchNorm, uses_output=False)
 def batch_norm(module: _BatchNorm, call: Call) -> dict[str, Contribution]:
     """BatchNorm1d/2d/3d in eval mode (running statistics)."""
     if module.training or module.running_mean is None:
@@ -102,7 +102,7 @@ def _own_stats(x: torch.Tensor, groups: int, eps: float) -> tuple[torch.Tensor, 
     return mean, torch.rsqrt(var + eps)
 
 
-@register_rule(nn.GroupNorm)
+@register_rule(nn.GroupNorm, uses_output=False)
 def group_norm(module: nn.GroupNorm, call: Call) -> dict[str, Contribution]:
     """GroupNorm: each example normalized by its own group statistics."""
     grad = at_least_f32(call.grad)
@@ -117,7 +117,7 @@ def group_norm(module: nn.GroupNorm, call: Call) -> dict[str, Contribution]:
     return _contributions(module, g_w, g_b, N)
 
 
-@register_rule(_InstanceNorm)
+@register_rule(_InstanceNorm, uses_output=False)
 def instance_norm(module: _InstanceNorm, call: Call) -> dict[str, Contribution]:
     """InstanceNorm1d/2d/3d with affine=True (per-example statistics, or running ones)."""
     grad = at_least_f32(call.grad)

@@ -38,7 +38,7 @@ def applies(module: nn.Module) -> bool:
     )
 
 
-@register_rule(nn.Embedding, applies=applies, subclasses=True)
+@register_rule(nn.Embedding, applies=applies, subclasses=True, uses_output=False)
 def contributions(module: nn.Embedding, call: Call) -> dict[str, Contribution]:
     idx = call.args[0]
     N = idx.shape[0]

@@ -183,6 +183,11 @@ class GhostNorms:
             me._maybe_now(_call)
 
         first.register_hook(keep)
+        rule = self.rules[module]
+        if replaced is None and (rule is None or not rule.uses_output):
+            # the hook lives on the output's graph node, not on the tensor: a rule that never
+            # reads the output (and the fallback, which re-runs the forward) lets it go
+            call.output = None
         self.calls.append(call)
         self._n_calls[module] = self._n_calls.get(module, 0) + 1
         if replaced is None:

@@ -10,7 +10,7 @@ from .registry import register_rule
 
 
 # subclasses that change forward (quantized layers, LoRA, ...) go to the exact fallback
-@register_rule(nn.Linear)
+@register_rule(nn.Linear, uses_output=False)
 def contributions(module: nn.Linear, call: Call) -> dict[str, Contribution]:
     """weight: Pair(B, A) (Gram or materialized by the cost rule); bias: Σₜ bₜ (N, out)."""
     A = as_tokens(call.args[0]).to(call.grad.dtype)
