@@ -200,7 +200,9 @@ def _activation_blocks(s: Shape, N: int, L: int, e: int, padded: bool, per_row: 
     """(count, block bytes) of what the forward saves, all layers (Llama-style counts)."""
     d, kv, inter, H = s.hidden, s.kv_hidden, s.intermediate, s.heads
     tok = N * L
-    n_d, n_kv = (11, 2) if padded and not per_row else (9, 4)
+    # the hooks keep no Linear output (no rule reads it): q/k/v, o_proj and down_proj outputs
+    # are not held beyond what autograd saves
+    n_d, n_kv = (8, 0) if padded and not per_row else (6, 2)
     if per_row:  # one unpadded row, weights requiring grad, no hooks holding layer outputs
         n_d, n_kv = 8, 2
     f32_d = 4 if e < 4 else 0  # RMSNorm upcasts kept in float32
