@@ -200,11 +200,11 @@ def _activation_blocks(s: Shape, N: int, L: int, e: int, padded: bool, per_row: 
     """(count, block bytes) of what the forward saves, all layers (Llama-style counts)."""
     d, kv, inter, H = s.hidden, s.kv_hidden, s.intermediate, s.heads
     tok = N * L
-    # the hooks keep no Linear output (no rule reads it): q/k/v, o_proj and down_proj outputs
-    # are not held beyond what autograd saves
-    n_d, n_kv = (8, 0) if padded and not per_row else (6, 2)
+    # ghost: the hooks keep no Linear output (no rule reads it), only what autograd saves
     if per_row:  # one unpadded row, weights requiring grad, no hooks holding layer outputs
         n_d, n_kv = 8, 2
+    else:
+        n_d, n_kv = (8, 0) if padded else (6, 2)
     f32_d = 4 if e < 4 else 0  # RMSNorm upcasts kept in float32
     blocks = [
         (s.layers * (n_d - f32_d), tok * d * e),
