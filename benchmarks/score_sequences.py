@@ -68,29 +68,13 @@ def load_pairs(n: int, tokenizer=None, total: int | None = None) -> tuple[list, 
     return prompts, answers
 
 
-def run_one(method: str, model_name: str, batch: int, repeats: int, threads: int,
-            total: int | None = None, config: str | None = None, device: str = "cpu",
-            dtype: str = "float32", warmups: int = 1) -> dict:
+def method_fn(method: str, model, tok, prompts, answers, batch: int):
+    """The callable that runs ``method`` once on these pairs (one batch of ``batch``)."""
     import torch
 
-    from isouq.models import load_model
-    from isouq.runtime import tune_allocator
     from isouq.sequences import collate, encode, score_sequences, summarize, token_probs
 
-    tuned = tune_allocator()  # as the isouq command does, for every method alike
-    torch.set_num_threads(threads)
-    if config:
-        from random_weights import random_model  # benchmarks/random_weights.py
-
-        model, tok, name, n_params = random_model(config, device=device)
-    else:
-        model, tok, info = load_model(model_name)
-        name, n_params = info.name, info.n_params
-    model.to(device=device, dtype=getattr(torch, dtype))
-    cuda = torch.device(device).type == "cuda"
-    prompts, answers = load_pairs(batch, tok, total)
-    enc = encode(tok, prompts, answers)
-    b = collate(enc, tok.pad_token_id or 0)
+    b = collate(encode(tok, prompts, answers), tok.pad_token_id or 0)
 
     def forward():
         with torch.no_grad():
@@ -114,7 +98,16 @@ def run_one(method: str, model_name: str, batch: int, repeats: int, threads: int
     def ghost():
         score_sequences(model, tok, prompts, answers, method="ghost", batch_size=batch)
 
-    fn = locals()[method]
+    fns = {"forward": forward, "floor": floor, "full_backward": full_backward, "loop": loop,
+           "ghost": ghost}
+    return fns[method], b
+
+
+def timed(fn, warmups: int, repeats: int, cuda: bool) -> tuple[list[float], float]:
+    """(seconds of each of ``repeats`` calls after ``warmups`` untimed ones, peak memory in GiB:
+    the GPU's max_memory_allocated over the timed calls, else the process's peak RSS)."""
+    import torch
+
     for _ in range(warmups):
         fn()
     if cuda:
@@ -129,6 +122,31 @@ def run_one(method: str, model_name: str, batch: int, repeats: int, threads: int
         times.append(time.perf_counter() - t)
     peak = (torch.cuda.max_memory_allocated() if cuda
             else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 2**10) / 2**30
+    return times, peak
+
+
+def run_one(method: str, model_name: str, batch: int, repeats: int, threads: int,
+            total: int | None = None, config: str | None = None, device: str = "cpu",
+            dtype: str = "float32", warmups: int = 1) -> dict:
+    import torch
+
+    from isouq.models import load_model
+    from isouq.runtime import tune_allocator
+
+    tuned = tune_allocator()  # as the isouq command does, for every method alike
+    torch.set_num_threads(threads)
+    if config:
+        from random_weights import random_model  # benchmarks/random_weights.py
+
+        model, tok, name, n_params = random_model(config, device=device)
+    else:
+        model, tok, info = load_model(model_name)
+        name, n_params = info.name, info.n_params
+    model.to(device=device, dtype=getattr(torch, dtype))
+    cuda = torch.device(device).type == "cuda"
+    prompts, answers = load_pairs(batch, tok, total)
+    fn, b = method_fn(method, model, tok, prompts, answers, batch)
+    times, peak = timed(fn, warmups, repeats, cuda)
     return {
         "method": method, "batch": batch, "tokens_padded": int(b.input_ids.shape[1]),
         "answer_tokens_mean": float(b.answer_mask.sum(1).float().mean()),

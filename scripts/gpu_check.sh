@@ -9,7 +9,10 @@
 # 2. LLM scoring: benchmarks/score_sequences.py on SmolLM2's architecture (random weights) in
 #    float32 and bfloat16, batch 16 and 32: forward, floor, training backward, loop, ghost;
 # 3. half precision: ghost against the loop in bf16/fp16 and against the float32 loop;
-# 4. classifiers: benchmarks/classifiers.py (ResNet-10, BatchNorm; Opacus on the GroupNorm twin).
+# 4. classifiers: benchmarks/classifiers.py (ResNet-10, BatchNorm; Opacus on the GroupNorm twin);
+# 5. paper_sizes: benchmarks/paper_sizes.py, the paper's four LLM architectures (1B-14B, random
+#    weights, bfloat16) at batch 1, 16, 64: floor, forward + full backward, ghost, peak memory,
+#    and a profile of the 3B model's floor and ghost at batch 16.
 # Results land in $OUT (JSON, and one log of everything printed).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -29,7 +32,7 @@ step() {  # name, seconds allowed, command...
   timeout "$limit" "$@"
   echo "== $name: exit $?, $((SECONDS - t0)) s"
 }
-STEPS=${STEPS:-tests llm_fp32 llm_bf16 half_precision classifiers}
+STEPS=${STEPS:-tests paper_sizes llm_fp32 llm_bf16 half_precision classifiers}
 want() { [[ " $STEPS " == *" $1 "* ]]; }
 want tests && step tests 90 env ISOUQ_TEST_DEVICE=cuda python3 -m pytest -q -n 8 -p no:cacheprovider \
   --ignore=tests/ghost/test_memory.py tests/ghost tests/test_classifier_classes.py tests/test_sequences.py
@@ -41,4 +44,7 @@ want half_precision && step half_precision 60 python3 benchmarks/half_precision.
   --device cuda --tag cuda --out "$OUT"
 want classifiers && step classifiers 150 python3 benchmarks/classifiers.py --device cuda --repeats 9 \
   --no-loop --out "$OUT/classifiers_cuda.json"
+want paper_sizes && step paper_sizes ${PAPER_SIZES_LIMIT:-420} python3 benchmarks/paper_sizes.py \
+  --tokenizer .gpu/smollm2 --device cuda --dtype bfloat16 --batch-sizes 1 16 64 \
+  --profile llama-3.2-3b:16 --tag cuda_bf16 --out "$OUT"
 rm -f "$OUT"/*.md  # the tables are printed above; the JSON holds every number
