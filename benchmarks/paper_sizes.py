@@ -115,8 +115,7 @@ def profile(model_dir: str, batch: int, tokenizer: str, device: str, dtype: str,
             "kernels_per_call": len(kernels) / 3, "launches_per_call": len(launches) / 3,
             "device_seconds_per_call": sum(e.device_time_total for e in ka) / 3 / 1e6,
         }
-        stem = out / f"profile_{Path(model_dir).name}_b{batch}_{method}"
-        stem.with_suffix(".txt").write_text(
+        (out / f"profile_{Path(model_dir).name}_b{batch}_{method}.txt").write_text(
             "by device time\n" + ka.table(sort_by="self_device_time_total", row_limit=40)
             + "\n\nby host time\n" + ka.table(sort_by="self_cpu_time_total", row_limit=40))
     print(json.dumps({"profile": Path(model_dir).name, "batch": batch, **summary}), flush=True)

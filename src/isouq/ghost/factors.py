@@ -88,11 +88,11 @@ class Pair:
                     input_side=self.input_side)
 
     def materialize(self) -> torch.Tensor:
-        """(N·fold, a, b) per-example (per-group) gradients."""
+        """(N·fold, a, b) per-example (per-group) gradients (float32 at least when dense)."""
         right = self.dense_right()
         N, T, b = right.shape
         if not self.is_index:
-            return torch.bmm(self.left.transpose(1, 2), right)
+            return bmm_f32(self.left.transpose(1, 2), right)
         out = right.new_zeros(N, self.index_size, b)
         return out.scatter_add_(1, self.left.unsqueeze(-1).expand(N, T, b), right)
 
@@ -120,6 +120,36 @@ class Materialized:
 Contribution = Pair | Materialized
 
 
+#: (device type, dtype) -> whether torch.bmm(..., out_dtype=torch.float32) runs there
+_F32_OUT: dict[tuple[str, torch.dtype], bool] = {}
+
+
+def _f32_out_supported(t: torch.Tensor) -> bool:
+    """Whether half-precision ``t``'s device multiplies it with a float32 result natively
+    (CUDA's tensor cores: products exact in float32, sums accumulated in float32); probed once
+    per device type and dtype."""
+    key = (t.device.type, t.dtype)
+    if key not in _F32_OUT:
+        ok = t.device.type == "cuda"
+        if ok:
+            try:
+                z = torch.ones(1, 2, 2, dtype=t.dtype, device=t.device)
+                ok = bool(torch.bmm(z, z, out_dtype=torch.float32).dtype == torch.float32)
+            except (RuntimeError, TypeError, NotImplementedError):
+                ok = False
+        _F32_OUT[key] = ok
+    return _F32_OUT[key]
+
+
+def bmm_f32(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """x @ y (batched) in float32 at least. Half-precision factors of one dtype are multiplied
+    as they are, into a float32 result, where the device can (no upcast copies, the tensor
+    cores' speed); elsewhere they are upcast first. Both are exact to float32 summation."""
+    if x.dtype in LOW_PRECISION and x.dtype == y.dtype and _f32_out_supported(x):
+        return torch.bmm(x, y, out_dtype=torch.float32)
+    return torch.bmm(at_least_f32(x), at_least_f32(y))
+
+
 def _left_gram(p: Pair, q: Pair) -> torch.Tensor:
     """Lₚ Lqᵀ per example: (N, Tp, Tq)."""
     if p.is_index and q.is_index:
@@ -139,15 +169,14 @@ def _key(t: torch.Tensor) -> tuple:
 
 
 def _dense_gram(x: torch.Tensor, y: torch.Tensor, cache: dict | None) -> torch.Tensor:
-    """x yᵀ per example (N, Tx, Ty), in float32 at least (half-precision factors are upcast
-    here, one at a time, and not kept); with a ``cache``, x xᵀ is cached by storage (q/k/v
-    share one input)."""
+    """x yᵀ per example (N, Tx, Ty), in float32 at least (``bmm_f32``: half-precision factors
+    multiplied natively into float32, or upcast here, one at a time, and not kept); with a
+    ``cache``, x xᵀ is cached by storage (q/k/v share one input)."""
     if cache is None or x is not y:
-        return torch.bmm(at_least_f32(x), at_least_f32(y).transpose(1, 2))
+        return bmm_f32(x, y.transpose(1, 2))
     k = _key(x)
     if k not in cache:  # keep x alive with its Gram so its address cannot be reused meanwhile
-        x32 = at_least_f32(x)
-        cache[k] = (x, torch.bmm(x32, x32.transpose(1, 2)))
+        cache[k] = (x, bmm_f32(x, x.transpose(1, 2)))
     return cache[k][1]
 
 
@@ -215,7 +244,7 @@ def sq_norms(contribs: list[Contribution], cache: dict | None = None) -> torch.T
         return sq if fold == 1 else sq.view(-1, fold).sum(1)
     N = mats[0].shape[0] if mats else pairs[0].right.shape[0] // pairs[0].fold
     G = None
-    for g in mats + [_f32_pair(p).materialize() for p in pairs]:
+    for g in mats + [(_f32_pair(p) if p.is_index else p).materialize() for p in pairs]:
         g = g.reshape(N, -1)  # a folded block (N·g, a, b) is example-major: (N, g·a·b)
         G = g if G is None else G + g
     return row_sq_norms(G)
