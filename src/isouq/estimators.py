@@ -53,7 +53,12 @@ def _independence_key(model: nn.Module, x: torch.Tensor) -> tuple:
 
 @contextmanager
 def eval_mode(model: nn.Module):
-    """Score at θ* deterministically: dropout off, batch-norm running stats; restores the mode."""
+    """Score at θ* deterministically: dropout off, batch-norm running stats; restores the mode.
+    A model already in eval mode throughout is left as it is (``model.eval()`` walks every
+    module: milliseconds per call on an LLM)."""
+    if not any(m.training for m in model.modules()):
+        yield
+        return
     was = model.training
     model.eval()
     try:

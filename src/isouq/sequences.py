@@ -12,6 +12,7 @@ aleatoric = (1/T) Σₜ pₜ(1 − pₜ), epistemic = ‖∇θ p̄‖² (paper �
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from numbers import Integral
 from typing import Literal
@@ -310,7 +311,9 @@ def score_sequences(
         from tqdm.auto import tqdm
 
         bar = tqdm(total=n, desc=f"scoring ({method})", unit="answer")
-    with eval_mode(model):
+    # one set of hooks for every batch (set up once: milliseconds per call on an LLM)
+    hooks = GhostNorms(model, sel) if method != "loop" else nullcontext()
+    with eval_mode(model), hooks as ghost:
         for s in range(0, n, batch_size):
             rows = slice(s, min(s + batch_size, n))
             batch = collate(enc[rows], pad, padding_side)
@@ -320,8 +323,8 @@ def score_sequences(
                 with _only_selected_require_grad(model, sel):
                     e, pp = _loop_batch(model, sel, batch, covariance)
             else:
-                with (GhostNorms(model, sel, warn=s == 0, seq_len=batch.input_ids.shape[1])
-                      as ghost, torch.enable_grad()):
+                ghost.seq_len = batch.input_ids.shape[1]
+                with torch.enable_grad():
                     p, mask = token_probs(model, batch)
                     if method == "ghost":
                         res = ghost.backward_detailed(summarize(p, mask)[0])
