@@ -33,10 +33,12 @@ Prompt = str | Sequence[dict]
 
 @dataclass
 class Encoded:
-    """Token ids of one (prompt, answer) pair."""
+    """Token ids of one (prompt, answer) pair; ``scored_from``: answer tokens before it are
+    context only, not in p̄ (``isouq.spans``: a span's row)."""
 
     prompt: list[int]
     answer: list[int]
+    scored_from: int = 0
 
 
 def _is_messages(prompt) -> bool:
@@ -152,7 +154,7 @@ def collate(enc: list[Encoded], pad_id: int, side: Literal["right", "left"] = "r
         start = 0 if side == "right" else L - len(seq)
         ids[i, start : start + len(seq)] = torch.tensor(seq)
         att[i, start : start + len(seq)] = 1
-        ans[i, start + len(e.prompt) : start + len(seq)] = True
+        ans[i, start + len(e.prompt) + e.scored_from : start + len(seq)] = True
     pos = (att.cumsum(1) - 1).clamp(min=0)
     return Batch(ids, att, pos, ans[:, 1:])
 
@@ -257,6 +259,8 @@ def score_sequences(
     per_param: bool = False,
     padding_side: Literal["right", "left"] = "left",
     progress: bool = False,
+    spans=None,
+    _scored_from: Sequence[int] | None = None,
 ) -> SequenceScores:
     """Score N answers of a causal LM (any Hugging Face ``AutoModelForCausalLM``).
 
@@ -274,6 +278,11 @@ def score_sequences(
         per_param: also return the (N, n_tensors) breakdown of ‖g‖² by parameter tensor.
         padding_side: ``"left"`` or ``"right"``; padding never changes a score.
         progress: show a progress bar.
+        spans: also score parts of each answer (``isouq.spans``): ``"sentences"``, ``"lines"``
+            or one list of (start, end) character ranges per answer; the result is then a
+            ``SpanSequenceScores`` whose ``spans[i]`` lists answer i's span scores.
+        _scored_from: internal (``isouq.spans``): per answer, how many of its first tokens are
+            context only, outside p̄ and the aleatoric score.
 
     Returns:
         SequenceScores with, each (N,): ``epistemic`` ‖∇θ p̄‖² (probability² units),
@@ -284,11 +293,19 @@ def score_sequences(
         InputError: prompts or answers of the wrong type or count, empty answers, token ids
             outside the vocabulary, an answer longer than the context window.
     """
+    if spans is not None:
+        from .spans import score_spans
+
+        return score_spans(model, tokenizer, prompts, answers, spans, batch_size=batch_size,
+                           method=method, params=params, covariance=covariance,
+                           per_param=per_param, padding_side=padding_side, progress=progress)
     if method not in ("ghost", "loop", "per_token"):
         raise InputError(f"method={method!r} is not one of 'ghost', 'loop', 'per_token'")
     if batch_size < 1:
         raise InputError(f"batch_size must be ≥ 1, got {batch_size}")
     enc = encode(tokenizer, prompts, answers)
+    for e, k in zip(enc, _scored_from or (), strict=False):
+        e.scored_from = k
     check_lengths(model, enc)
     if covariance == "identity":
         covariance = Identity()
