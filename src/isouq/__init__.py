@@ -26,8 +26,7 @@ The core needs only torch and numpy; ``isouq.models.load_model`` needs the ``llm
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
+from ._version import __version__
 from .covariance import Dense, Diagonal, Identity, build_covariance, curvature
 from .errors import IsouqError
 from .estimators import score_classifier, score_regressor

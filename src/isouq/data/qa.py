@@ -204,7 +204,7 @@ def data_root() -> Path:
     raise DataError(
         "the shipped data folder (shared/data) was not found beside the repository or above "
         "the working directory. Set ISOUQ_DATA=/path/to/shared/data, pass path=<file>, or, "
-        "online, use a Hugging Face name such as 'truthful_qa/generation' (pip install datasets)."
+        "online, use a Hugging Face name such as 'truthful_qa/generation' (pip install 'isouq[data]')."
     )
 
 
@@ -234,7 +234,7 @@ def load_hf(hf_name: str, config: str | None, split: str, dataset: str) -> list[
     except ImportError:
         raise DataError(
             f"loading {hf_name!r} from the Hugging Face hub needs the datasets package: "
-            f"pip install datasets. Offline, use the shipped copy: load_dataset({dataset!r})."
+            f"pip install 'isouq[data]'. Offline, use the shipped copy: load_dataset({dataset!r})."
         ) from None
     try:
         rows = datasets.load_dataset(hf_name, config, split=split)
