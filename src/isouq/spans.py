@@ -28,7 +28,8 @@ answer is the row (prompt, answer tokens up to span k's last one) whose p̄ read
 only (a causal LM sees nothing after them, so each token has the same probability as in the
 whole answer). The whole answers and all span rows of a batch of answers go through one
 ``score_sequences`` batch: with ``method="ghost"`` ONE forward and ONE backward, exact (ghost
-norms of separate rows). ``method="loop"`` (one backward per row: per span and per whole answer) is the reference.
+norms of separate rows); ``method="loop"`` (one backward per row: per span and per whole
+answer) is the reference.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ SPLITTERS = ("sentences", "lines")
 # ------------------------------------------------------------------ splitting
 #: words that end with a period without ending a sentence (compared lower-case, without the dot)
 ABBREVIATIONS = frozenset(
-    "e.g i.e etc vs cf al approx ca fig figs eq eqs no nos vol pp mr mrs ms dr prof sr jr st "
+    "e.g i.e etc vs cf al approx ca fig figs eq eqs vol pp mr mrs ms dr prof sr jr st "
     "mt inc ltd co corp dept univ jan feb mar apr jun jul aug sep sept oct nov dec u.s u.k "
     "a.m p.m".split())
 _END = re.compile(r"[.!?…]+[\"'”’)\]]*(?=\s|$)|\n")
