@@ -1,0 +1,401 @@
+"""The model-side work of one micro-batch, run by the worker thread that owns the model.
+
+A batch holds jobs of two kinds:
+
+- :class:`ScoreJob`: (prompt or messages or question, answer) pairs made elsewhere, scored as
+  ``isouq score`` scores them (``score_run.prompt_of`` for a question, then
+  ``score_sequences`` with the server's parameter set);
+- :class:`GenerateJob`: prompts to answer (chat messages through the model's chat template, a
+  plain completion prompt, or a question in the QA prompt of ``isouq ask``), decoded by
+  ``qa.generation`` (greedy at temperature 0, else sampled with the request's seed), then
+  scored like ``isouq ask`` scores its answers (the prompt and the answer's token ids).
+
+:meth:`Engine.run` checks every job against the limits, decodes the generation jobs (jobs with
+the same decoding settings together, one batched decode), then scores every answer of the
+batch in ONE ``score_sequences`` call (one backward pass when the batch has ≤ ``max_batch``
+answers), and adds P(correct) with a calibration. A job that fails (a limit, a prompt the chat
+template refuses, a failing decode) gets its own error; the others are answered. If the batch's
+scoring call fails, each job is scored alone, so a bad job never takes its batch-mates with it.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ..data.pairs import PairRow
+from ..errors import IsouqError
+from ..score_run import prompt_of
+from ..sequences import context_window, encode, score_sequences
+from .config import ServeSettings
+from .errors import RequestError
+
+#: what ``uncertainty`` holds for every answer (``p_correct``/``withheld`` with a calibration)
+SCORE_FIELDS = ("mean_prob", "aleatoric", "epistemic", "epistemic_log", "normalized_epistemic")
+
+
+@dataclass
+class Pair:
+    """One (prompt, answer) pair of ``/v1/score``: ``prompt`` (text or chat messages) or
+    ``question`` (put in ``isouq ask``'s QA prompt), ``answer`` (text or token ids)."""
+
+    answer: str | list[int]
+    prompt: str | list[dict] | None = None
+    question: str | None = None
+    key: str | None = None
+
+
+@dataclass
+class ScoreJob:
+    """Pairs to score; ``param`` is the request field that holds them (for error messages)."""
+
+    pairs: list[Pair]
+    param: str = "pairs"
+
+    @property
+    def units(self) -> int:
+        return len(self.pairs)
+
+
+@dataclass
+class GenerateJob:
+    """Prompts to answer: each ``(kind, value)`` with kind ``"messages"`` (chat messages),
+    ``"text"`` (a completion prompt) or ``"question"`` (``isouq ask``'s QA prompt)."""
+
+    prompts: list[tuple[str, object]]
+    max_tokens: int = 16
+    temperature: float = 1.0
+    top_p: float = 1.0
+    n: int = 1
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    param: str = "messages"
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    @property
+    def units(self) -> int:
+        """Answers this job adds to a batch (greedy choices are one answer, repeated)."""
+        return len(self.prompts) * (1 if self.greedy else self.n)
+
+    def decoding(self) -> tuple:
+        """Jobs with equal decoding settings are decoded together."""
+        if self.greedy:
+            return ("greedy", self.max_tokens, self.stop)
+        return ("sample", self.max_tokens, self.stop, self.temperature, self.top_p, self.n)
+
+
+@dataclass
+class Outcome:
+    """A job's answer: ``result`` or ``error``; ``seconds`` per stage of its batch."""
+
+    result: object = None
+    error: BaseException | None = None
+    seconds: dict = field(default_factory=dict)
+
+
+def finite(x: float) -> float | None:
+    """``x`` as a JSON number, None for NaN/inf (JSON has neither)."""
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+class Engine:
+    """The model, its tokenizer and the server's settings; :meth:`run` answers a batch.
+
+    Args:
+        model, tokenizer: a causal LM and its tokenizer (loaded once, at start).
+        settings: the server's :class:`ServeSettings`.
+        calibration: a :class:`isouq.calibration.Calibrator` of this model, or None.
+    """
+
+    def __init__(self, model, tokenizer, settings: ServeSettings, calibration=None):
+        self.model, self.tokenizer = model, tokenizer
+        self.settings = settings
+        self.calibration = calibration
+        self.window = context_window(model)
+        emb = getattr(model, "get_input_embeddings", lambda: None)()
+        self.vocab = getattr(emb, "num_embeddings", None)
+        self.params_info = None  # the ParamInfo of the first scoring (warm_up sets it)
+
+    # ------------------------------------------------------------ start
+    def warm_up(self) -> None:
+        """Score one short pair: the parameter set becomes known (``GET /v1/models``) and the
+        first request does not pay for the first pass."""
+        prompt = "Hello"
+        res = score_sequences(self.model, self.tokenizer, [prompt], [" Hello"],
+                              batch_size=1, params=self.settings.params)
+        self.params_info = res.params
+
+    def params_summary(self) -> dict:
+        """The parameter set scored: the ``--params`` spec, tensors and scalars."""
+        spec = self.settings.params
+        out = {"spec": "all" if spec is None else spec}
+        if self.params_info is not None:
+            out |= {"n_tensors": len(self.params_info.names),
+                    "n_params": int(self.params_info.n_params)}
+        return out
+
+    # ------------------------------------------------------------ checks
+    def _check_tokens(self, n_prompt: int, n_answer: int, where: str, *, answer_limit: int,
+                      answer_what: str) -> None:
+        s = self.settings
+        if n_prompt > s.max_prompt_tokens:
+            raise RequestError(f"{where}: the prompt is {n_prompt} tokens, over this server's "
+                               f"limit of {s.max_prompt_tokens} (--max-prompt-tokens); shorten "
+                               "it", status=413, param=where, code="prompt_too_long")
+        if n_answer > answer_limit:
+            raise RequestError(f"{where}: {answer_what} {n_answer} tokens, over this server's "
+                               f"limit of {answer_limit}", status=413, param=where,
+                               code="answer_too_long")
+        if self.window is not None and n_prompt + n_answer > self.window:
+            raise RequestError(f"{where}: prompt ({n_prompt} tokens) + answer ({n_answer}) "
+                               f"exceed the model's context window of {self.window} tokens; "
+                               "shorten the prompt or the answer", status=413, param=where,
+                               code="context_length_exceeded")
+
+    def _prepare_pair(self, pair: Pair, where: str):
+        """(prompt as scored, answer, prompt tokens, answer tokens), or a RequestError."""
+        row = PairRow(key=pair.key or "", answer=pair.answer, prompt=pair.prompt,
+                      question=pair.question)
+        try:
+            prompt = prompt_of(row, self.tokenizer)
+            enc = encode(self.tokenizer, [prompt], [pair.answer])[0]
+        except IsouqError as e:
+            raise RequestError(f"{where}: {e}", param=where) from None
+        except Exception as e:  # noqa: BLE001 - a chat template (jinja) refusing the messages
+            raise RequestError(f"{where}: the model's chat template cannot render these "
+                               f"messages ({type(e).__name__}); check their roles and order",
+                               param=where) from None
+        top = max(enc.prompt + enc.answer)
+        if self.vocab is not None and top >= self.vocab:
+            raise RequestError(f"{where}: token id {top} is outside the model's vocabulary of "
+                               f"{self.vocab}; pass ids of this model's tokenizer", param=where)
+        self._check_tokens(len(enc.prompt), len(enc.answer), where,
+                           answer_limit=self.settings.max_answer_tokens,
+                           answer_what="the answer is")
+        return prompt, pair.answer, len(enc.prompt), len(enc.answer)
+
+    def _prompt_text(self, kind: str, value, where: str) -> str:
+        from ..models.info import has_chat_template
+        from ..qa.prompts import qa_prompt
+
+        if kind == "text":
+            return str(value)
+        if kind == "question":
+            return qa_prompt(self.tokenizer, str(value))
+        if not has_chat_template(self.tokenizer):
+            raise RequestError("this model has no chat template; send the prompt as text to "
+                               "/v1/completions instead", param=where)
+        try:
+            return self.tokenizer.apply_chat_template(list(value), tokenize=False,
+                                                      add_generation_prompt=True)
+        except Exception as e:  # noqa: BLE001 - jinja errors of the model's own template
+            raise RequestError(f"{where}: the model's chat template cannot render these "
+                               f"messages ({type(e).__name__}: {str(e)[:120]}); check their "
+                               "roles and order", param=where) from None
+
+    def _prepare_generate(self, job: GenerateJob) -> list[tuple[str, int]]:
+        """(prompt text, prompt tokens) of each of the job's prompts, or a RequestError."""
+        from ..qa.prompts import encode_prompt
+
+        out = []
+        for i, (kind, value) in enumerate(job.prompts):
+            where = job.param if len(job.prompts) == 1 else f"{job.param}[{i}]"
+            text = self._prompt_text(kind, value, where)
+            n = len(encode_prompt(self.tokenizer, text))
+            if n == 0:
+                raise RequestError(f"{where} is empty; give the prompt text", param=where)
+            self._check_tokens(n, job.max_tokens, where, answer_limit=self.settings.max_new_tokens,
+                               answer_what="max_tokens asks for")
+            out.append((text, n))
+        return out
+
+    # ------------------------------------------------------------ the batch
+    def run(self, jobs: Sequence[ScoreJob | GenerateJob]) -> list[Outcome]:
+        """Answer a batch: one :class:`Outcome` per job, in order."""
+        outcomes = [Outcome() for _ in jobs]
+        t0 = time.perf_counter()
+        # 1. prompts built and checked (items: job index, prompt, answer, prompt tokens)
+        pairs: dict[int, list] = {}
+        gens: dict[int, list[tuple[str, int]]] = {}
+        for j, job in enumerate(jobs):
+            try:
+                if isinstance(job, ScoreJob):
+                    pairs[j] = [self._prepare_pair(p, f"{job.param}[{i}]" if len(job.pairs) > 1
+                                                   else job.param)
+                                for i, p in enumerate(job.pairs)]
+                else:
+                    gens[j] = self._prepare_generate(job)
+            except Exception as e:  # noqa: BLE001 - the job's own error, never its batch's
+                outcomes[j].error = e
+        t1 = time.perf_counter()
+        # 2. generation, jobs of equal decoding settings together
+        decoded: dict[int, list[list]] = {}  # job -> per prompt, per choice: Generation
+        groups: dict[tuple, list[int]] = {}
+        for j in gens:
+            groups.setdefault(jobs[j].decoding(), []).append(j)
+        for members in groups.values():
+            try:
+                got = self._decode([jobs[j] for j in members], [gens[j] for j in members])
+            except Exception:  # noqa: BLE001 - decode each job alone: the error is its own
+                got = []
+                for j in members:
+                    try:
+                        got += self._decode([jobs[j]], [gens[j]])
+                    except Exception as e:  # noqa: BLE001
+                        outcomes[j].error = _as_request_error(e, jobs[j].param)
+                        got.append(None)
+            for j, g in zip(members, got, strict=True):
+                if g is not None:
+                    decoded[j] = g
+        t2 = time.perf_counter()
+        # 3. every answer of the batch scored by one score_sequences call
+        items: list[tuple[int, object, object]] = []  # (job, prompt, answer)
+        for j, prepared in pairs.items():
+            items += [(j, p, a) for p, a, _, _ in prepared]
+        for j, per_prompt in decoded.items():
+            for (text, _), choices in zip(gens[j], per_prompt, strict=True):
+                items += [(j, text, g.token_ids) for g in _distinct(choices)]
+        scores = self._score_all(items, outcomes)
+        t3 = time.perf_counter()
+        # 4. P(correct), then each job's answer
+        calibrated = self._calibrate(scores)
+        by_job: dict[int, list[dict]] = {}
+        for (j, _, _), sc in zip(items, calibrated, strict=True):
+            by_job.setdefault(j, []).append(sc)
+        t4 = time.perf_counter()
+        seconds = {"prepare": t1 - t0, "generate": t2 - t1, "score": t3 - t2,
+                   "calibrate": t4 - t3}
+        for j, job in enumerate(jobs):
+            outcomes[j].seconds = seconds
+            if outcomes[j].error is not None:
+                continue
+            mine = by_job.get(j, [])
+            if isinstance(job, ScoreJob):
+                outcomes[j].result = [
+                    {"uncertainty": u, "prompt_tokens": n_p, "answer_tokens": n_a}
+                    for u, (_, _, n_p, n_a) in zip(mine, pairs[j], strict=True)]
+            else:
+                outcomes[j].result = self._answers(job, gens[j], decoded[j], mine)
+        return outcomes
+
+    def _decode(self, jobs: list[GenerateJob], prepared: list[list[tuple[str, int]]]):
+        """Per job, per prompt, the job's n choices (``qa.generation.Generation``)."""
+        from ..qa.generation import generate_greedy, sample_completions
+
+        first = jobs[0]
+        prompts = [text for p in prepared for text, _ in p]
+        if first.greedy:
+            gens = generate_greedy(self.model, self.tokenizer, prompts,
+                                   max_new_tokens=first.max_tokens, stop=first.stop,
+                                   batch_size=max(len(prompts), 1))
+            flat, at = [], 0
+            for job, p in zip(jobs, prepared, strict=True):
+                for g in gens[at:at + len(p)]:
+                    flat.append([g] * job.n)  # greedy choices are one answer, repeated
+                at += len(p)
+        else:
+            # the request's seed and its prompt seed each choice, so that its answers do not
+            # depend on what it was batched with (qa.generation's per-row random streams)
+            keys = [f"{job.seed if job.seed is not None else secrets.randbits(63)}\x1f{i}"
+                    for job, p in zip(jobs, prepared, strict=True) for i in range(len(p))]
+            sampled = sample_completions(self.model, self.tokenizer, prompts, k=first.n,
+                                         temperature=first.temperature, top_k=None,
+                                         top_p=first.top_p, max_new_tokens=first.max_tokens,
+                                         stop=first.stop, seed=0, keys=keys,
+                                         batch_size=max(len(prompts) * first.n, 1))
+            flat = [s.completions for s in sampled]
+        out, at = [], 0
+        for p in prepared:
+            out.append(flat[at:at + len(p)])
+            at += len(p)
+        return out
+
+    def _score_all(self, items: list[tuple[int, object, object]],
+                   outcomes: list[Outcome]) -> list[dict | None]:
+        """The scores of every item: one ``score_sequences`` call; if it fails, each job's items
+        alone (a job that still fails gets the error). None for a failed job's items."""
+        if not items:
+            return []
+        try:
+            return self._score([p for _, p, _ in items], [a for _, _, a in items])
+        except Exception:  # noqa: BLE001 - find the job that fails, answer the others
+            pass
+        out: list[dict | None] = [None] * len(items)
+        for j in dict.fromkeys(j for j, _, _ in items):
+            idx = [i for i, (jj, _, _) in enumerate(items) if jj == j]
+            try:
+                got = self._score([items[i][1] for i in idx], [items[i][2] for i in idx])
+            except Exception as e:  # noqa: BLE001
+                outcomes[j].error = _as_request_error(e, None)
+                continue
+            for i, sc in zip(idx, got, strict=True):
+                out[i] = sc
+        return out
+
+    def _score(self, prompts: list, answers: list) -> list[dict]:
+        res = score_sequences(self.model, self.tokenizer, prompts, answers,
+                              batch_size=self.settings.max_batch, params=self.settings.params)
+        self.params_info = res.params
+        return [{**res.row_scores(i), "n_tokens": int(res.n_tokens[i])}
+                for i in range(len(prompts))]
+
+    def _calibrate(self, scores: list[dict | None]) -> list[dict | None]:
+        """Each answer's ``uncertainty`` object (None for a failed job's)."""
+        params = self.params_summary()
+        ok = [i for i, s in enumerate(scores) if s is not None]
+        p = w = None
+        if self.calibration is not None and ok:
+            cols = {k: [scores[i][k] for i in ok] for k in
+                    ("epistemic", "aleatoric", "mean_prob", "epistemic_log")}
+            p = self.calibration.predict(cols)
+            w = self.calibration.withheld(p)
+        out: list[dict | None] = [None] * len(scores)
+        for r, i in enumerate(ok):
+            u = {k: finite(scores[i][k]) for k in SCORE_FIELDS}
+            u["n_tokens"] = scores[i]["n_tokens"]
+            u["params"] = params
+            if p is not None:
+                u["p_correct"] = finite(p[r])
+                u["withheld"] = None if w is None else bool(w[r])
+            out[i] = u
+        return out
+
+    @staticmethod
+    def _answers(job: GenerateJob, prepared, decoded, uncertainty: list[dict]) -> list[dict]:
+        """Per prompt: its token count and its n choices (text, finish reason, uncertainty)."""
+        out, at = [], 0
+        for (_, n_prompt), choices in zip(prepared, decoded, strict=True):
+            distinct = _distinct(choices)
+            mine = uncertainty[at:at + len(distinct)]
+            at += len(distinct)
+            u_of = {id(g): u for g, u in zip(distinct, mine, strict=True)}
+            out.append({"prompt_tokens": n_prompt, "choices": [
+                {"text": g.text, "raw_text": g.raw_text,
+                 "finish_reason": "length" if g.stop_reason == "length" else "stop",
+                 "completion_tokens": len(g.token_ids), "uncertainty": u_of[id(g)]}
+                for g in choices]})
+        return out
+
+
+def _distinct(choices: list) -> list:
+    """The choices, each object once (greedy choices repeat one Generation)."""
+    seen: dict[int, object] = {}
+    for g in choices:
+        seen.setdefault(id(g), g)
+    return list(seen.values())
+
+
+def _as_request_error(e: BaseException, param: str | None) -> BaseException:
+    """A user error as a 422 naming the field; anything else stays as it is (a 500)."""
+    if isinstance(e, RequestError):
+        return e
+    if isinstance(e, IsouqError):
+        return RequestError(str(e), param=param)
+    return e

@@ -1,0 +1,192 @@
+"""The page at ``/``: ask a question, see the answer with p̄, its uncertainty and P(correct).
+
+One self-contained document (inline CSS and JavaScript, nothing fetched from elsewhere). It asks
+``POST /v1/ask`` (the answer ``isouq ask`` gives: the QA prompt, greedy, scored), shows each
+answer with its scores, P(correct) when the server has a calibration, and marks withheld
+answers. With ``?q=QUESTION`` in the address it asks that question on load. When the server
+needs a key, the page asks for it and keeps it for the browser tab only (sessionStorage).
+Every text from the server is put in with ``textContent``, never parsed as HTML.
+"""
+
+from __future__ import annotations
+
+PAGE = """<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>isouq serve</title>
+<style>
+  :root { --ink: #1d2430; --muted: #5b6472; --line: #d9dee7; --accent: #3949ab;
+          --good: #2e7d32; --bad: #c62828; --warn: #ef6c00; }
+  * { box-sizing: border-box; }
+  body { margin: 0; font: 15px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif;
+         color: var(--ink); background: #f6f7fb; }
+  header { background: var(--accent); color: #fff; padding: 14px 24px; }
+  header h1 { margin: 0; font-size: 20px; font-weight: 600; }
+  header p { margin: 2px 0 0; opacity: .85; font-size: 13px; }
+  main { max-width: 920px; margin: 0 auto; padding: 18px 24px 40px; }
+  form { display: flex; gap: 10px; margin-bottom: 8px; }
+  textarea { flex: 1; min-height: 46px; resize: vertical; padding: 10px 12px; font: inherit;
+             border: 1px solid var(--line); border-radius: 8px; background: #fff; }
+  button { padding: 0 20px; font: inherit; font-weight: 600; color: #fff; border: 0;
+           border-radius: 8px; background: var(--accent); cursor: pointer; }
+  button:disabled { opacity: .5; cursor: default; }
+  #key-row { display: none; margin: 0 0 10px; font-size: 13px; color: var(--muted); }
+  #key-row input { padding: 4px 8px; border: 1px solid var(--line); border-radius: 6px; }
+  #status { min-height: 20px; font-size: 13px; color: var(--muted); }
+  .result { background: #fff; border: 1px solid var(--line); border-radius: 10px;
+            padding: 14px 16px; margin: 12px 0; }
+  .result .q { font-weight: 600; }
+  .result .answer { font-size: 17px; margin: 6px 0 10px; }
+  .result.withheld .answer { color: var(--muted); text-decoration: line-through; }
+  .badge { display: inline-block; font-size: 12px; font-weight: 600; padding: 1px 8px;
+           border-radius: 10px; margin-left: 8px; vertical-align: middle; }
+  .badge.withheld { background: #fdecea; color: var(--bad); }
+  .badge.kept { background: #e8f5e9; color: var(--good); }
+  .badge.error { background: #fff3e0; color: var(--warn); }
+  table { border-collapse: collapse; font-size: 13px; }
+  th, td { text-align: left; padding: 3px 14px 3px 0; font-variant-numeric: tabular-nums; }
+  th { color: var(--muted); font-weight: 500; }
+  .bar { display: inline-block; height: 8px; border-radius: 4px; background: var(--accent);
+         vertical-align: middle; margin-left: 6px; }
+  details { margin-top: 24px; color: var(--muted); font-size: 13px; }
+  .error-text { color: var(--bad); }
+</style>
+</head>
+<body>
+<header>
+  <h1>isouq serve</h1>
+  <p id="model">Answers with their uncertainty from gradient norms</p>
+</header>
+<main>
+  <div id="key-row">This server needs a key: <input id="key" type="password"
+    autocomplete="off" placeholder="API key"> (kept for this tab only)</div>
+  <form id="ask">
+    <textarea id="question" placeholder="Ask a question, e.g. What is the capital of France?"
+              required></textarea>
+    <button id="go" type="submit">Ask</button>
+  </form>
+  <div id="status"></div>
+  <section id="results"></section>
+  <details>
+    <summary>What the numbers mean</summary>
+    <p><b>p̄</b>: the mean probability the model gave the answer's tokens.
+    <b>Aleatoric</b>: (1/T) Σ p(1 − p) over the answer's tokens, the noise the model expects.
+    <b>Epistemic</b>: ‖∇θ p̄‖², how much p̄ moves when the weights move; comparable between
+    answers of one model. <b>Epistemic (log)</b>: ‖∇θ log p̄‖² = epistemic / p̄².
+    <b>P(correct)</b>: a calibration fitted on labelled answers of this model
+    (<code>isouq calibrate</code>, passed with <code>--calibration</code>); answers below its
+    threshold are <b>withheld</b> (struck through). None of the raw scores is a probability
+    of being right.</p>
+  </details>
+</main>
+<script>
+(function () {
+  "use strict";
+  var $ = function (id) { return document.getElementById(id); };
+  var keyRow = $("key-row"), key = $("key");
+  key.value = sessionStorage.getItem("isouq-key") || "";
+  key.addEventListener("change", function () { sessionStorage.setItem("isouq-key", key.value); });
+
+  function headers() {
+    var h = {"Content-Type": "application/json"};
+    if (key.value) { h["Authorization"] = "Bearer " + key.value; }
+    return h;
+  }
+  function fmt(x, digits) {
+    if (x === null || x === undefined) { return "—"; }
+    if (Math.abs(x) >= 1e4 || (x !== 0 && Math.abs(x) < 1e-3)) { return x.toExponential(2); }
+    return x.toFixed(digits === undefined ? 3 : digits);
+  }
+  function el(tag, cls, text) {
+    var e = document.createElement(tag);
+    if (cls) { e.className = cls; }
+    if (text !== undefined) { e.textContent = text; }
+    return e;
+  }
+  function row(table, name, value, cls, bar) {
+    var tr = el("tr"), td = el("td", cls, value);
+    tr.appendChild(el("th", null, name));
+    if (bar !== undefined && bar !== null) {
+      var b = el("span", "bar"); b.style.width = Math.round(80 * bar) + "px"; td.appendChild(b);
+    }
+    tr.appendChild(td); table.appendChild(tr);
+  }
+
+  function describe() {
+    fetch("/v1/models", {headers: headers()}).then(function (r) {
+      if (r.status === 401) { keyRow.style.display = "block"; return null; }
+      return r.json();
+    }).then(function (doc) {
+      if (!doc || !doc.data) { return; }
+      var m = doc.data[0], info = m.isouq || {};
+      $("model").textContent = "Model " + m.id + (info.calibration ? " · calibrated"
+        : " · no calibration (start with --calibration FILE for P(correct))");
+    }).catch(function () {});
+  }
+
+  function show(q, doc, card) {
+    var u = doc.uncertainty || {};
+    card.textContent = "";
+    var head = el("div", "q", q);
+    var withheld = u.withheld === true;
+    if (u.withheld !== undefined && u.withheld !== null) {
+      head.appendChild(el("span", "badge " + (withheld ? "withheld" : "kept"),
+                          withheld ? "withheld" : "kept"));
+    }
+    card.appendChild(head);
+    card.appendChild(el("div", "answer", doc.answer || "(empty answer)"));
+    var t = el("table");
+    row(t, "p̄ (mean token probability)", fmt(u.mean_prob), "mean-prob", u.mean_prob);
+    row(t, "aleatoric", fmt(u.aleatoric, 4), "aleatoric");
+    row(t, "epistemic ‖∇θ p̄‖²", fmt(u.epistemic), "epistemic");
+    row(t, "epistemic (log) ‖∇θ log p̄‖²", fmt(u.epistemic_log), "epistemic-log");
+    row(t, "P(correct)", "p_correct" in u ? fmt(u.p_correct, 2) : "— (no calibration)",
+        "p-correct", "p_correct" in u ? u.p_correct : null);
+    row(t, "answer tokens", String(u.n_tokens === undefined ? "—" : u.n_tokens), "n-tokens");
+    card.appendChild(t);
+    card.classList.toggle("withheld", withheld);
+    card.dataset.state = "done";
+    card.dataset.withheld = String(withheld);
+  }
+
+  function ask(q) {
+    q = q.trim();
+    if (!q) { return; }
+    var card = el("article", "result"); card.dataset.state = "pending";
+    card.appendChild(el("div", "q", q)); card.appendChild(el("div", "answer", "…"));
+    $("results").insertBefore(card, $("results").firstChild);
+    $("go").disabled = true; $("status").textContent = "Answering and scoring…";
+    fetch("/v1/ask", {method: "POST", headers: headers(), body: JSON.stringify({question: q})})
+      .then(function (r) {
+        return r.json().then(function (doc) { return {status: r.status, doc: doc}; });
+      }).then(function (res) {
+        if (res.status === 401) { keyRow.style.display = "block"; }
+        if (res.status !== 200) {
+          var msg = (res.doc && res.doc.error && res.doc.error.message) || ("HTTP " + res.status);
+          throw new Error(msg);
+        }
+        show(q, res.doc, card); $("status").textContent = "";
+      }).catch(function (e) {
+        card.dataset.state = "error";
+        card.querySelector(".answer").textContent = "";
+        card.querySelector(".answer").appendChild(el("span", "error-text", String(e.message || e)));
+        $("status").textContent = "";
+      }).then(function () { $("go").disabled = false; });
+  }
+
+  $("ask").addEventListener("submit", function (ev) {
+    ev.preventDefault(); ask($("question").value);
+  });
+  $("question").addEventListener("keydown", function (ev) {
+    if (ev.key === "Enter" && !ev.shiftKey) { ev.preventDefault(); ask($("question").value); }
+  });
+  describe();
+  var q = new URLSearchParams(location.search).get("q");
+  if (q) { $("question").value = q; ask(q); }
+})();
+</script>
+</body>
+</html>
+"""
