@@ -15,7 +15,7 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src"
 LAYERS = [
     ("foundation", ("errors", "runio", "runtime", "distributed", "methods", "answer_row",
-                    "_version")),
+                    "_version", "param_sets", "quantized")),
     ("edges", ("models", "data")),
     ("estimators", ("scores", "params", "per_example", "covariance", "ghost", "estimators",
                     "sequences", "memory_plan")),

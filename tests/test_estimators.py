@@ -187,7 +187,7 @@ def test_clear_errors(monkeypatch):
         isouq.score_classifier(m, torch.tensor([[1.0, float("nan"), 0.0]]))
     frozen = nn.Linear(3, 2).requires_grad_(False)
     with pytest.raises(ModelError, match="requires grad"):
-        isouq.score_classifier(frozen, torch.randn(2, 3))
+        isouq.score_classifier(frozen, torch.randn(2, 3), params="trainable")
     bad = nn.Linear(3, 2)
     with torch.no_grad():
         bad.weight[0, 0] = float("inf")

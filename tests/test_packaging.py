@@ -18,7 +18,7 @@ tomllib = pytest.importorskip("tomllib")
 # every optional top-level module isouq imports somewhere (the extras' packages)
 OPTIONAL = ["scipy", "sklearn", "statsmodels", "matplotlib", "transformers", "tokenizers",
             "huggingface_hub", "gguf", "accelerate", "safetensors", "jax", "jaxlib", "numpyro",
-            "datasets", "laplace"]
+            "datasets", "laplace", "peft", "bitsandbytes"]
 # Imported only where its absence is handled (the comparison skipped), and deliberately in no
 # extra: laplace-torch (a peer baseline of `experiment classifiers`; it pulls torchvision from
 # PyPI, whose CUDA build breaks `import transformers` beside the CPU torch of constraints.txt).

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from .errors import InputError, IsouqError, require
 from .methods import BASELINES, METHODS
+from .param_sets import PARAM_SETS
 from .qa.prompts import JUDGE_STYLES
 from .qa.runner import DEFAULT_JUDGE_MODEL, DEFAULT_JUDGE_PROMPT
 from .runtime import configure
@@ -29,9 +30,11 @@ EXPERIMENTS = {
 
 # What needs more than torch and numpy (the core), by the extra that installs it.
 EXTRA_MODULES = {
-    "llm": ("transformers", "safetensors", "gguf", "accelerate"),
+    "llm": ("transformers", "safetensors", "gguf", "accelerate", "peft"),
+    "quantize": ("bitsandbytes",),
     "report": ("scipy", "sklearn", "statsmodels", "matplotlib"),
     "reference": ("jax", "numpyro"),
+    "serve": ("fastapi", "uvicorn", "prometheus_client", "pydantic"),
 }
 EXPERIMENT_EXTRAS = {"validation": "reference,report", "scaling": "reference,report",
                      "proxy-bias-2d": "report", "proxy-bias-text": "llm,report",
@@ -53,6 +56,8 @@ def _require_for(args) -> None:
         require_extras("report", "isouq demo --toy")
     elif cmd in ("report", "calibrate"):
         require_extras("report", f"isouq {cmd}")
+    elif cmd == "serve":
+        require_extras("llm,serve", "isouq serve")
     elif cmd == "qa" and args.qa_command in ("run", "mc", "short"):
         require_extras("llm,report", f"isouq qa {args.qa_command}")
 
@@ -114,6 +119,28 @@ def _model_args(p: argparse.ArgumentParser) -> None:
                    help="allow a model repository's own Python code to run (off by default)")
     p.add_argument("--allow-pickle", action="store_true",
                    help="accept pickled .bin weights (read with torch.load(weights_only=True))")
+    p.add_argument("--quantize", choices=["4bit", "8bit"], default=None,
+                   help="quantize on load with bitsandbytes (CPU or CUDA; the quantize extra); "
+                        "4-bit weights are scored as their dequantized values")
+    p.add_argument("--adapter", default=None, metavar="DIR",
+                   help="a PEFT adapter folder put over the model (unmerged; --params adapter "
+                        "scores it alone)")
+
+
+def _params_arg(p: argparse.ArgumentParser) -> None:
+    """Which parameters take part in the gradient (``isouq.params.PARAM_SETS``)."""
+    p.add_argument("--params", nargs="+", default=None, metavar="SET|PATTERN",
+                   help="a parameter set — " + "; ".join(
+                       f"{k}: {v}" for k, v in PARAM_SETS.items())
+                   + " — or parameter name patterns (default: all)")
+
+
+def _params_value(args):
+    """--params as ``score_sequences`` takes it: a set's name, patterns, or None."""
+    if args.params is None:
+        return None
+    return args.params[0] if len(args.params) == 1 and args.params[0] in (
+        *PARAM_SETS, "last_layer") else args.params
 
 
 def _sampling_args(p: argparse.ArgumentParser, *, k: int, what: str) -> None:
@@ -135,9 +162,20 @@ def _methods_arg(p: argparse.ArgumentParser, flag: str, among, default, what: st
                    help=f"{what}: " + "; ".join(f"{m}: {METHODS[m].help}" for m in among))
 
 
+#: the commands whose model may be quantized on load or carry an adapter
+_QUANT_OK = ("score", "ask", "serve")
+
+
 def _load_kw(args) -> dict:
-    return {"device": args.device, "dtype": args.dtype,
-            "trust_remote_code": args.trust_remote_code, "allow_pickle": args.allow_pickle}
+    kw = {"device": args.device, "dtype": args.dtype,
+          "trust_remote_code": args.trust_remote_code, "allow_pickle": args.allow_pickle}
+    for opt in ("quantize", "adapter"):
+        if getattr(args, opt, None) is not None:
+            if args.command not in _QUANT_OK:
+                raise InputError(f"--{opt} applies to isouq {', '.join(_QUANT_OK)}; drop it for "
+                                 f"isouq {args.command}")
+            kw[opt] = getattr(args, opt)
+    return kw
 
 
 def _load(args):
@@ -244,8 +282,7 @@ def cmd_score(args) -> int:
     from .score_run import score_file
 
     configure()
-    params = None if args.params is None else (
-        "last_layer" if args.params == ["last_layer"] else args.params)
+    params = _params_value(args)
     for line in score_file(args.input, args.out, model=args.model, load=_load_kw(args),
                            method=args.method, params=params, batch_size=args.batch_size,
                            max_tokens_per_batch=args.max_tokens_per_batch,
@@ -253,6 +290,23 @@ def cmd_score(args) -> int:
                            on_error=args.on_error, memory_budget=args.memory_budget,
                            calibration=_calibration(args)):
         print(line)
+    return 0
+
+
+def cmd_serve(args) -> int:
+    from .serve.config import ServeSettings
+    from .serve.server import resolve_api_key, run_server
+
+    configure()
+    settings = ServeSettings(
+        model_id=args.model, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
+        max_queue=args.max_queue, request_timeout_s=args.request_timeout,
+        max_body_bytes=args.max_body_bytes, max_messages=args.max_messages,
+        max_prompt_tokens=args.max_prompt_tokens, max_answer_tokens=args.max_answer_tokens,
+        max_new_tokens=args.max_new_tokens, max_n=args.max_n, max_pairs=args.max_pairs,
+        params=_params_value(args), api_key=resolve_api_key(args.api_key))
+    run_server(args.model, load=_load_kw(args), calibration=_calibration(args),
+               settings=settings, host=args.host, port=args.port, log_level=args.log_level)
     return 0
 
 
@@ -410,8 +464,7 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     _model_args(p)
     p.add_argument("--batch-size", type=positive_int, default=16)
     p.add_argument("--method", choices=["ghost", "loop", "per_token"], default="ghost")
-    p.add_argument("--params", nargs="+", default=None,
-                   help="parameter name patterns that take part, or last_layer (default: all)")
+    _params_arg(p)
     p.add_argument("--limit", type=positive_int, default=None, help="score only the first N rows")
     p.add_argument("--max-tokens-per-batch", type=positive_int, default=None,
                    help="cap on padded tokens per batch (rows × longest), to fit memory")
@@ -427,6 +480,41 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
                    help="a row that cannot be scored: write an error row and go on (skip, the "
                         "default) or stop the run")
     p.set_defaults(func=cmd_score)
+
+    p = sub.add_parser("serve", help="an OpenAI-compatible HTTP server whose answers carry "
+                                     "their uncertainty (docs: serve.md)")
+    _model_args(p)
+    p.add_argument("--calibration", default=None, metavar="FILE",
+                   help="a calibration.json of `isouq calibrate` for this model: every answer "
+                        "gets p_correct (and withheld, when it holds a threshold)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=whole_number(0), default=8000)
+    p.add_argument("--api-key", default=None,
+                   help="require 'Authorization: Bearer KEY' on every endpoint but /health "
+                        "(default: the ISOUQ_API_KEY environment variable, else none)")
+    _params_arg(p)
+    p.add_argument("--max-batch", type=positive_int, default=16,
+                   help="answers scored together in one backward pass (memory grows with it)")
+    p.add_argument("--max-wait-ms", type=float, default=5.0,
+                   help="how long a request waits for others to share its batch")
+    p.add_argument("--max-queue", type=positive_int, default=64,
+                   help="requests waiting; more are answered 429 with Retry-After")
+    p.add_argument("--request-timeout", type=positive_float, default=120.0, metavar="SECONDS",
+                   help="a request not answered by then gets 504")
+    p.add_argument("--max-body-bytes", type=positive_int, default=1 << 20)
+    p.add_argument("--max-messages", type=positive_int, default=64)
+    p.add_argument("--max-prompt-tokens", type=positive_int, default=2048)
+    p.add_argument("--max-answer-tokens", type=positive_int, default=1024,
+                   help="tokens of an answer sent to /v1/score")
+    p.add_argument("--max-new-tokens", type=positive_int, default=256,
+                   help="the largest max_tokens a request may ask for")
+    p.add_argument("--max-n", type=positive_int, default=8, help="the largest n (choices)")
+    p.add_argument("--max-pairs", type=positive_int, default=64,
+                   help="pairs per /v1/score request (and prompts × n per /v1/completions)")
+    p.add_argument("--log-level", default="info",
+                   choices=["critical", "error", "warning", "info", "debug"])
+    p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("merge", help="merge the per-rank shards of a torchrun `score` run")
     p.add_argument("input", help="the input file of the run (gives the row order)")

@@ -433,7 +433,7 @@ def score_classifier(
         epistemic=epi,
         aleatoric=alea,
         probs=probs,
-        params=param_info(sel),
+        params=param_info(sel, model, pspec),
         covariance=getattr(cov, "name", str(covariance)),
         epistemic_log=epi_log,
         classes=None if cls is None else cls.to(probs.device),
@@ -494,6 +494,6 @@ def score_regressor(
     return Scores(
         epistemic=epi,
         mean=out[:, 0],
-        params=param_info(sel),
+        params=param_info(sel, model, spec),
         covariance=getattr(cov, "name", str(covariance)),
     )

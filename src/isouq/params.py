@@ -1,4 +1,5 @@
-"""Which parameters take part in the gradient: selection by patterns, lists or ``last_layer``."""
+"""Which parameters take part in the gradient: named sets (``all``, ``trainable``, ``adapter``,
+``last-layer``), name patterns, or tensors; their count, share of the model and ‖θ*‖²."""
 
 from __future__ import annotations
 
@@ -10,14 +11,34 @@ import torch
 from torch import nn
 
 from .errors import InputError, ModelError
+from .param_sets import DEFAULT_SET, PARAM_SETS
+from .quantized import dequantized, is_quantized, logical_numel
 from .scores import ParamInfo
 
 ParamSpec = None | str | Sequence[str] | Sequence[nn.Parameter]
 
 
+
 def trainable(model: nn.Module) -> dict[str, nn.Parameter]:
     """Parameters that require grad, by name (shared tensors listed once, first name wins)."""
     return {n: p for n, p in model.named_parameters() if p.requires_grad}
+
+
+def adapter_params(model: nn.Module) -> dict[str, nn.Parameter]:
+    """The PEFT adapter weights, by name: the parameters held under a tuner layer's
+    ``adapter_layer_names`` (LoRA: ``lora_A``, ``lora_B``, embedding and DoRA variants)."""
+    ids: set[int] = set()
+    for m in model.modules():
+        for attr in getattr(m, "adapter_layer_names", ()) if hasattr(m, "base_layer") else ():
+            sub = getattr(m, attr, None)
+            if isinstance(sub, nn.Module):
+                ids.update(id(p) for p in sub.parameters())
+    return {n: p for n, p in model.named_parameters() if id(p) in ids}
+
+
+def model_numel(model: nn.Module) -> int:
+    """Scalar parameters of the model, quantized weights counted as their dequantized values."""
+    return sum(logical_numel(p) for p in model.parameters())
 
 
 def last_layer_names(model: nn.Module, run_forward: Callable[[], object]) -> list[str]:
@@ -50,39 +71,35 @@ def select_params(
 
     Args:
         model: the network.
-        spec: ``None`` (every parameter that requires grad), ``"last_layer"`` (the parameters of
-            the last module with parameters called in the forward pass; needs
-            ``run_forward``), a glob pattern or list of glob patterns over parameter names
-            (``"lm_head.*"``, ``["*.mlp.*", "*norm*"]``), or a list of parameter tensors.
+        spec: a set's name (``PARAM_SETS``): ``"all"`` (the default, also ``None``: every
+            weight as the model computes with it, quantized ones as their dequantized values),
+            ``"trainable"`` (those that require grad), ``"adapter"`` (PEFT adapter weights),
+            ``"last-layer"`` (the last module with parameters the forward pass calls; needs
+            ``run_forward``; ``"last_layer"`` is accepted too); a glob pattern or list of glob
+            patterns over parameter names (``"lm_head.*"``, ``["*.mlp.*", "*norm*"]``); or a
+            list of parameter tensors.
         run_forward: a function running one forward pass of ``model`` (to find the last layer).
 
     Returns:
         {name: parameter}, in ``model.named_parameters()`` order.
 
     Raises:
-        ModelError: the model has no (trainable) parameters.
+        ModelError: the model has no parameters (or none requires grad, for "trainable").
         InputError: ``spec`` matches nothing, or is of the wrong type.
     """
     all_named = dict(model.named_parameters())
     if not all_named:
-        raise ModelError("the model has no parameters; isouq needs a model with trainable parameters")
-    if spec is None:
-        chosen = trainable(model)
-        if not chosen:
-            raise ModelError(
-                "no parameter of the model requires grad (all are frozen or quantized). "
-                "Unfreeze the ones to score with p.requires_grad_(True), or pass params=[...]"
-            )
-        return chosen
-    if isinstance(spec, str) and spec == "last_layer":
-        if run_forward is None:
-            raise InputError("params='last_layer' needs example inputs to find the last layer")
-        return {n: all_named[n] for n in last_layer_names(model, run_forward)}
+        raise ModelError("the model has no parameters; isouq needs a model with parameters")
+    spec = DEFAULT_SET if spec is None else spec
+    if isinstance(spec, str) and spec == "last_layer":  # the older spelling
+        spec = "last-layer"
+    if isinstance(spec, str) and spec in PARAM_SETS:
+        return _named_set(model, spec, all_named, run_forward)
     if isinstance(spec, str):
         spec = [spec]
     spec = list(spec)
     if not spec:
-        raise InputError("params is an empty list; pass None to use every trainable parameter")
+        raise InputError("params is an empty list; pass None to use every parameter ('all')")
     if all(isinstance(s, torch.Tensor) for s in spec):
         ids = {id(s) for s in spec}
         chosen = {n: p for n, p in all_named.items() if id(p) in ids}
@@ -90,15 +107,52 @@ def select_params(
             raise InputError("params lists tensors that are not parameters of this model")
         return chosen
     if not all(isinstance(s, str) for s in spec):
-        raise InputError("params must be None, 'last_layer', name patterns, or parameter tensors")
+        raise InputError(f"params must be None, a set name ({', '.join(PARAM_SETS)}), name "
+                         "patterns, or parameter tensors")
     chosen = {n: p for n, p in all_named.items() if any(fnmatch.fnmatchcase(n, s) for s in spec)}
     if not chosen:
         some = ", ".join(list(all_named)[:6])
         raise InputError(
             f"params={spec!r} matches no parameter name. Names look like: {some}, ... "
-            "(glob patterns such as 'lm_head.*' or '*.mlp.*' are accepted)"
+            f"(glob patterns such as 'lm_head.*' or '*.mlp.*' are accepted), or a set name: "
+            f"{', '.join(PARAM_SETS)}"
         )
     return chosen
+
+
+def _named_set(model: nn.Module, name: str, all_named: dict[str, nn.Parameter],
+               run_forward: Callable[[], object] | None) -> dict[str, nn.Parameter]:
+    if name == "all":
+        return all_named
+    if name == "trainable":
+        chosen = trainable(model)
+        if not chosen:
+            raise ModelError(
+                "params='trainable': no parameter of the model requires grad (all are frozen or "
+                "quantized); use params='all' (every weight, quantized ones included) or "
+                "unfreeze the ones to score with p.requires_grad_(True)")
+        return chosen
+    if name == "adapter":
+        chosen = adapter_params(model)
+        if not chosen:
+            raise InputError(
+                "params='adapter': the model has no PEFT adapter; load one (--adapter PATH, "
+                "or peft.PeftModel.from_pretrained) or choose params='all'")
+        return chosen
+    if run_forward is None:
+        raise InputError("params='last-layer' needs example inputs to find the last layer")
+    return {n: all_named[n] for n in last_layer_names(model, run_forward)}
+
+
+def set_name(spec: ParamSpec) -> str:
+    """The name a result records for ``spec``: the set's name, the patterns, or "custom"."""
+    if spec is None:
+        return DEFAULT_SET
+    if isinstance(spec, str):
+        return "last-layer" if spec == "last_layer" else spec
+    if all(isinstance(x, str) for x in spec):
+        return ",".join(spec)
+    return "custom"
 
 
 #: id(parameter) -> (weak reference, (version, address, dtype), ‖p‖²): a scoring call reuses
@@ -115,16 +169,20 @@ def _sq_norm(p: torch.Tensor) -> float:
     if hit is not None and hit[0]() is p and hit[1] == key:
         return hit[2]
     with torch.no_grad():
-        sq = float(torch.linalg.vector_norm(p.detach())) ** 2
+        w = dequantized(p) if is_quantized(p) else p.detach()
+        sq = float(torch.linalg.vector_norm(w)) ** 2
     i = id(p)
     _SQ_NORMS[i] = (weakref.ref(p, lambda _: _SQ_NORMS.pop(i, None)), key, sq)
     return sq
 
 
-def param_info(params: dict[str, nn.Parameter]) -> ParamInfo:
-    """Names, total count and ‖θ*‖² of the selected parameters."""
+def param_info(params: dict[str, nn.Parameter], model: nn.Module | None = None,
+               spec: ParamSpec = None) -> ParamInfo:
+    """Names, total count, ‖θ*‖², set name and share of the model of the selected parameters
+    (quantized weights as their dequantized values)."""
     # float32 norms per tensor (no float64 copy of a large model), summed in float64
     sq = sum(_sq_norm(p) for p in params.values())
     return ParamInfo(
-        names=tuple(params), n_params=sum(p.numel() for p in params.values()), sq_norm=sq
+        names=tuple(params), n_params=sum(logical_numel(p) for p in params.values()),
+        sq_norm=sq, set=set_name(spec), n_model=model_numel(model) if model is not None else 0,
     )

@@ -12,16 +12,29 @@ class ParamInfo:
     """Which parameters took part in the gradient.
 
     names: parameter names (as in ``model.named_parameters()``) that were differentiated.
-    n_params: total number of scalar parameters among them.
+    n_params: total number of scalar parameters among them (a quantized weight counts as its
+        dequantized values).
     sq_norm: ‖θ*‖² over them (for the normalized score ‖g‖²/‖θ*‖²).
+    set: the name of the set, ``n_model``: the whole model's count, ``share``: n_params/n_model.
     """
 
     names: tuple[str, ...]
     n_params: int
     sq_norm: float
+    #: the set's name ("all", "trainable", "adapter", "last-layer"), or the patterns / "custom"
+    set: str = "all"
+    #: scalar parameters of the whole model (quantized weights counted as their dequantized
+    #: values), so that ``n_params / n_model`` is the share of the model scored
+    n_model: int = 0
+
+    @property
+    def share(self) -> float:
+        """Fraction of the model's parameters scored (1.0 when unknown)."""
+        return self.n_params / self.n_model if self.n_model else 1.0
 
     def to_dict(self) -> dict:
-        return {"n_params": self.n_params, "sq_norm": self.sq_norm, "names": list(self.names)}
+        return {"set": self.set, "n_params": self.n_params, "n_model": self.n_model,
+                "share": self.share, "sq_norm": self.sq_norm, "names": list(self.names)}
 
 
 @dataclass

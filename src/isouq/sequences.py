@@ -25,6 +25,7 @@ from .errors import InputError, check_finite
 from .estimators import eval_mode
 from .ghost.engine import GhostNorms
 from .params import ParamSpec, param_info, select_params
+from .quantized import autograd_ready, is_quantized
 from .scores import SequenceScores
 
 SeqMethod = Literal["ghost", "loop", "per_token"]
@@ -273,7 +274,9 @@ def score_sequences(
         batch_size: answers per forward/backward pass.
         method: ``"ghost"`` (every answer of a batch from one backward pass), ``"loop"`` (one
             backward per answer; any covariance) or ``"per_token"`` (the paper's comparison).
-        params: which parameters take part (see ``isouq.params.select_params``).
+        params: which parameters take part: ``"all"`` (default: every weight as the model
+            computes with it), ``"trainable"``, ``"adapter"``, ``"last-layer"``, name patterns
+            or tensors (see ``isouq.params.select_params``); recorded in ``params``.
         covariance: ``"identity"``, or a covariance object (``method="loop"`` only).
         per_param: also return the (N, n_tensors) breakdown of ‖g‖² by parameter tensor.
         padding_side: ``"left"`` or ``"right"``; padding never changes a score.
@@ -319,6 +322,10 @@ def score_sequences(
     pad = pad_id(tokenizer)
     first = collate(enc[:1], pad, padding_side)
     sel = select_params(model, params, run_forward=lambda: token_probs(model, first))
+    if method != "ghost" and any(is_quantized(q) for q in sel.values()):
+        raise InputError(
+            f"method={method!r} differentiates the weights themselves, and quantized (4/8-bit) "
+            "weights cannot be; use method='ghost' (exact for them) or params='trainable'")
     n = len(enc)
     epi = torch.zeros(n)
     alea, mean, T = torch.zeros(n), torch.zeros(n), torch.zeros(n, dtype=torch.long)
@@ -330,7 +337,7 @@ def score_sequences(
         bar = tqdm(total=n, desc=f"scoring ({method})", unit="answer")
     # one set of hooks for every batch (set up once: milliseconds per call on an LLM)
     hooks = GhostNorms(model, sel) if method != "loop" else nullcontext()
-    with eval_mode(model), hooks as ghost:
+    with eval_mode(model), autograd_ready(model), hooks as ghost:
         for s in range(0, n, batch_size):
             rows = slice(s, min(s + batch_size, n))
             batch = collate(enc[rows], pad, padding_side)
@@ -361,7 +368,7 @@ def score_sequences(
         aleatoric=alea,
         mean_prob=mean,
         n_tokens=T,
-        params=param_info(sel),
+        params=param_info(sel, model, params),
         method=method,
         covariance=getattr(covariance, "name", "custom"),
         per_param=per if per_param else None,

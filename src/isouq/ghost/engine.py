@@ -26,6 +26,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ..errors import ModelError
+from ..quantized import is_quantized
 from . import fallback
 from .calls import Call
 from .factors import Contribution, sq_norms
@@ -68,6 +70,13 @@ class GhostNorms:
             if id(p) in by_id:
                 self.owners.setdefault(mod, []).append((local, by_id[id(p)]))
         self.rules = {m: rule_for(m) for m in self.owners}
+        stuck = sorted({type(m).__name__ for m, r in self.rules.items() if r is None
+                        and any(is_quantized(params[n]) for _, n in self.owners[m])})
+        if stuck:
+            raise ModelError(
+                f"isouq has no ghost rule for the quantized layer type(s) {', '.join(stuck)}: "
+                "their integer weights cannot be differentiated; score the other parameters "
+                "with params='trainable' (or name patterns that leave those layers out)")
         self.fallbacks = sorted(
             {type(m).__name__ for m, r in self.rules.items() if r is None}
         )

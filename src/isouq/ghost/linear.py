@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 from .calls import Call, as_tokens
@@ -9,16 +10,25 @@ from .factors import Contribution, Materialized, Pair, at_least_f32
 from .registry import register_rule
 
 
-# subclasses that change forward (quantized layers, LoRA, ...) go to the exact fallback
-@register_rule(nn.Linear, uses_output=False)
-def contributions(module: nn.Linear, call: Call) -> dict[str, Contribution]:
-    """weight: Pair(B, A) (Gram or materialized by the cost rule); bias: Σₜ bₜ (N, out)."""
-    A = as_tokens(call.args[0]).to(call.grad.dtype)
-    B = as_tokens(call.grad)
+def linear_contributions(x: torch.Tensor, grad: torch.Tensor, bias: bool
+                         ) -> dict[str, Contribution]:
+    """y = x Wᵀ (+ b) with input ``x`` (N, ..., in) as multiplied and output gradient ``grad``
+    (N, ..., out): weight Pair(B, A) (Gram or materialized by the cost rule), bias Σₜ bₜ."""
+    A = as_tokens(x)
+    B = as_tokens(grad)
     pair = Pair(B, A)
     if B.shape[-1] > 4 * A.shape[-1]:  # wide outputs (lm_head): drop positions with no gradient
         pair = pair.compacted(by="left")
     out: dict[str, Contribution] = {"weight": pair}
-    if module.bias is not None:
+    if bias:
         out["bias"] = Materialized(at_least_f32(B).sum(1))
     return out
+
+
+# subclasses that change forward (LoRA, ...) go to the exact fallback; bitsandbytes' quantized
+# layers have their own rules (quantized.py)
+@register_rule(nn.Linear, uses_output=False)
+def contributions(module: nn.Linear, call: Call) -> dict[str, Contribution]:
+    """weight: Pair(B, A) (Gram or materialized by the cost rule); bias: Σₜ bₜ (N, out)."""
+    return linear_contributions(call.args[0].to(call.grad.dtype), call.grad,
+                                module.bias is not None)

@@ -117,6 +117,10 @@ def _load_builtin() -> None:
 def _registered(module: nn.Module) -> Rule | None:
     _load_builtin()
     cls = type(module)
+    if cls.__module__.startswith("bitsandbytes."):  # bitsandbytes is loaded: its rules too
+        from . import quantized
+
+        quantized.register()
     for k in cls.__mro__:
         rule = _BY_TYPE.get(k)
         if rule is None:

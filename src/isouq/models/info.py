@@ -23,6 +23,7 @@ class ModelInfo:
     tied_embeddings: input and output embeddings are the same tensor.
     load_seconds: wall time of the whole load, hashing included.
     cache: "hit" | "built" | "off" | "n/a" for the converted-safetensors cache of GGUF models.
+    adapter: the PEFT adapter folder loaded over the base model, if any.
     """
 
     name: str
@@ -41,6 +42,7 @@ class ModelInfo:
     quantization: str = "none"
     cache: str = "n/a"
     revision: str | None = None
+    adapter: str | None = None
     pad_token: str | None = None
     caveats: list[str] = field(default_factory=list)
 
@@ -50,8 +52,11 @@ class ModelInfo:
 
 
 def count_params(model: torch.nn.Module) -> int:
-    """Unique scalar parameters (``parameters()`` already skips tied duplicates)."""
-    return sum(p.numel() for p in model.parameters())
+    """Unique scalar parameters (``parameters()`` already skips tied duplicates); a quantized
+    weight counts as its dequantized values."""
+    from ..quantized import logical_numel
+
+    return sum(logical_numel(p) for p in model.parameters())
 
 
 def has_tied_embeddings(model: torch.nn.Module) -> bool:

@@ -12,6 +12,7 @@ and the SHA-256 of every file read is recorded in :class:`ModelInfo`.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import time
@@ -175,6 +176,7 @@ def load_model(
     trust_remote_code: bool = False,
     revision: str | None = None,
     quantize: str | None = None,
+    adapter: str | Path | None = None,
     allow_pickle: bool = False,
     cache: bool = True,
     model_class=None,
@@ -193,8 +195,10 @@ def load_model(
             or ``torch.dtype``).
         trust_remote_code: allow the repository's own Python code (off by default).
         revision: branch, tag or commit, for hub ids only.
-        quantize: ``None``, ``"4bit"`` or ``"8bit"`` (bitsandbytes; CUDA only; quantized
-            weights are frozen and not scored).
+        quantize: ``None``, ``"4bit"`` or ``"8bit"``: quantize on load with bitsandbytes (CPU
+            or CUDA); 4-bit weights are scored as their dequantized values.
+        adapter: a PEFT adapter folder (``adapter_config.json`` + weights) put over the base
+            model, unmerged (its weights form the ``"adapter"`` parameter set).
         allow_pickle: accept pickled ``.bin`` weights, read with
             ``torch.load(weights_only=True)``.
         cache: keep/use a float32 safetensors copy of dequantized GGUF models under
@@ -212,6 +216,7 @@ def load_model(
     dev = resolve_device(device)
     want_dtype = resolve_dtype(dtype)
     quant = bnb_config(quantize, dev, want_dtype)
+    adapter_dir = check_adapter(adapter)
     kind, target = resolve_source(name_or_path)
     if revision is not None and kind != "hub":
         raise InputError(f"revision={revision!r} applies to hub ids only, not to a {kind} model.")
@@ -243,6 +248,8 @@ def load_model(
         )
 
     model = _finish(loaded.model, want_dtype, dev, quant)
+    if adapter_dir is not None:
+        model = put_adapter(model, adapter_dir)
     tok = loaded.tokenizer
     pad = ensure_pad_token(tok, model)
     info = ModelInfo(
@@ -262,10 +269,40 @@ def load_model(
         quantization=_quant_text(quantize, entry, kind),
         cache=loaded.cache,
         revision=loaded.revision,
+        adapter=str(adapter_dir) if adapter_dir is not None else None,
         pad_token=pad,
         caveats=list(entry.caveats) if entry else [],
     )
     return model, tok, info
+
+
+def check_adapter(adapter: str | Path | None) -> Path | None:
+    """The adapter folder, checked before any load: it holds ``adapter_config.json`` and
+    peft is installed; InputError/ModelError naming the fix otherwise."""
+    if adapter is None:
+        return None
+    folder = Path(adapter).expanduser()
+    if not (folder / "adapter_config.json").is_file():
+        raise InputError(f"--adapter {adapter}: no adapter_config.json there; pass the folder a "
+                         "PEFT adapter was saved to (model.save_pretrained(folder))")
+    if importlib.util.find_spec("peft") is None:
+        raise ModelError("--adapter needs the peft package: pip install 'isouq[llm]'")
+    return folder
+
+
+def put_adapter(model: torch.nn.Module, folder: Path) -> torch.nn.Module:
+    """The base model with the PEFT adapter in ``folder`` over it (unmerged, eval mode)."""
+    from peft import PeftModel
+
+    try:
+        return PeftModel.from_pretrained(model, str(folder)).eval()
+    except (RuntimeError, ValueError, KeyError) as e:
+        base = json.loads((folder / "adapter_config.json").read_text()).get(
+            "base_model_name_or_path")
+        raise ModelError(
+            f"the adapter in {folder} does not fit this model ({type(e).__name__}: "
+            f"{str(e).splitlines()[0][:160]}); it was made for {base or 'another base model'}: "
+            "load that model with it") from None
 
 
 def _finish(model, dtype, device: str, quant) -> torch.nn.Module:

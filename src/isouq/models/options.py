@@ -65,27 +65,29 @@ def dtype_kwargs(dtype: torch.dtype | str) -> dict:
 
 
 def bnb_config(quantize: str | None, device: str, dtype: torch.dtype | str):
-    """A BitsAndBytesConfig for "4bit"/"8bit" (None: no quantization).
+    """A BitsAndBytesConfig for "4bit"/"8bit" (None: no quantization), on CPU or CUDA.
 
-    Needs a CUDA device and the bitsandbytes package; ModelError otherwise, before loading.
-    Quantized weights are frozen: only the remaining float parameters take part in gradients.
+    Needs the bitsandbytes package (the ``quantize`` extra); ModelError otherwise, before
+    loading. The quantized weights are scored as their dequantized values (``params="all"``);
+    ``params="trainable"`` leaves them out, as a plain backward does.
     """
     if quantize is None:
         return None
     if quantize not in QUANTIZE:
         raise InputError(f"quantize={quantize!r}; use None, '4bit' or '8bit'.")
-    if not device.startswith("cuda"):
+    if not (device.startswith("cuda") or device == "cpu"):
         raise ModelError(
-            f"quantize={quantize!r} needs a CUDA GPU (bitsandbytes), but device={device!r}. "
-            "Pass device='cuda' on a GPU machine, or drop quantize to load float weights."
+            f"quantize={quantize!r} runs on a CUDA GPU or the CPU (bitsandbytes), not on "
+            f"device={device!r}. Pass device='cuda' or 'cpu', or drop quantize."
         )
     if importlib.util.find_spec("bitsandbytes") is None:
         raise ModelError(
-            f"quantize={quantize!r} needs the bitsandbytes package: pip install bitsandbytes"
+            f"quantize={quantize!r} needs the bitsandbytes package: pip install 'isouq[quantize]'"
         )
     from transformers import BitsAndBytesConfig
 
-    compute = dtype if isinstance(dtype, torch.dtype) else torch.bfloat16
+    compute = dtype if isinstance(dtype, torch.dtype) else (
+        torch.bfloat16 if device.startswith("cuda") else torch.float32)
     if quantize == "8bit":
         return BitsAndBytesConfig(load_in_8bit=True)
     return BitsAndBytesConfig(
