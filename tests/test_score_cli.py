@@ -203,3 +203,53 @@ def test_torchrun_nccl_two_gpus_equal_one_process(model_dir, tmp_path):
     assert proc.returncode == 0, log
     assert [r["key"] for r in read_jsonl(two)] == [f"q{i}" for i in range(16)]
     same_scores(rows_by_key(two), rows_by_key(one))
+
+
+def test_quantize_adapter_and_parameter_sets_on_the_command_line(model_dir, tmp_path, capsys):
+    """--quantize 4bit on a local folder (bitsandbytes on CPU), --params trainable (the paper's
+    4-bit setting: said once, with its share), --adapter DIR (PEFT) with --params adapter, and
+    the one-line errors."""
+    pytest.importorskip("bitsandbytes")
+    peft = pytest.importorskip("peft")
+    inp = write_input(tmp_path / "in.jsonl", 4)
+    assert main(["score", str(inp), "--out", str(tmp_path / "q.jsonl"), "--model", str(model_dir),
+                 "--quantize", "4bit"]) == 0
+    rows = read_jsonl(tmp_path / "q.jsonl")
+    assert {r["params"]["set"] for r in rows} == {"all"} and rows[0]["params"]["share"] == 1.0
+    assert "parameters scored" not in capsys.readouterr().out
+    assert main(["score", str(inp), "--out", str(tmp_path / "t.jsonl"), "--model", str(model_dir),
+                 "--quantize", "4bit", "--params", "trainable"]) == 0
+    out = capsys.readouterr().out
+    assert "parameters scored: set 'trainable'" in out and "--params all" in out
+    trainable = read_jsonl(tmp_path / "t.jsonl")[0]["params"]
+    assert trainable["share"] < 1 and trainable["n_params"] < rows[0]["n_params"]
+
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(model_dir)
+    cfg = peft.LoraConfig(r=2, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    torch.manual_seed(0)
+    peft.get_peft_model(base, cfg).save_pretrained(tmp_path / "adapter")
+    assert main(["score", str(inp), "--out", str(tmp_path / "a.jsonl"), "--model", str(model_dir),
+                 "--adapter", str(tmp_path / "adapter"), "--params", "adapter"]) == 0
+    got = read_jsonl(tmp_path / "a.jsonl")
+    lm = peft.PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(model_dir),
+                                        str(tmp_path / "adapter")).eval()
+    from isouq.models import load_model
+
+    _, tok, _ = load_model(str(model_dir))
+    from isouq.qa.prompts import qa_prompt
+
+    prompts = [r["prompt"] if r.get("prompt") is not None else qa_prompt(tok, r["question"])
+               for r in got]
+    want = isouq.score_sequences(lm, tok, prompts, [r["answer"] for r in got], params="adapter")
+    assert [r["scores"]["epistemic"] for r in got] == pytest.approx(want.epistemic.tolist(),
+                                                                     rel=1e-5)
+    assert got[0]["params"]["set"] == "adapter" and got[0]["n_params"] == want.params.n_params
+    capsys.readouterr()
+    assert main(["score", str(inp), "--out", str(tmp_path / "x.jsonl"), "--model", str(model_dir),
+                 "--adapter", str(tmp_path / "nowhere")]) == 2
+    assert "adapter_config.json" in capsys.readouterr().err
+    assert main(["score", str(inp), "--out", str(tmp_path / "y.jsonl"), "--model", str(model_dir),
+                 "--params", "adapter"]) == 2
+    assert "no PEFT adapter" in capsys.readouterr().err

@@ -28,6 +28,7 @@ from .distributed import DistEnv, barrier, merge_shards, shard_path, write_order
 from .errors import InputError, IsouqError
 from .runio import JsonlWriter, dumps, exclusive, read_jsonl
 from .sequences import context_window, encode, score_sequences
+from .spans import SPLITTERS, resolve_spans
 
 ON_ERROR = ("skip", "stop")
 WINDOW = 1024
@@ -133,11 +134,14 @@ class _RowError(Exception):
     """A row that cannot be scored; its message is the reason written in the error row."""
 
 
-def _prepare(row: PairRow, tokenizer, window: int | None, vocab: int | None):
-    """(prompt, token count, answer token count) of a row, or _RowError with the reason."""
+def _prepare(row: PairRow, tokenizer, window: int | None, vocab: int | None, spans=None):
+    """(prompt, token count, answer token count, rows it scores: 1 + its spans) of a row, or
+    _RowError with the reason."""
     try:
         prompt = prompt_of(row, tokenizer)
         enc = encode(tokenizer, [prompt], [row.answer])[0]
+        n_spans = 0 if spans is None else len(
+            resolve_spans(tokenizer, [row.answer], spans, [enc], keys=[row.key])[0].ranges)
     except IsouqError as e:
         raise _RowError(str(e)) from None
     except Exception as e:  # noqa: BLE001 - a chat template (jinja) refusing the messages
@@ -151,7 +155,7 @@ def _prepare(row: PairRow, tokenizer, window: int | None, vocab: int | None):
     if window is not None and n > window:
         raise _RowError(f"prompt + answer are {n} tokens, longer than the model's context window "
                         f"of {window}; shorten the prompt or the answer")
-    return prompt, n, len(enc.answer)
+    return prompt, n, len(enc.answer), 1 + n_spans
 
 
 def plan_batches(lengths: list[int], batch_size: int, max_tokens: int | None,
@@ -204,6 +208,7 @@ def score_rows(
     prune: bool = False,
     memory_budget: int | None = None,
     on_batch: Callable[[int], None] | None = None,
+    spans: str | None = None,
 ) -> dict:
     """Score this process's rows not yet written with the same input and settings.
 
@@ -222,6 +227,9 @@ def score_rows(
         memory_budget: bytes the process may use: batches are cut so that the predicted peak
             (:func:`isouq.memory_plan.peak_bytes`) fits; a row that does not fit alone is an
             error row (or, with ``on_error="stop"``, an error).
+        spans: ``"sentences"`` or ``"lines"``: each row also gets a ``spans`` list, one entry
+            per span with its text, character range and scores (``isouq.spans``); a row whose
+            spans cannot be made (blank text) is an error row. Recorded in the settings.
 
     Returns:
         {"written", "skipped", "rescored", "errors", "seconds"}: rows scored now, rows already
@@ -229,8 +237,12 @@ def score_rows(
     """
     if on_error not in ON_ERROR:
         raise InputError(f"on_error={on_error!r} is not one of {', '.join(ON_ERROR)}")
+    if spans is not None and spans not in SPLITTERS:
+        raise InputError(f"spans={spans!r} is not one of {', '.join(SPLITTERS)}")
     env = env or DistEnv()
     settings = {**(settings or {}), "method": method, "params": params}
+    if spans is not None:  # absent otherwise: runs made before spans existed still resume
+        settings["spans"] = spans
     settings_sha = content_sha(settings)
     path = shard_path(out, env.rank, env.world) if env.world > 1 else Path(out)
     check_settings(out, settings)
@@ -303,15 +315,15 @@ def score_rows(
                     todo.append(r)
             if bar is not None:
                 bar.update(len(chunk) - len(todo))
-            prompts, lengths, answer_lengths, ok = [], [], [], []
+            prompts, lengths, answer_lengths, ok, n_rows = [], [], [], [], []
             for r in todo:
                 try:
-                    prompt, n, a = _prepare(r, tokenizer, ctx, vocab)
-                    if fits is not None and not fits(1, n, a):
+                    prompt, n, a, k = _prepare(r, tokenizer, ctx, vocab, spans)
+                    if fits is not None and not fits(k, n, a):
                         raise _RowError(
                             f"one row of {n} tokens needs more than the memory budget of "
                             f"{memory_budget / 2**30:.2f} GiB (predicted "
-                            f"{need(1, n, a) / 2**30:.2f} GiB); raise --memory-budget")
+                            f"{need(k, n, a) / 2**30:.2f} GiB); raise --memory-budget")
                 except _RowError as e:
                     fail(r, str(e))
                     if bar is not None:
@@ -320,16 +332,19 @@ def score_rows(
                 prompts.append(prompt)
                 lengths.append(n)
                 answer_lengths.append(a)
+                n_rows.append(k)
                 ok.append(r)
 
-            def fits_batch(idx: list[int], lengths=lengths, answers=answer_lengths) -> bool:
-                return fits(len(idx), max(lengths[i] for i in idx), max(answers[i] for i in idx))
+            def fits_batch(idx: list[int], lengths=lengths, answers=answer_lengths,
+                           n_rows=n_rows) -> bool:  # span rows count as rows of the batch
+                return fits(sum(n_rows[i] for i in idx), max(lengths[i] for i in idx),
+                            max(answers[i] for i in idx))
 
             for idx in plan_batches(lengths, batch_size, max_tokens_per_batch, bucket,
                                     fits=fits_batch if fits is not None else None):
                 info = _score_batch(model, tokenizer, [ok[i] for i in idx],
                                     [prompts[i] for i in idx], method, params, writer, base,
-                                    fail, counts) or info
+                                    fail, counts, spans) or info
                 if bar is not None:
                     bar.update(len(idx))
                 if on_batch is not None:
@@ -345,14 +360,15 @@ def score_rows(
         if env.is_main and info is not None:  # the parameters that took part
             meta_path(out).write_text(dumps({**doc, "params": info.to_dict()}, indent=2),
                                       encoding="utf-8")
-        return {**counts, "seconds": time.perf_counter() - t0}
+        return {**counts, "seconds": time.perf_counter() - t0, "params": info}
 
 
 def score_file(input: str | Path, out: str | Path, *, model: str, load: dict | None = None,
                method: str = "ghost", params=None, batch_size: int = 16,
                max_tokens_per_batch: int | None = None, bucket: bool = True,
                limit: int | None = None, on_error: str = "skip",
-               memory_budget: str | int | None = None, calibration=None) -> list[str]:
+               memory_budget: str | int | None = None, calibration=None,
+               spans: str | None = None) -> list[str]:
     """``isouq score``: check everything a user can get wrong, then load the model and score
     the file's rows into ``out`` (resumable; under torchrun each rank its share).
 
@@ -367,6 +383,7 @@ def score_file(input: str | Path, out: str | Path, *, model: str, load: dict | N
         limit: score only the first ``limit`` rows.
         memory_budget: bytes, or text such as ``"8GB"`` (``memory_plan.parse_bytes``).
         calibration: a ``Calibrator`` for this model: each row gets ``p_correct``.
+        spans: ``"sentences"`` or ``"lines"``: a ``spans`` list per row (:func:`score_rows`).
 
     Returns:
         The lines that say what was done.
@@ -385,8 +402,10 @@ def score_file(input: str | Path, out: str | Path, *, model: str, load: dict | N
         check_token_ids(index, model)
     env = dist_env()
     dtype = load.get("dtype") or "float32"
+    if spans is not None and spans not in SPLITTERS:
+        raise InputError(f"--spans {spans} is not one of {', '.join(SPLITTERS)}")
     check_settings(out, {**run_settings(model=model, method=method, params=params, dtype=dtype),
-                         "params": params})
+                         "params": params, **({"spans": spans} if spans is not None else {})})
     if isinstance(memory_budget, str):
         from .memory_plan import parse_bytes
 
@@ -395,6 +414,10 @@ def score_file(input: str | Path, out: str | Path, *, model: str, load: dict | N
         load["device"] = device_for(env, load.get("device", "cpu"))
         init_process_group(env, load["device"])
         lm, tok, info = load_model(model, **load)
+        if params not in ("last-layer", "last_layer"):  # a set that cannot be: one line now
+            from .params import select_params
+
+            select_params(lm, params)
         files = getattr(info, "files", None)
         if calibration is not None:
             calibration.check_model(model, files)
@@ -404,7 +427,7 @@ def score_file(input: str | Path, out: str | Path, *, model: str, load: dict | N
                          batch_size=batch_size, max_tokens_per_batch=max_tokens_per_batch,
                          bucket=bucket, method=method, params=params, env=env,
                          on_error=on_error, total=len(index), locked=True, prune=limit is None,
-                         memory_budget=memory_budget,
+                         memory_budget=memory_budget, spans=spans,
                          meta={"model": info.to_dict() if hasattr(info, "to_dict") else str(info),
                                "input": str(input)})
     where = "" if env.world == 1 else f" on rank {env.rank} of {env.world}"
@@ -413,6 +436,11 @@ def score_file(input: str | Path, out: str | Path, *, model: str, load: dict | N
               "--on-error skip)") if res["errors"] else ""
     lines = [f"scored {res['written']} answers ({res['skipped']} already done{again}){where} in "
              f"{res['seconds']:.1f} s -> {out}{errors}"]
+    info = res.get("params")
+    if info is not None and info.share < 1:  # said once: the score is not the whole model's
+        lines.append(f"parameters scored: set {info.set!r}, {info.n_params:,} of "
+                     f"{info.n_model:,} ({100 * info.share:.2f}% of the model); --params all "
+                     "scores every weight")
     if calibration is not None and env.is_main:
         from .calibrate_run import annotate_file
 
@@ -421,20 +449,21 @@ def score_file(input: str | Path, out: str | Path, *, model: str, load: dict | N
 
 
 def _score_batch(model, tokenizer, rows: list[PairRow], prompts: list, method: str, params,
-                 writer: JsonlWriter, base, fail, counts: dict) -> None:
+                 writer: JsonlWriter, base, fail, counts: dict, spans=None) -> None:
     """Score one batch and write its rows; on a failure, each row alone, so that one bad row
     gives one error row and its batch-mates are still scored. Returns the scores' ParamInfo,
     or None when no row of the batch could be scored."""
     tb = time.perf_counter()
     try:
         res = score_sequences(model, tokenizer, prompts, [r.answer for r in rows],
-                              batch_size=len(rows), method=method, params=params)
+                              batch_size=len(rows), method=method, params=params,
+                              **({"spans": spans} if spans is not None else {}))
     except (IsouqError, RuntimeError, ValueError, IndexError) as e:
         if len(rows) == 1:
             fail(rows[0], f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
             return None
         infos = [_score_batch(model, tokenizer, [r], [p], method, params, writer, base, fail,
-                              counts) for r, p in zip(rows, prompts, strict=True)]
+                              counts, spans) for r, p in zip(rows, prompts, strict=True)]
         return next((i for i in infos if i is not None), None)
     per = (time.perf_counter() - tb) / len(rows)
     for j, r in enumerate(rows):
@@ -444,7 +473,10 @@ def _score_batch(model, tokenizer, rows: list[PairRow], prompts: list, method: s
             "seconds": {"gradient": round(per, 5)},
             "n_answer_tokens": int(res.n_tokens[j]),
             "n_params": res.params.n_params,
+            "params": {"set": res.params.set, "n_params": res.params.n_params,
+                       "share": round(res.params.share, 6)},
             "method": method,
+            **({"spans": res.row_spans(j)} if spans is not None else {}),
         })
         counts["written"] += 1
     return res.params
