@@ -367,12 +367,11 @@ def create_app(engine, settings: ServeSettings, *, batcher: Batcher | None = Non
         work_pairs = []
         for i, p in enumerate(pairs):
             messages = None if p.messages is None else check_messages(
-                p.messages, f"pairs[{i}].messages" if body.pairs else "messages")
+                p.messages, "messages" if body.single else f"pairs[{i}].messages")
             work_pairs.append(Pair(answer=p.answer, prompt=messages or p.prompt,
                                    question=p.question,
                                    key=None if p.key is None else str(p.key)))
-        param = "pairs" if body.pairs is not None and len(pairs) > 1 else (
-            "pairs[0]" if body.pairs is not None else "answer")
+        param = "answer" if body.single else "pairs"
         result = await run(request, ScoreJob(work_pairs, param=param))
         data = [{"index": i, **({"key": str(p.key)} if p.key is not None else {}),
                  "uncertainty": r["uncertainty"], "prompt_tokens": r["prompt_tokens"],

@@ -35,6 +35,8 @@ from .errors import RequestError
 
 #: what ``uncertainty`` holds for every answer (``p_correct``/``withheld`` with a calibration)
 SCORE_FIELDS = ("mean_prob", "aleatoric", "epistemic", "epistemic_log", "normalized_epistemic")
+#: temperatures below this decode greedily
+GREEDY_BELOW = 1e-5
 
 
 @dataclass
@@ -76,7 +78,8 @@ class GenerateJob:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0
+        """Temperature 0, or so close to it that logits / T overflow (vLLM's rule: < 1e-5)."""
+        return self.temperature < GREEDY_BELOW
 
     @property
     def units(self) -> int:
@@ -143,7 +146,7 @@ class Engine:
 
     # ------------------------------------------------------------ checks
     def _check_tokens(self, n_prompt: int, n_answer: int, where: str, *, answer_limit: int,
-                      answer_what: str) -> None:
+                      answer_what: str, option: str) -> None:
         s = self.settings
         if n_prompt > s.max_prompt_tokens:
             raise RequestError(f"{where}: the prompt is {n_prompt} tokens, over this server's "
@@ -151,7 +154,7 @@ class Engine:
                                "it", status=413, param=where, code="prompt_too_long")
         if n_answer > answer_limit:
             raise RequestError(f"{where}: {answer_what} {n_answer} tokens, over this server's "
-                               f"limit of {answer_limit}", status=413, param=where,
+                               f"limit of {answer_limit} ({option})", status=413, param=where,
                                code="answer_too_long")
         if self.window is not None and n_prompt + n_answer > self.window:
             raise RequestError(f"{where}: prompt ({n_prompt} tokens) + answer ({n_answer}) "
@@ -178,7 +181,7 @@ class Engine:
                                f"{self.vocab}; pass ids of this model's tokenizer", param=where)
         self._check_tokens(len(enc.prompt), len(enc.answer), where,
                            answer_limit=self.settings.max_answer_tokens,
-                           answer_what="the answer is")
+                           answer_what="the answer is", option="--max-answer-tokens")
         return prompt, pair.answer, len(enc.prompt), len(enc.answer)
 
     def _prompt_text(self, kind: str, value, where: str) -> str:
@@ -212,7 +215,7 @@ class Engine:
             if n == 0:
                 raise RequestError(f"{where} is empty; give the prompt text", param=where)
             self._check_tokens(n, job.max_tokens, where, answer_limit=self.settings.max_new_tokens,
-                               answer_what="max_tokens asks for")
+                               answer_what="max_tokens asks for", option="--max-new-tokens")
             out.append((text, n))
         return out
 
@@ -227,8 +230,8 @@ class Engine:
         for j, job in enumerate(jobs):
             try:
                 if isinstance(job, ScoreJob):
-                    pairs[j] = [self._prepare_pair(p, f"{job.param}[{i}]" if len(job.pairs) > 1
-                                                   else job.param)
+                    pairs[j] = [self._prepare_pair(p, job.param if job.param == "answer"
+                                                   else f"{job.param}[{i}]")
                                 for i, p in enumerate(job.pairs)]
                 else:
                     gens[j] = self._prepare_generate(job)

@@ -21,9 +21,10 @@ class RequestError(InputError):
     @property
     def kind(self) -> str:
         """OpenAI's error ``type`` for the status."""
-        return {401: "authentication_error", 404: "not_found_error", 429: "rate_limit_error",
-                503: "server_error", 504: "timeout_error"}.get(self.status,
-                                                               "invalid_request_error")
+        if self.status >= 500:
+            return "timeout_error" if self.status == 504 else "server_error"
+        return {401: "authentication_error", 404: "not_found_error",
+                429: "rate_limit_error"}.get(self.status, "invalid_request_error")
 
     def body(self) -> dict:
         """The JSON body: OpenAI's ``{"error": {"message", "type", "param", "code"}}``."""

@@ -11,6 +11,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationError,
     field_validator,
     model_validator,
@@ -143,6 +144,7 @@ class ScoreRequest(BaseModel):
     question: str | None = None
     answer: str | list[int] | None = None
     key: str | int | None = None
+    _single: bool = PrivateAttr(False)
 
     @model_validator(mode="after")
     def _pairs(self):
@@ -160,9 +162,15 @@ class ScoreRequest(BaseModel):
         else:
             try:
                 self.pairs = [PairIn(**single)]
+                self._single = True
             except ValidationError as e:
                 raise ValueError(e.errors()[0]["msg"].removeprefix("Value error, ")) from None
         return self
+
+    @property
+    def single(self) -> bool:
+        """Whether the pair's fields were given at the top level (not in ``pairs``)."""
+        return self._single
 
     def all_pairs(self) -> list[PairIn]:
         """The pairs (one when the pair's fields were given at the top level)."""

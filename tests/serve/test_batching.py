@@ -1,0 +1,263 @@
+"""Micro-batching: concurrent requests share a backward pass and get the scores they would get
+alone; a bounded queue (429 + Retry-After), timeouts (504), a client that leaves frees its
+place, and a failing job or batch never takes the server or another request with it."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+import isouq
+from isouq.serve.engine import Engine, GenerateJob, Outcome, Pair, ScoreJob
+
+from .conftest import live, make_app
+
+QUESTIONS = ["what is the capital of france", "who wrote hamlet", "why is the sky blue",
+             "what is the moon made of", "is the cat on the mat", "who sat on the mat"]
+ANSWERS = ["paris", "shakespeare wrote hamlet", "because the sky is blue", "cheese rock",
+           "yes the cat is", "the dog sat on the mat"]
+
+
+def together(n: int, fn):
+    """Call fn(i) for i < n from n threads released at once; their results in order."""
+    out: list = [None] * n
+    gate = threading.Barrier(n)
+
+    def go(i):
+        gate.wait()
+        out[i] = fn(i)
+
+    threads = [threading.Thread(target=go, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return out
+
+
+@pytest.fixture(scope="module")
+def batched(lm):
+    app = make_app(lm, max_wait_ms=300.0, max_batch=16, max_new_tokens=6)
+    with live(app) as url:
+        yield url, app
+
+
+def test_concurrent_scores_are_batched_and_equal_to_scoring_alone(batched, lm):
+    url, app = batched
+    model, tok = lm
+    n = 12
+    pairs = [{"prompt": QUESTIONS[i % 6] + " " + "the " * (i % 4), "answer": ANSWERS[i % 6]}
+             for i in range(n)]
+    before = app.state.batcher.batches
+    with httpx.Client(timeout=60) as c:
+        got = together(n, lambda i: c.post(f"{url}/v1/score", json=pairs[i]))
+    assert all(r.status_code == 200 for r in got), [r.text for r in got]
+    batches = app.state.batcher.batches - before
+    assert batches < n / 2, f"{n} requests ran in {batches} batches"
+    for pair, r in zip(pairs, got, strict=True):
+        u = r.json()["data"][0]["uncertainty"]
+        alone = isouq.score_sequences(model, tok, [pair["prompt"]], [pair["answer"]])
+        for k in ("epistemic", "aleatoric", "mean_prob"):
+            assert u[k] == pytest.approx(float(getattr(alone, k)[0]), rel=1e-5), k
+        assert u["epistemic_log"] == pytest.approx(float(alone.epistemic_log[0]), rel=1e-5)
+
+
+def test_concurrent_chats_are_batched_and_equal_to_answering_alone(batched, lm):
+    from isouq.qa.generation import generate_greedy
+
+    url, app = batched
+    model, tok = lm
+    n = 6
+    before = app.state.batcher.batches
+    with httpx.Client(timeout=60) as c:
+        got = together(n, lambda i: c.post(f"{url}/v1/chat/completions", json={
+            "messages": [{"role": "user", "content": QUESTIONS[i]}], "max_tokens": 6,
+            "temperature": 0}))
+    assert all(r.status_code == 200 for r in got), [r.text for r in got]
+    assert app.state.batcher.batches - before < n
+    for q, r in zip(QUESTIONS, got, strict=True):
+        prompt = tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False,
+                                         add_generation_prompt=True)
+        g = generate_greedy(model, tok, [prompt], max_new_tokens=6, stop=())[0]
+        choice = r.json()["choices"][0]
+        assert choice["message"]["content"] == g.text
+        alone = isouq.score_sequences(model, tok, [prompt], [g.token_ids])
+        for k in ("epistemic", "aleatoric", "mean_prob"):
+            assert choice["uncertainty"][k] == pytest.approx(float(getattr(alone, k)[0]),
+                                                            rel=1e-5), k
+
+
+def test_one_score_sequences_call_per_batch(lm, monkeypatch):
+    """The engine scores every answer of a batch, generated or sent, in one call."""
+    import isouq.serve.engine as engine_mod
+
+    calls = []
+    real = engine_mod.score_sequences
+
+    def counting(*a, **kw):
+        calls.append(len(a[2]))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(engine_mod, "score_sequences", counting)
+    from isouq.serve.config import ServeSettings
+
+    engine = Engine(*lm, ServeSettings(max_new_tokens=4))
+    jobs = [ScoreJob([Pair("paris", prompt="what is the capital of france"),
+                      Pair("cheese", question="what is the moon made of")]),
+            GenerateJob([("messages", [{"role": "user", "content": "who wrote hamlet"}])],
+                        max_tokens=3, temperature=0, n=2),
+            GenerateJob([("text", "the cat"), ("text", "the dog")], max_tokens=3,
+                        temperature=0.8, n=2, seed=1)]
+    out = engine.run(jobs)
+    assert all(o.error is None for o in out), [o.error for o in out]
+    assert calls == [2 + 1 + 4]  # greedy n=2 is one answer; sampled: 2 prompts × 2
+    assert len(out[2].result) == 2 and len(out[2].result[0]["choices"]) == 2
+
+
+def test_a_failing_job_leaves_its_batch_mates_scored(lm, monkeypatch):
+    from isouq.serve.config import ServeSettings
+
+    engine = Engine(*lm, ServeSettings())
+    real = engine._score
+
+    def poisoned(prompts, answers):
+        if any("poison" in str(p) for p in prompts):
+            raise RuntimeError("poisoned")
+        return real(prompts, answers)
+
+    monkeypatch.setattr(engine, "_score", poisoned)
+    good = ScoreJob([Pair("paris", prompt="what is the capital of france")])
+    bad = ScoreJob([Pair("x", prompt="poison")])
+    limit = ScoreJob([Pair([10**6], prompt="the cat")])
+    out = engine.run([good, bad, limit])
+    assert out[0].error is None and out[0].result[0]["uncertainty"]["epistemic"] > 0
+    assert isinstance(out[1].error, RuntimeError)
+    assert "vocabulary" in str(out[2].error)
+
+
+class Blocking:
+    """A stand-in engine whose batches wait for ``release``; it records what it ran."""
+
+    calibration = None
+
+    def __init__(self, fail_first: bool = False):
+        self.release = threading.Event()
+        self.seen: list[list] = []
+        self.fail_first = fail_first
+
+    def params_summary(self):
+        return {"spec": "all"}
+
+    def run(self, jobs):
+        self.seen.append(list(jobs))
+        if self.fail_first and len(self.seen) == 1:
+            raise RuntimeError("a bug in a batch")
+        self.release.wait(20)
+        u = {"mean_prob": 0.5, "epistemic": 1.0}
+        return [Outcome(result=[{"uncertainty": u, "prompt_tokens": 1, "answer_tokens": 1}]
+                        * job.units) for job in jobs]
+
+
+def wait_for(cond, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.01)
+
+
+PAIR = {"prompt": "a", "answer": "b"}
+
+
+def test_a_full_queue_answers_429_with_retry_after(lm):
+    engine = Blocking()
+    app = make_app(lm, engine=engine, max_queue=1, max_batch=1)
+    batcher = app.state.batcher
+    with live(app) as url, httpx.Client(timeout=30) as c:
+        first = threading.Thread(target=lambda: c.post(f"{url}/v1/score", json=PAIR))
+        first.start()
+        wait_for(lambda: len(engine.seen) == 1)
+        second = {}
+        t2 = threading.Thread(target=lambda: second.setdefault(
+            "r", c.post(f"{url}/v1/score", json=PAIR)))
+        t2.start()
+        wait_for(lambda: batcher.depth == 1)
+        full = c.post(f"{url}/v1/score", json=PAIR)
+        assert full.status_code == 429 and int(full.headers["Retry-After"]) >= 1
+        assert "--max-queue" in full.json()["error"]["message"]
+        engine.release.set()
+        first.join(20)
+        t2.join(20)
+        assert second["r"].status_code == 200
+        assert c.get(f"{url}/health").status_code == 200
+
+
+def test_a_request_past_its_timeout_gets_504_and_leaves_the_queue(lm):
+    engine = Blocking()
+    app = make_app(lm, engine=engine, max_batch=1, request_timeout_s=0.5)
+    batcher = app.state.batcher
+    with TestClient(app) as c:
+        got = together(2, lambda i: c.post("/v1/score", json=PAIR))
+        assert [r.status_code for r in got] == [504, 504]
+        assert "--request-timeout" in got[0].json()["error"]["message"]
+        assert batcher.depth == 0  # the waiting one left the queue
+        engine.release.set()
+        wait_for(lambda: batcher.in_flight == 0)
+        assert len(engine.seen) == 1  # the one that timed out while queued never ran
+
+
+def test_a_client_that_disconnects_frees_its_place(lm):
+    engine = Blocking()
+    app = make_app(lm, engine=engine, max_batch=1)
+    batcher = app.state.batcher
+    with live(app) as url, httpx.Client(timeout=30) as c:
+        first = threading.Thread(target=lambda: c.post(f"{url}/v1/score", json=PAIR))
+        first.start()
+        wait_for(lambda: len(engine.seen) == 1)
+        host, port = url.removeprefix("http://").split(":")
+        body = json.dumps(PAIR).encode()
+        s = socket.create_connection((host, int(port)))
+        s.sendall(b"POST /v1/score HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        wait_for(lambda: batcher.depth == 1)
+        s.close()
+        wait_for(lambda: batcher.depth == 0, timeout=5)
+        engine.release.set()
+        first.join(20)
+        assert len(engine.seen) == 1  # the departed request never ran
+        metrics = c.get(f"{url}/metrics").text
+        assert 'isouq_requests_total{endpoint="/v1/score",status="499"} 1.0' in metrics
+
+
+def test_a_batch_that_raises_answers_500_and_the_server_goes_on(lm):
+    engine = Blocking(fail_first=True)
+    engine.release.set()
+    with TestClient(make_app(lm, engine=engine), raise_server_exceptions=False) as c:
+        bad = c.post("/v1/score", json=PAIR)
+        assert bad.status_code == 500 and "the server goes on" in bad.json()["error"]["message"]
+        assert c.post("/v1/score", json=PAIR).status_code == 200
+        assert c.get("/health").status_code == 200
+
+
+def test_stopping_drains_the_queue_then_refuses(lm):
+    from isouq.serve.batcher import Batcher
+    from isouq.serve.config import ServeSettings
+    from isouq.serve.errors import RequestError
+
+    engine = Blocking()
+    b = Batcher(engine, ServeSettings(max_batch=1)).start()
+    futures = [b.submit(ScoreJob([Pair("b", prompt="a")])) for _ in range(3)]
+    stopper = threading.Thread(target=b.stop)
+    stopper.start()
+    wait_for(lambda: b._stopping)
+    with pytest.raises(RequestError) as e:
+        b.submit(ScoreJob([Pair("b", prompt="a")]))
+    assert e.value.status == 503
+    engine.release.set()
+    stopper.join(20)
+    assert all(f.result(5).error is None for f in futures)  # every queued job was answered
