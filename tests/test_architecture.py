@@ -18,7 +18,7 @@ LAYERS = [
                     "_version", "param_sets", "quantized")),
     ("edges", ("models", "data")),
     ("estimators", ("scores", "params", "per_example", "covariance", "ghost", "estimators",
-                    "sequences", "memory_plan")),
+                    "sequences", "spans", "memory_plan")),
     ("reference", ("reference",)),
     ("experiments", ("experiments",)),
     ("evaluation", ("evaluation", "calibration")),

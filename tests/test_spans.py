@@ -244,3 +244,126 @@ def test_a_splitter_that_finds_no_sentence_names_the_key():
     with pytest.raises(InputError, match=r"answer 'q7': the sentences splitter found no "
                                          r"sentence.*without spans"):
         resolve_spans(tok, ["   "], "sentences", keys=["q7"])
+
+
+# ------------------------------------------------------------------ where users see answers
+def test_least_trusted_is_the_highest_epistemic_log():
+    from isouq.spans import least_trusted
+
+    def sp(v):
+        return {"scores": {"epistemic_log": v}}
+
+    assert least_trusted([sp(1.0), sp(3.0), sp(2.0)]) == 1
+    assert least_trusted([sp(1.0)]) is None
+    assert least_trusted([sp(float("nan")), sp(0.5)]) == 1
+
+
+def test_cli_knows_the_splitters():
+    from isouq.cli import SPAN_SPLITTERS
+    from isouq.spans import SPLITTERS
+
+    assert SPAN_SPLITTERS == SPLITTERS
+
+
+def test_score_cli_writes_a_spans_list_per_row(tiny_llama_dir, tmp_path, capsys):
+    import json
+
+    from isouq.cli import main
+    from isouq.runio import read_jsonl
+
+    inp = tmp_path / "in.jsonl"
+    rows = [{"id": "a", "prompt": PROMPTS[0], "answer": ANSWERS[0]},
+            {"id": "b", "question": PROMPTS[1], "answer": ANSWERS[1]},
+            {"id": "blank", "prompt": PROMPTS[2], "answer": "[UNK]"}]
+    inp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "out.jsonl"
+    argv = ["score", str(inp), "--out", str(out), "--model", str(tiny_llama_dir),
+            "--spans", "sentences"]
+    assert main(argv) == 0
+    got = {r["key"]: r for r in read_jsonl(out)}
+    assert [s["text"] for s in got["a"]["spans"]] == ["paris is the capital.",
+                                                     "the cat sat on the mat!", "why no"]
+    assert len(got["b"]["spans"]) == 3 and len(got["blank"]["spans"]) == 1
+    model, tok = tiny.causal_lm("llama-tied"), tiny.tokenizer()
+    ref = isouq.score_sequences(model, tok, [PROMPTS[0]], [ANSWERS[0]], spans="sentences")
+    for s, r in zip(got["a"]["spans"], ref.row_spans(0), strict=True):
+        assert s["scores"]["epistemic"] == pytest.approx(r["scores"]["epistemic"], rel=1e-5)
+        assert (s["start"], s["end"], s["n_tokens"]) == (r["start"], r["end"], r["n_tokens"])
+    assert got["a"]["scores"]["epistemic"] == pytest.approx(float(ref.epistemic[0]), rel=1e-5)
+    # another splitter on the same --out is a resume with other settings: refused
+    assert main([*argv[:-1], "lines"]) == 2
+    assert "spans" in capsys.readouterr().err
+
+
+def test_score_cli_spans_of_token_id_answers_index_their_decoded_text(tiny_llama_dir, tmp_path):
+    import json
+
+    from isouq.cli import main
+    from isouq.runio import read_jsonl
+
+    inp = tmp_path / "in.jsonl"
+    inp.write_text(json.dumps({"id": "k1", "prompt": "who wrote hamlet", "answer": [5, 6]})
+                   + "\n" + json.dumps({"id": "k2", "prompt": "who", "answer": "yes. no."})
+                   + "\n")
+    out = tmp_path / "out.jsonl"
+    assert main(["score", str(inp), "--out", str(out), "--model", str(tiny_llama_dir),
+                 "--spans", "lines"]) == 0
+    got = {r["key"]: r for r in read_jsonl(out)}
+    assert len(got["k1"]["spans"]) == 1 and len(got["k2"]["spans"]) == 1
+
+
+def test_ask_spans_prints_each_sentence_and_writes_html(tiny_llama_dir, tmp_path, capsys):
+    from isouq.cli import main
+
+    html = tmp_path / "answers.html"
+    assert main(["ask", "--model", str(tiny_llama_dir), "--max-new-tokens", "6", "--spans",
+                 "--html", str(html), *PROMPTS[:2]]) == 0
+    out = capsys.readouterr().out
+    assert "epi. log" in out and "sentence" in out and "who wrote hamlet" in out
+    page = html.read_text()
+    assert page.startswith("<!doctype html>") and "epistemic_log" in page
+    assert page.count('class="s') >= 2 and "<script" not in page
+
+
+def test_ask_html_needs_spans(capsys):
+    from isouq.cli import main
+
+    assert main(["ask", "--html", "x.html", "who wrote hamlet"]) == 2
+    assert "add --spans" in capsys.readouterr().err
+
+
+def test_ask_rows_carry_the_span_scores_of_their_tokens():
+    from isouq.ask import answer_and_score
+    from isouq.qa.generation import generate_greedy
+    from isouq.qa.prompts import qa_prompts
+
+    model, tok = tiny.causal_lm("llama-tied"), tiny.tokenizer()
+    rows = answer_and_score(model, tok, PROMPTS, max_new_tokens=6, batch_size=2,
+                            spans="sentences")
+    prompts = qa_prompts(tok, PROMPTS)
+    gens = generate_greedy(model, tok, prompts, max_new_tokens=6)
+    for r, p, g in zip(rows, prompts, gens, strict=True):
+        if not g.token_ids:
+            assert r["spans"] == []
+            continue
+        ref = isouq.score_sequences(model, tok, [p], [g.token_ids], spans="sentences")
+        assert [s["text"] for s in r["spans"]] == [s.text for s in ref.spans[0]]
+        assert r["spans"][0]["scores"]["epistemic"] == pytest.approx(ref.spans[0][0].epistemic,
+                                                                     rel=1e-5)
+        assert "spans" in r["seconds"]
+
+
+def test_spans_page_shades_spans_by_epistemic_log():
+    from isouq.report.spans import shades, spans_page
+
+    def sp(text, start, v):
+        return {"text": text, "start": start, "end": start + len(text), "n_tokens": 1,
+                "scores": {"epistemic_log": v, "epistemic": v, "aleatoric": 0.1,
+                           "mean_prob": 0.5}}
+
+    row = {"key": "0", "question": "q <b>?", "answer": "One. Two. Three.",
+           "spans": [sp("One.", 0, 1.0), sp("Two.", 5, 100.0), sp("Three.", 10, 10.0)]}
+    assert shades(row["spans"]) == [0.0, 1.0, 0.5]
+    page = spans_page([row])
+    assert "q &lt;b&gt;?" in page and page.count('class="s') == 3
+    assert 'class="s worst"' in page and "One.</span> <span" in page

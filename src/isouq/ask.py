@@ -15,6 +15,10 @@ defaults as ``isouq qa run``): naive entropy over K = 10 answers sampled at T = 
 entropy over the same samples clustered by an entailment judge, and P(True) with K = 5
 brainstormed answers. They cost K generations (plus the judge's calls) per question, where the
 gradient scores cost one backward pass.
+
+With ``spans`` (``isouq ask --spans``), each answer is also scored sentence by sentence
+(``isouq.spans``): ``print_spans`` prints each sentence with its scores and marks the least
+trusted one (the highest ``epistemic_log``), and ``spans_html`` shades each sentence by it.
 """
 
 from __future__ import annotations
@@ -59,7 +63,8 @@ def check_baselines(methods: Sequence[str], *, k: int, k_p_true: int,
 def answer_and_score(model, tokenizer, questions: Sequence[str], *,
                      baselines: Sequence[str] = (), judge=None, k: int = 10,
                      k_p_true: int = 5, temperature: float = 1.0, seed: int = 0,
-                     max_new_tokens: int = 50, batch_size: int = 16) -> list[dict]:
+                     max_new_tokens: int = 50, batch_size: int = 16,
+                     spans: str | None = None) -> list[dict]:
     """Greedy answer and its uncertainty for each question.
 
     The gradient scores come from one backward pass per batch; each baseline of ``baselines``
@@ -75,6 +80,8 @@ def answer_and_score(model, tokenizer, questions: Sequence[str], *,
         k, k_p_true, temperature, seed: sampling settings (as ``isouq qa run``).
         max_new_tokens: answer length cap (tokens).
         batch_size: answers per pass.
+        spans: ``"sentences"`` or ``"lines"``: each row also gets ``spans``, its sentences (or
+            lines) with their scores (``isouq.spans``; one more batched backward).
 
     Returns:
         N answer rows (``isouq.answer_row``): key (the question's place), question, answer,
@@ -114,6 +121,11 @@ def answer_and_score(model, tokenizer, questions: Sequence[str], *,
         if baselines:
             row["samples"] = batch.sampled()[i].texts
         rows.append(row)
+    if spans is not None:
+        from .spans import add_spans
+
+        add_spans(model, tokenizer, prompts, [g.token_ids for g in gens], rows, spans,
+                  batch_size=batch_size)
     return rows
 
 
@@ -213,3 +225,30 @@ def print_table(rows: Sequence[dict]) -> None:
 def _cell(v, width: int, fmt: str) -> str:
     """A table cell: a number formatted with ``fmt``, a boolean as yes/no (``withheld``)."""
     return ("yes" if v else "no").rjust(width) if isinstance(v, bool) else f"{v:{width}{fmt}}"
+
+
+def print_spans(rows: Sequence[dict]) -> None:
+    """Each answer sentence by sentence (its ``spans``): p̄, aleatoric, epistemic and
+    epistemic_log of each, the least trusted (highest epistemic_log) marked."""
+    from .spans import least_trusted
+
+    names = ("mean_prob", "aleatoric", "epistemic", "epistemic_log")
+    width = shutil.get_terminal_size((120, 20)).columns
+    head = "".join(f"{SCORES[s].header:>10}" for s in names)
+    tw = max(30, width - len(head) - 4)
+    for r in rows:
+        spans = r.get("spans") or []
+        print(f"\n{r['key']}: {r['question']}")
+        if not spans:
+            print("  (no sentence to score)")
+            continue
+        print(f"{head}   sentence")
+        worst = least_trusted(spans)
+        for k, sp in enumerate(spans):
+            cells = "".join(f"{sp['scores'][s]:>10{SCORES[s].fmt}}" for s in names)
+            lines = textwrap.wrap(sp["text"], tw) or [""]
+            mark = "  <- least trusted" if k == worst else ""
+            print(f"{cells}   {lines[0]}{mark if len(lines) == 1 else ''}")
+            for j, line in enumerate(lines[1:], 2):
+                print(f"{'':{len(cells)}}   {line}{mark if j == len(lines) else ''}")
+

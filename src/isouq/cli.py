@@ -19,6 +19,8 @@ from .qa.prompts import JUDGE_STYLES
 from .qa.runner import DEFAULT_JUDGE_MODEL, DEFAULT_JUDGE_PROMPT
 from .runtime import configure
 
+SPAN_SPLITTERS = ("sentences", "lines")  # isouq.spans.SPLITTERS (not imported: torch-free)
+
 EXPERIMENTS = {
     "validation": "isouq.experiments.validation",
     "scaling": "isouq.experiments.scaling",
@@ -205,12 +207,19 @@ def cmd_ask(args) -> int:
         check_baselines,
         check_questions,
         legend,
+        print_spans,
         print_table,
         reference_rows,
     )
     from .models import check_loadable
 
     configure()
+    if args.html is not None and args.spans is None:
+        raise InputError("--html writes the answers shaded sentence by sentence; add --spans")
+    if args.html is not None:
+        from .score_run import check_out
+
+        check_out(args.html)
     questions = list(args.questions)
     if args.file is not None:
         if args.file == "-":
@@ -237,7 +246,7 @@ def cmd_ask(args) -> int:
     rows = answer_and_score(model, tok, questions, baselines=baselines, judge=judge, k=args.k,
                             k_p_true=args.k_p_true, temperature=args.temperature,
                             seed=args.seed, max_new_tokens=args.max_new_tokens,
-                            batch_size=args.batch_size)
+                            batch_size=args.batch_size, spans=args.spans)
     if reference is not None:
         add_percentiles(rows, reference)
     if cal is not None:
@@ -253,6 +262,14 @@ def cmd_ask(args) -> int:
                   f"{args.reference} ({', '.join(sorted({r['dataset'] for r in reference}))})")
         if cal is not None:
             print(cal.describe())
+        if args.spans is not None:
+            print_spans(rows)
+    if args.html is not None:
+        from .report.spans import spans_page
+
+        Path(args.html).write_text(spans_page(rows), encoding="utf-8")
+        print(f"answers shaded {args.spans[:-1]} by {args.spans[:-1]} -> {args.html}",
+              file=sys.stderr if args.json else sys.stdout)
     return 0
 
 
@@ -288,7 +305,7 @@ def cmd_score(args) -> int:
                            max_tokens_per_batch=args.max_tokens_per_batch,
                            bucket=not args.no_bucketing, limit=args.limit,
                            on_error=args.on_error, memory_budget=args.memory_budget,
-                           calibration=_calibration(args)):
+                           calibration=_calibration(args), spans=args.spans):
         print(line)
     return 0
 
@@ -455,6 +472,11 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     _sampling_args(p, k=10, what="the baselines")
     p.add_argument("--entailment-model", default=DEFAULT_JUDGE_MODEL,
                    help="semantic entropy's entailment judge (as for `isouq qa run`)")
+    p.add_argument("--spans", nargs="?", const="sentences", choices=SPAN_SPLITTERS,
+                   default=None, help="also score each answer sentence by sentence (or line by "
+                   "line) and mark the least trusted (docs: Span scores)")
+    p.add_argument("--html", default=None, metavar="FILE",
+                   help="with --spans: write the answers, each span shaded by its score, to FILE")
     p.set_defaults(func=cmd_ask)
 
     p = sub.add_parser("score", help="score (prompt, answer) rows of a JSONL/CSV file")
@@ -479,6 +501,9 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     p.add_argument("--on-error", choices=["skip", "stop"], default="skip",
                    help="a row that cannot be scored: write an error row and go on (skip, the "
                         "default) or stop the run")
+    p.add_argument("--spans", choices=SPAN_SPLITTERS, default=None,
+                   help="also score each answer's sentences (or lines): a `spans` list per row "
+                        "(docs: Span scores)")
     p.set_defaults(func=cmd_score)
 
     p = sub.add_parser("serve", help="an OpenAI-compatible HTTP server whose answers carry "

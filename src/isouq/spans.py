@@ -408,5 +408,43 @@ def score_spans(
     return SpanSequenceScores(**kept, spans=out, texts=[r.text for r in resolved])
 
 
+def least_trusted(spans: Sequence[dict]) -> int | None:
+    """The place of the span to check first in an answer row's ``spans`` list: the highest
+    ``epistemic_log`` (the gradient score that never pointed the wrong way on the kept QA data,
+    docs: What the scores mean); None with fewer than two spans or no finite score."""
+    vals = [(float(s["scores"]["epistemic_log"]), k) for k, s in enumerate(spans)]
+    vals = [(v, k) for v, k in vals if v == v and v != float("inf")]
+    return max(vals)[1] if len(spans) > 1 and vals else None
+
+
+def add_spans(model: nn.Module, tokenizer, prompts: Sequence, answer_ids: Sequence,
+              rows: Sequence[dict], spans: str, *, batch_size: int = 16) -> None:
+    """Give each answer row a ``spans`` list (:meth:`SpanSequenceScores.row_spans`) and
+    ``seconds["spans"]`` (its share of the span scoring); an answer with no token or no span
+    (blank text) gets an empty list."""
+    import time
+
+    ok = []
+    for i, ids in enumerate(answer_ids):
+        rows[i]["spans"] = []
+        if len(ids) == 0:
+            continue
+        try:
+            resolve_spans(tokenizer, [ids], spans)
+        except InputError:
+            continue
+        ok.append(i)
+    if not ok:
+        return
+    t0 = time.perf_counter()
+    res = score_sequences(model, tokenizer, [prompts[i] for i in ok],
+                          [list(answer_ids[i]) for i in ok], batch_size=batch_size, spans=spans)
+    share = (time.perf_counter() - t0) / len(ok)
+    for j, i in enumerate(ok):
+        rows[i]["spans"] = res.row_spans(j)
+        rows[i].setdefault("seconds", {})["spans"] = share
+
+
 __all__ = ["ABBREVIATIONS", "SPLITTERS", "AnswerSpans", "SpanScore", "SpanSequenceScores",
-           "answer_offsets", "resolve_spans", "score_spans", "split_lines", "split_sentences"]
+           "add_spans", "answer_offsets", "least_trusted", "resolve_spans", "score_spans",
+           "split_lines", "split_sentences"]
