@@ -24,6 +24,14 @@ context or few-shot examples; the files are then named ``score_sequences_tL.*``:
 
     python benchmarks/score_sequences.py --prompt-tokens 1024 --batch-sizes 4 --out benchmarks/results
 
+The models people score: ``--quantize 4bit`` (bitsandbytes on load; ghost scores every weight,
+the 4-bit ones as their dequantized values; the loop, which cannot differentiate 4-bit weights,
+differentiates the trainable ones) and ``--lora R`` (a random rank-R PEFT adapter on every
+projection; every method over base weights and adapter); the files are then named with --tag:
+
+    python benchmarks/score_sequences.py --quantize 4bit --batch-sizes 16 --tag 4bit
+    python benchmarks/score_sequences.py --lora 8 --batch-sizes 16 --tag lora8
+
 On a GPU, or where the weights cannot travel: ``--config DIR`` builds the model with random
 weights from a saved config and tokenizer (the same architecture costs the same; the scores
 are not meaningful), ``--device cuda`` and ``--dtype bfloat16`` place it (times are taken after
@@ -68,8 +76,9 @@ def load_pairs(n: int, tokenizer=None, total: int | None = None) -> tuple[list, 
     return prompts, answers
 
 
-def method_fn(method: str, model, tok, prompts, answers, batch: int):
-    """The callable that runs ``method`` once on these pairs (one batch of ``batch``)."""
+def method_fn(method: str, model, tok, prompts, answers, batch: int, loop_params=None):
+    """The callable that runs ``method`` once on these pairs (one batch of ``batch``); the loop
+    over the parameters ``loop_params`` (default: all)."""
     import torch
 
     from isouq.sequences import collate, encode, score_sequences, summarize, token_probs
@@ -93,7 +102,8 @@ def method_fn(method: str, model, tok, prompts, answers, batch: int):
         model.zero_grad(set_to_none=True)
 
     def loop():
-        score_sequences(model, tok, prompts, answers, method="loop", batch_size=batch)
+        score_sequences(model, tok, prompts, answers, method="loop", batch_size=batch,
+                        params=loop_params)
 
     def ghost():
         score_sequences(model, tok, prompts, answers, method="ghost", batch_size=batch)
@@ -125,12 +135,27 @@ def timed(fn, warmups: int, repeats: int, cuda: bool) -> tuple[list[float], floa
     return times, peak
 
 
+def add_lora(model, r: int):
+    """The model under a PEFT LoRA adapter of rank ``r`` on every attention and MLP projection,
+    with random (not zero) B, so that the adapter changes the outputs as a trained one does."""
+    import peft
+    import torch
+
+    torch.manual_seed(0)
+    targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    cfg = peft.LoraConfig(r=r, lora_alpha=2 * r, target_modules=targets, lora_dropout=0.0,
+                          init_lora_weights=False)
+    return peft.get_peft_model(model, cfg).eval()
+
+
 def run_one(method: str, model_name: str, batch: int, repeats: int, threads: int,
             total: int | None = None, config: str | None = None, device: str = "cpu",
-            dtype: str = "float32", warmups: int = 1) -> dict:
+            dtype: str = "float32", warmups: int = 1, quantize: str | None = None,
+            lora: int | None = None) -> dict:
     import torch
 
     from isouq.models import load_model
+    from isouq.quantized import autograd_ready
     from isouq.runtime import tune_allocator
 
     tuned = tune_allocator()  # as the isouq command does, for every method alike
@@ -140,13 +165,18 @@ def run_one(method: str, model_name: str, batch: int, repeats: int, threads: int
 
         model, tok, name, n_params = random_model(config, device=device)
     else:
-        model, tok, info = load_model(model_name)
+        model, tok, info = load_model(model_name, quantize=quantize)
         name, n_params = info.name, info.n_params
-    model.to(device=device, dtype=getattr(torch, dtype))
+    if quantize is None:
+        model.to(device=device, dtype=getattr(torch, dtype))
+    if lora:
+        model = add_lora(model, lora)
     cuda = torch.device(device).type == "cuda"
     prompts, answers = load_pairs(batch, tok, total)
-    fn, b = method_fn(method, model, tok, prompts, answers, batch)
-    times, peak = timed(fn, warmups, repeats, cuda)
+    loop_params = "trainable" if quantize and method == "loop" else None  # 4-bit: not differentiable
+    fn, b = method_fn(method, model, tok, prompts, answers, batch, loop_params)
+    with autograd_ready(model):
+        times, peak = timed(fn, warmups, repeats, cuda)
     return {
         "method": method, "batch": batch, "tokens_padded": int(b.input_ids.shape[1]),
         "answer_tokens_mean": float(b.answer_mask.sum(1).float().mean()),
@@ -154,6 +184,7 @@ def run_one(method: str, model_name: str, batch: int, repeats: int, threads: int
         statistics.median(times) / batch, "repeats": repeats,
         "peak_rss_gib": peak, "device": torch.cuda.get_device_name() if cuda else "cpu",
         "dtype": dtype, "model": name, "n_params": n_params, "malloc_tuned": tuned,
+        "quantize": quantize, "lora": lora, "loop_params": loop_params,
     }
 
 
@@ -173,13 +204,19 @@ def main() -> None:
                     help="random weights of the config (and tokenizer) saved in DIR")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    ap.add_argument("--quantize", default=None, choices=["4bit", "8bit"],
+                    help="quantize the model on load (bitsandbytes); the loop then differentiates "
+                         "the trainable parameters only (4-bit weights cannot be)")
+    ap.add_argument("--lora", type=int, default=None, metavar="R",
+                    help="put a random PEFT LoRA adapter of rank R on every projection")
     ap.add_argument("--tag", default=None, help="suffix of the result files' names")
     ap.add_argument("--out", default="benchmarks/results")
     ap.add_argument("--child", nargs=2, metavar=("METHOD", "BATCH"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
         print(json.dumps(run_one(a.child[0], a.model, int(a.child[1]), a.repeats, a.threads,
-                                 a.prompt_tokens, a.config, a.device, a.dtype, a.warmups)))
+                                 a.prompt_tokens, a.config, a.device, a.dtype, a.warmups,
+                                 a.quantize, a.lora)))
         return
     rows, ratios = [], []
     for batch in a.batch_sizes:
@@ -196,6 +233,8 @@ def main() -> None:
                 if a.config:
                     cmd += ["--config", a.config]
                 cmd += ["--device", a.device, "--dtype", a.dtype, "--warmups", str(a.warmups)]
+                cmd += ["--quantize", a.quantize] if a.quantize else []
+                cmd += ["--lora", str(a.lora)] if a.lora else []
                 out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
                 runs[m].append(json.loads(out.strip().splitlines()[-1]))
                 print(f"batch {batch} {m:>13} (round {rnd + 1}): "

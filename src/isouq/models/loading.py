@@ -318,7 +318,7 @@ def _finish(model, dtype, device: str, quant) -> torch.nn.Module:
 
 def _quant_text(quantize: str | None, entry: ModelEntry | None, kind: str) -> str:
     base = entry.quantization if entry else ("GGUF, dequantized" if kind == "gguf" else "none")
-    return base if quantize is None else f"{base}; bitsandbytes {quantize} (frozen weights)"
+    return base if quantize is None else f"{base}; bitsandbytes {quantize} (scored as dequantized values)"
 
 
 def _pretrained_kwargs(dtype, quant, device: str) -> dict:
