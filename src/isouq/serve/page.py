@@ -3,7 +3,8 @@
 One self-contained document (inline CSS and JavaScript, nothing fetched from elsewhere). It asks
 ``POST /v1/ask`` (the answer ``isouq ask`` gives: the QA prompt, greedy, scored), shows each
 answer with its scores, P(correct) when the server has a calibration, and marks withheld
-answers. With ``?q=QUESTION`` in the address it asks that question on load. When the server
+answers. With ``?q=QUESTION`` (repeatable) in the address it asks those questions on load and
+then sets ``data-ready`` on the body. When the server
 needs a key, the page asks for it and keeps it for the browser tab only (sessionStorage).
 Every text from the server is put in with ``textContent``, never parsed as HTML.
 """
@@ -153,12 +154,12 @@ PAGE = """<!DOCTYPE html>
 
   function ask(q) {
     q = q.trim();
-    if (!q) { return; }
+    if (!q) { return Promise.resolve(); }
     var card = el("article", "result"); card.dataset.state = "pending";
     card.appendChild(el("div", "q", q)); card.appendChild(el("div", "answer", "…"));
     $("results").insertBefore(card, $("results").firstChild);
     $("go").disabled = true; $("status").textContent = "Answering and scoring…";
-    fetch("/v1/ask", {method: "POST", headers: headers(), body: JSON.stringify({question: q})})
+    return fetch("/v1/ask", {method: "POST", headers: headers(), body: JSON.stringify({question: q})})
       .then(function (r) {
         return r.json().then(function (doc) { return {status: r.status, doc: doc}; });
       }).then(function (res) {
@@ -183,8 +184,10 @@ PAGE = """<!DOCTYPE html>
     if (ev.key === "Enter" && !ev.shiftKey) { ev.preventDefault(); ask($("question").value); }
   });
   describe();
-  var q = new URLSearchParams(location.search).get("q");
-  if (q) { $("question").value = q; ask(q); }
+  // ?q=QUESTION (repeatable): ask on load, one after the other
+  new URLSearchParams(location.search).getAll("q").reduce(function (done, q) {
+    return done.then(function () { return ask(q); });
+  }, Promise.resolve()).then(function () { document.body.dataset.ready = "true"; });
 })();
 </script>
 </body>

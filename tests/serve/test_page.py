@@ -1,0 +1,111 @@
+"""The page at / in headless Chromium against a live server: it asks the questions of its
+address, and shows each answer with p̄, its uncertainty and P(correct), withheld ones marked."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from html.parser import HTMLParser
+from urllib.parse import quote
+
+import pytest
+from fastapi.testclient import TestClient
+
+from .conftest import live, make_app
+
+CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome",
+                                               "google-chrome-stable")) if p), None)
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None,
+    reason="no chromium on PATH: install the Debian package 'chromium' (.ci/run does on CI)")
+
+
+class ScriptedCalibration:
+    """P(correct) 0.8 for the first answer asked, 0.1 for the second; threshold 0.5."""
+
+    threshold = 0.5
+
+    def __init__(self):
+        self.calls = 0
+
+    def predict(self, cols):
+        self.calls += 1
+        return [0.8 if self.calls == 1 else 0.1] * len(cols["epistemic"])
+
+    def withheld(self, p):
+        return [x < self.threshold for x in p]
+
+    def describe(self):
+        return "P(ok) = a scripted calibration for the test"
+
+
+class Cards(HTMLParser):
+    """Each result card: its data attributes and the text of its classed parts."""
+
+    def __init__(self):
+        super().__init__()
+        self.cards: list[dict] = []
+        self.body: dict = {}
+        self._cls: list[str | None] = []
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "body":
+            self.body = a
+        if tag == "article":
+            self.cards.append({"attrs": a, "text": {}})
+        self._cls.append(a.get("class"))
+
+    def handle_endtag(self, tag):
+        if self._cls:
+            self._cls.pop()
+
+    def handle_data(self, data):
+        cls = next((c for c in reversed(self._cls) if c), None)
+        if self.cards and cls:
+            self.cards[-1]["text"][cls] = self.cards[-1]["text"].get(cls, "") + data
+
+
+def dump_dom(url: str) -> str:
+    """The DOM after the page's script ran (virtual time waits for its requests)."""
+    r = subprocess.run([CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu",
+                        "--disable-dev-shm-usage", "--no-first-run", "--virtual-time-budget=30000",
+                        "--dump-dom", url], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return r.stdout
+
+
+def test_the_page_shows_answers_scores_and_withheld(lm):
+    app = make_app(lm, calibration=ScriptedCalibration(), max_new_tokens=6)
+    questions = ["who wrote hamlet", "what is the moon made of"]
+    with live(app) as url:
+        dom = dump_dom(f"{url}/?" + "&".join(f"q={quote(q)}" for q in questions))
+    page = Cards()
+    page.feed(dom)
+    assert page.body.get("data-ready") == "true", dom[-3000:]
+    newest, oldest = page.cards  # the newest on top
+    assert [c["attrs"]["data-state"] for c in page.cards] == ["done", "done"]
+    assert newest["text"]["q"] == questions[1] and oldest["text"]["q"] == questions[0]
+    assert newest["attrs"]["data-withheld"] == "true" and "withheld" in newest["attrs"]["class"]
+    assert newest["text"]["badge withheld"] == "withheld"
+    assert oldest["attrs"]["data-withheld"] == "false" and oldest["text"]["badge kept"] == "kept"
+    assert oldest["text"]["p-correct"] == "0.80" and newest["text"]["p-correct"] == "0.10"
+    with TestClient(make_app(lm, max_new_tokens=6)) as c:  # what the API says about them
+        want = c.post("/v1/ask", json={"question": questions[0]}).json()
+    assert oldest["text"]["answer"] == want["answer"]
+    assert float(oldest["text"]["mean-prob"]) == pytest.approx(
+        want["uncertainty"]["mean_prob"], abs=6e-4)
+    for cls in ("aleatoric", "epistemic", "epistemic-log"):
+        assert re.fullmatch(r"[0-9.e+-]+", oldest["text"][cls]), (cls, oldest["text"])
+
+
+def test_the_page_without_calibration_says_so(lm):
+    with live(make_app(lm, max_new_tokens=4)) as url:
+        dom = dump_dom(f"{url}/?q=who%20wrote%20hamlet")
+    page = Cards()
+    page.feed(dom)
+    (card,) = page.cards
+    assert card["attrs"]["data-state"] == "done" and card["attrs"]["data-withheld"] == "false"
+    assert card["text"]["p-correct"] == "— (no calibration)"
+    assert "no calibration" in dom  # the header line from /v1/models
