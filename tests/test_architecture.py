@@ -23,7 +23,7 @@ LAYERS = [
     ("experiments", ("experiments",)),
     ("evaluation", ("evaluation", "calibration")),
     ("report", ("report",)),
-    ("application", ("qa", "ask", "demo", "cli", "score_run", "calibrate_run", "__main__",
+    ("application", ("qa", "ask", "demo", "cli", "score_run", "calibrate_run", "serve", "__main__",
                      "")),
 ]
 RANK = {top: i for i, (_, tops) in enumerate(LAYERS) for top in tops}

@@ -18,7 +18,8 @@ tomllib = pytest.importorskip("tomllib")
 # every optional top-level module isouq imports somewhere (the extras' packages)
 OPTIONAL = ["scipy", "sklearn", "statsmodels", "matplotlib", "transformers", "tokenizers",
             "huggingface_hub", "gguf", "accelerate", "safetensors", "jax", "jaxlib", "numpyro",
-            "datasets", "laplace", "peft", "bitsandbytes"]
+            "datasets", "laplace", "peft", "bitsandbytes", "fastapi", "uvicorn",
+            "prometheus_client", "pydantic"]
 # Imported only where its absence is handled (the comparison skipped), and deliberately in no
 # extra: laplace-torch (a peer baseline of `experiment classifiers`; it pulls torchvision from
 # PyPI, whose CUDA build breaks `import transformers` beside the CPU torch of constraints.txt).
@@ -86,6 +87,7 @@ COMMANDS = [
     (["qa", "run", "--out", "qa"], "llm,report"),
     (["experiment", "validation", "--out", "v"], "reference,report"),
     (["experiment", "proxy-bias-text", "--out", "v"], "llm,report"),
+    (["serve"], "llm,serve"),
 ]
 
 
@@ -144,8 +146,9 @@ def test_every_third_party_import_is_declared():
             continue
         assert IMPORT_TO_DIST.get(top, top) in declared, f"{where} imports {top}, not declared"
         assert top in OPTIONAL + ["torch", "numpy", "tqdm"], f"{where}: add {top} to OPTIONAL"
-    assert extras["all"] == {"isouq"}  # isouq[llm,reference,report,dev,docs]
-    assert "llm,reference,report,dev,docs" in meta["optional-dependencies"]["all"][0]
+    assert extras["all"] == {"isouq"}  # isouq[every extra but data]
+    inside = meta["optional-dependencies"]["all"][0].split("[", 1)[1].rstrip("]").split(",")
+    assert set(inside) == set(extras) - {"all", "data"}
 
 
 def test_the_cli_checks_the_modules_its_extras_install():
