@@ -294,7 +294,8 @@ class FittedMap:
         if d["kind"] not in MAP_KINDS or not set(d["features"]) <= set(SCORES) or any(
                 len(d[k]) != d_feats for k in ("mean", "scale", "coef")) or (
                 d["kind"] == "isotonic" and not 0 < len(d["iso_x"]) == len(d["iso_y"])):
-            raise ValueError(f"map {d.get('kind')!r} on {d.get('features')!r} is incomplete")
+            raise DataError(f"map {d.get('kind')!r} on {d.get('features')!r} is incomplete; "
+                            "re-create the calibration file with isouq calibrate")
         return cls(name=str(d["name"]), kind=str(d["kind"]), features=tuple(d["features"]),
                    shifts={str(k): float(v) for k, v in d["shifts"].items()},
                    mean=tuple(map(float, d["mean"])), scale=tuple(map(float, d["scale"])),

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from .errors import InputError, ModelError
+from .ghost.weights import is_offloaded, offloaded_ties, resolve
 from .param_sets import DEFAULT_SET, PARAM_SETS
 from .quantized import dequantized, is_quantized, logical_numel
 from .scores import ParamInfo
@@ -88,6 +89,8 @@ def select_params(
         InputError: ``spec`` matches nothing, or is of the wrong type.
     """
     all_named = dict(model.named_parameters())
+    for alias in offloaded_ties(model):  # one weight, as in the model before offloading
+        all_named.pop(alias, None)
     if not all_named:
         raise ModelError("the model has no parameters; isouq needs a model with parameters")
     spec = DEFAULT_SET if spec is None else spec
@@ -176,12 +179,46 @@ def _sq_norm(p: torch.Tensor) -> float:
     return sq
 
 
+def _is_dtensor(p: torch.Tensor) -> bool:
+    return type(p).__name__ == "DTensor" or hasattr(p, "device_mesh") and hasattr(p, "to_local")
+
+
+def _sq_norm_all(params: dict[str, nn.Parameter], model: nn.Module | None) -> float:
+    """Σ ‖p‖² over ``params``: a weight accelerate offloads (on ``meta``) read from where it
+    keeps it; a sharded one (FSDP2's DTensor) as the sum of every rank's ‖local shard‖², one
+    all-reduce per device mesh (every rank calls this with the same parameters)."""
+    sq, sharded = 0.0, {}
+    for name, p in params.items():
+        if _is_dtensor(p):
+            local = p.detach().to_local()
+            part = float(torch.linalg.vector_norm(local)) ** 2 if local.numel() else 0.0
+            mesh = p.device_mesh
+            sharded.setdefault(id(mesh), [mesh, local.device, 0.0])[2] += part
+        elif is_offloaded(p):
+            if model is None:
+                raise ModelError(f"the weight {name!r} is offloaded (on 'meta'): pass the model "
+                                 "to read its values")
+            with torch.no_grad():
+                w = resolve(model, name, p)
+                sq += float(torch.linalg.vector_norm(w)) ** 2
+        else:
+            sq += _sq_norm(p)
+    for mesh, device, part in sharded.values():
+        import torch.distributed as dist
+
+        t = torch.tensor([part], dtype=torch.float64, device=device)
+        dist.all_reduce(t, group=mesh.get_group())
+        sq += float(t[0])
+    return sq
+
+
 def param_info(params: dict[str, nn.Parameter], model: nn.Module | None = None,
                spec: ParamSpec = None) -> ParamInfo:
     """Names, total count, ‖θ*‖², set name and share of the model of the selected parameters
-    (quantized weights as their dequantized values)."""
+    (quantized weights as their dequantized values; offloaded and sharded ones read where
+    accelerate or FSDP2 keeps them)."""
     # float32 norms per tensor (no float64 copy of a large model), summed in float64
-    sq = sum(_sq_norm(p) for p in params.values())
+    sq = _sq_norm_all(params, model)
     return ParamInfo(
         names=tuple(params), n_params=sum(logical_numel(p) for p in params.values()),
         sq_norm=sq, set=set_name(spec), n_model=model_numel(model) if model is not None else 0,

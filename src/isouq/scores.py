@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .errors import InputError
+
 
 @dataclass(frozen=True)
 class ParamInfo:
@@ -74,9 +76,10 @@ class Scores:
         the same (with probs (N, C)) from one backward pass instead of C.
         """
         if self.probs is None:
-            raise ValueError("predicted() is for classifier scores; regressor scores are (N,)")
+            raise InputError("predicted() is for classifier scores; regressor scores are (N,) already")
         if self.classes is not None:
-            raise ValueError("these scores already hold one class per example (classes=...)")
+            raise InputError("these scores already hold one class per example (classes=...); "
+                             "use them as they are")
         c = self.probs.argmax(dim=1, keepdim=True)
         return Scores(
             epistemic=self.epistemic.gather(1, c).squeeze(1),

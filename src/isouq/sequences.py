@@ -24,6 +24,7 @@ from .covariance import Identity
 from .errors import InputError, check_finite
 from .estimators import eval_mode
 from .ghost.engine import GhostNorms
+from .ghost.weights import execution_device, is_offloaded
 from .params import ParamSpec, param_info, select_params
 from .quantized import autograd_ready, is_quantized
 from .scores import SequenceScores
@@ -160,9 +161,19 @@ def collate(enc: list[Encoded], pad_id: int, side: Literal["right", "left"] = "r
     return Batch(ids, att, pos, ans[:, 1:])
 
 
+def input_device(model: nn.Module) -> torch.device:
+    """Where the input ids go: the embedding's device; for one accelerate offloads (weight on
+    ``meta``), the device its hook runs it on."""
+    emb = model.get_input_embeddings()
+    dev = emb.weight.device
+    if dev.type != "meta":
+        return dev
+    return execution_device(emb) or execution_device(model) or torch.device("cpu")
+
+
 def token_probs(model: nn.Module, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
     """Forward pass; returns (p (N, L−1) probability of each next token, zero off-answer; mask)."""
-    dev = model.get_input_embeddings().weight.device  # with device_map="auto": the first layer's
+    dev = input_device(model)  # with device_map="auto": the first layer's
     mask = batch.answer_mask.to(dev)
     # logits only from the first position that predicts an answer token (lm_head is a large
     # share of a small LM's forward); models without ``logits_to_keep`` compute them all
@@ -326,6 +337,12 @@ def score_sequences(
         raise InputError(
             f"method={method!r} differentiates the weights themselves, and quantized (4/8-bit) "
             "weights cannot be; use method='ghost' (exact for them) or params='trainable'")
+    if method == "loop" and any(is_offloaded(q) or type(q).__name__ == "DTensor"
+                                for q in sel.values()):
+        raise InputError(
+            "method='loop' differentiates the weights themselves, and this model's are offloaded "
+            "(accelerate keeps them on 'meta') or sharded (FSDP2); use method='ghost' (exact "
+            "for them)")
     n = len(enc)
     epi = torch.zeros(n)
     alea, mean, T = torch.zeros(n), torch.zeros(n), torch.zeros(n, dtype=torch.long)

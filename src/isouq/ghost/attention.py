@@ -29,6 +29,7 @@ from ..errors import ModelError
 from .calls import Call
 from .factors import Contribution, Materialized, Pair, at_least_f32
 from .registry import register_rule
+from .weights import rule_params
 
 _SIG = inspect.signature(nn.MultiheadAttention.forward)
 
@@ -60,7 +61,7 @@ def contributions(module: nn.MultiheadAttention, call: Call) -> dict[str, Contri
     dt = B.dtype
     query, key, value = (t.detach().to(dt) for t in (query, key, value))
     E, H = module.embed_dim, module.num_heads
-    own = {n: p.detach().to(dt) for n, p in module.named_parameters()}
+    own = {n: p.to(dt) for n, p in rule_params(module, call, recurse=True).items()}
     if module._qkv_same_embed_dim:
         Wq, Wk, Wv = own["in_proj_weight"].chunk(3)
     else:

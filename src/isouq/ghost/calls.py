@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from ..errors import InputError
+
 
 @dataclass
 class Call:
@@ -26,5 +28,6 @@ class Call:
 def as_tokens(t: torch.Tensor) -> torch.Tensor:
     """(N, ..., d) -> (N, T, d): every position between batch and feature dims is a 'token'."""
     if t.ndim < 2:
-        raise ValueError("ghost norms need batch-first inputs of at least 2 dims (N, ..., d)")
+        raise InputError("ghost norms need batch-first inputs of at least 2 dims (N, ..., d); "
+                         "add the batch dimension (x[None]) for a single example")
     return t.reshape(t.shape[0], -1, t.shape[-1])

@@ -32,6 +32,7 @@ from ..errors import ModelError
 from .calls import Call
 from .factors import Contribution, Materialized, at_least_f32
 from .registry import register_rule
+from .weights import resolve
 
 
 def _folded(t: torch.Tensor) -> torch.Tensor:
@@ -72,11 +73,11 @@ def _by_channel_stats(module: nn.Module, x: torch.Tensor, grad: torch.Tensor,
 
 def _running(module: nn.Module, N: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """The running mean and 1/√(var + eps), repeated per example: (N·C,) each."""
-    mean, var = module.running_mean.to(dtype), module.running_var.to(dtype)
+    mean, var = (resolve(module, n).to(dtype) for n in ("running_mean", "running_var"))
     return mean.repeat(N), torch.rsqrt(var + module.eps).repeat(N)
 
 
-@register_rule(_BatchNorm, uses_output=False)
+@register_rule(_BatchNorm, uses_output=False, reads_params=False)
 def batch_norm(module: _BatchNorm, call: Call) -> dict[str, Contribution]:
     """BatchNorm1d/2d/3d in eval mode (running statistics)."""
     if module.training or module.running_mean is None:
@@ -102,7 +103,7 @@ def _own_stats(x: torch.Tensor, groups: int, eps: float) -> tuple[torch.Tensor, 
     return mean, torch.rsqrt(var + eps)
 
 
-@register_rule(nn.GroupNorm, uses_output=False)
+@register_rule(nn.GroupNorm, uses_output=False, reads_params=False)
 def group_norm(module: nn.GroupNorm, call: Call) -> dict[str, Contribution]:
     """GroupNorm: each example normalized by its own group statistics."""
     grad = at_least_f32(call.grad)
@@ -117,7 +118,7 @@ def group_norm(module: nn.GroupNorm, call: Call) -> dict[str, Contribution]:
     return _contributions(module, g_w, g_b, N)
 
 
-@register_rule(_InstanceNorm, uses_output=False)
+@register_rule(_InstanceNorm, uses_output=False, reads_params=False)
 def instance_norm(module: _InstanceNorm, call: Call) -> dict[str, Contribution]:
     """InstanceNorm1d/2d/3d with affine=True (per-example statistics, or running ones)."""
     grad = at_least_f32(call.grad)

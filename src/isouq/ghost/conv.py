@@ -135,7 +135,7 @@ def _weight_grads(module, grad: torch.Tensor, x: torch.Tensor, pad: tuple[int, .
                  for s in range(0, grad.shape[0], chunk))
 
 
-@register_rule(nn.Conv1d, nn.Conv2d, nn.Conv3d, uses_output=False)
+@register_rule(nn.Conv1d, nn.Conv2d, nn.Conv3d, uses_output=False, reads_params=False)
 def contributions(module: nn.modules.conv._ConvNd, call: Call) -> dict[str, Contribution]:
     """weight: Pair over positions (fold = groups) or materialized; bias: (N, Cout)."""
     grad = at_least_f32(call.grad)  # half-precision models: every term in float32

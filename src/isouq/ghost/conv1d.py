@@ -14,7 +14,7 @@ def _is_hf_conv1d(module: nn.Module) -> bool:
     return type(module).__name__ == "Conv1D" and hasattr(module, "nf")
 
 
-@register_rule(match=_is_hf_conv1d, uses_output=False)
+@register_rule(match=_is_hf_conv1d, uses_output=False, reads_params=False)
 def contributions(module: nn.Module, call: Call) -> dict[str, Contribution]:
     """weight (in, out): Pair(A, B); bias: Σₜ bₜ."""
     A = as_tokens(call.args[0]).to(call.grad.dtype)

@@ -38,7 +38,8 @@ def applies(module: nn.Module) -> bool:
     )
 
 
-@register_rule(nn.Embedding, applies=applies, subclasses=True, uses_output=False)
+@register_rule(nn.Embedding, applies=applies, subclasses=True, uses_output=False,
+               reads_params=False)
 def contributions(module: nn.Embedding, call: Call) -> dict[str, Contribution]:
     idx = call.args[0]
     N = idx.shape[0]

@@ -26,13 +26,14 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..errors import ModelError
+from ..errors import InputError, ModelError
 from ..quantized import is_quantized
 from . import fallback
 from .calls import Call
 from .factors import Contribution, sq_norms
 from .registry import owned_parameters
 from .registry import rule_for as rule_for  # rules register themselves (ghost/registry.py)
+from .weights import execution_device, gathered_copy, is_sharded, offloaded_ties
 
 
 @dataclass
@@ -64,6 +65,9 @@ class GhostNorms:
         self.params = params
         self.names = tuple(params)
         by_id = {id(p): n for n, p in params.items()}
+        for alias, source in offloaded_ties(model).items():  # tied, split by offloading
+            if id(src := model.get_parameter(source)) in by_id:
+                by_id[id(model.get_parameter(alias))] = by_id[id(src)]
         # owners: module -> [(local attribute name, global parameter name)]
         self.owners: dict[nn.Module, list[tuple[str, str]]] = {}
         for mod, local, p in owned_parameters(model):  # composite layers own their children's
@@ -102,14 +106,24 @@ class GhostNorms:
         self._retain, self._N = False, 0
         self.calls: list[Call] = []
         self._hooks: list = []
-        self._saved_flags: list[tuple[nn.Parameter, bool]] = []
+        self._saved_flags: list[tuple[nn.Module, str, bool]] = []
         self._capturing = False
+        # FSDP2 frees a layer's gathered weights after its forward: the rules that read them
+        # (norms, the fallback) get a copy made in the forward hook (ghost/weights.py)
+        self._copy = ({m for m, r in self.rules.items() if r is None or r.reads_params}
+                      if is_sharded(model) else set())
+        # accelerate moves a layer's inputs to its device inside the forward, after torch's
+        # hooks saw them: the recorded ones are moved the same way
+        self._device = {m: d for m in self.owners if (d := execution_device(m)) is not None}
 
     # ------------------------------------------------------------------ context
     def __enter__(self) -> GhostNorms:
-        self._saved_flags = [(p, p.requires_grad) for p in self.model.parameters()]
-        for p, _ in self._saved_flags:
-            p.requires_grad_(False)
+        # by (module, name): accelerate and FSDP2 put new parameter objects in place of the
+        # old ones (offloading to meta, resharding); the flags go back on whichever is there
+        self._saved_flags = [(m, n, p.requires_grad) for m in self.model.modules()
+                             for n, p in m._parameters.items() if p is not None]
+        for m, n, _ in self._saved_flags:
+            m._parameters[n].requires_grad_(False)
         for mod in self.owners:
             self._hooks.append(mod.register_forward_hook(self._on_forward, with_kwargs=True))
         self.calls = []
@@ -121,8 +135,10 @@ class GhostNorms:
         for h in self._hooks:
             h.remove()
         self._hooks = []
-        for p, flag in self._saved_flags:
-            p.requires_grad_(flag)
+        for m, n, flag in self._saved_flags:
+            p = m._parameters.get(n)
+            if p is not None:
+                p.requires_grad_(flag)
         self._saved_flags = []
         self._capturing = False
         self._release_calls()
@@ -176,8 +192,15 @@ class GhostNorms:
         if not first.requires_grad:  # nothing upstream requires grad: start the graph here
             first = first.detach().requires_grad_(True)
             replaced = first
-        call = Call(module=module, args=tuple(a.detach() if isinstance(a, torch.Tensor) else a
-                                              for a in args), kwargs=kwargs, output=first)
+        dev = self._device.get(module)
+        call = Call(module=module, args=tuple(
+            (a.detach() if dev is None else a.detach().to(dev)) if isinstance(a, torch.Tensor)
+            else a for a in args), kwargs=kwargs, output=first)
+        if dev is not None:
+            call.kwargs = {k: v.to(dev) if isinstance(v, torch.Tensor) else v
+                           for k, v in kwargs.items()}
+        if module in self._copy:
+            call.extra["params"] = gathered_copy(module, recurse=True)
 
         # weak references: the hook lives on ``first`` (held by the call and the graph), so a
         # strong one would make a cycle through autograd that Python's GC cannot see
@@ -230,7 +253,7 @@ class GhostNorms:
             GhostResult: ``total`` (N,), ``per_param`` (N, n) in the order of ``names``.
         """
         if s.ndim != 1:
-            raise ValueError(f"s must be (N,), got shape {tuple(s.shape)}")
+            raise InputError(f"s must be (N,), one scalar per example, got shape {tuple(s.shape)}")
         N = s.shape[0]
         for c in self.calls:
             c.grad = None
@@ -256,7 +279,7 @@ class GhostNorms:
                 if call.grad is None:
                     continue  # did not influence s, or its norms were computed in backward
                 if call.grad.shape[0] != N:
-                    raise ValueError(
+                    raise InputError(
                         f"a {type(call.module).__name__} layer ran on a batch of "
                         f"{call.grad.shape[0]} while s has {N} examples: an input was broadcast "
                         "across the batch (e.g. position_ids of shape (1, T)); pass it per "

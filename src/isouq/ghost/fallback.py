@@ -13,6 +13,7 @@ from torch.func import functional_call
 
 from .calls import Call
 from .factors import Contribution, Materialized
+from .weights import is_offloaded, resolve, rule_params, unhooked
 
 CHUNK = 8
 
@@ -20,12 +21,15 @@ CHUNK = 8
 def contributions(module: nn.Module, call: Call, names: list[str]) -> dict[str, Contribution]:
     """Per-example gradients (N, *shape) of the parameters ``names`` (dotted, local)."""
     # recursive: a composite layer (nn.MultiheadAttention) owns its children's parameters
-    own = {n: p.detach() for n, p in module.named_parameters()}
+    # offloaded (accelerate) or sharded (FSDP2) weights as the forward had them; offloaded
+    # buffers too, since the forward runs without accelerate's hook
+    own = rule_params(module, call, recurse=True)
+    bufs = {n: resolve(module, n, b) for n, b in module.named_buffers() if is_offloaded(b)}
     grads = {n: [] for n in names}
     N = call.grad.shape[0]
-    with torch.enable_grad():
+    with torch.enable_grad(), unhooked(module):
         theta = {n: (own[n].clone().requires_grad_(True) if n in names else own[n]) for n in own}
-        out = functional_call(module, theta, call.args, call.kwargs)
+        out = functional_call(module, {**bufs, **theta}, call.args, call.kwargs)
         out = out[0] if isinstance(out, tuple | list) else out
         for s in range(0, N, CHUNK):
             rows = range(s, min(s + CHUNK, N))

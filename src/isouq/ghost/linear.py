@@ -27,7 +27,7 @@ def linear_contributions(x: torch.Tensor, grad: torch.Tensor, bias: bool
 
 # subclasses that change forward (LoRA, ...) go to the exact fallback; bitsandbytes' quantized
 # layers have their own rules (quantized.py)
-@register_rule(nn.Linear, uses_output=False)
+@register_rule(nn.Linear, uses_output=False, reads_params=False)
 def contributions(module: nn.Linear, call: Call) -> dict[str, Contribution]:
     """weight: Pair(B, A) (Gram or materialized by the cost rule); bias: Σₜ bₜ (N, out)."""
     return linear_contributions(call.args[0].to(call.grad.dtype), call.grad,

@@ -31,9 +31,11 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
+from ..errors import ModelError
 from .calls import Call
 from .factors import LOW_PRECISION, Contribution, Materialized, at_least_f32
 from .registry import register_rule
+from .weights import rule_params, unhooked
 
 _NAMES = ("LayerNorm", "RMSNorm")
 #: module -> {dtype: the formula ("rms"/"layer") whose fused x̂ matched f(w + 1) − f(w) on the
@@ -107,10 +109,11 @@ def _general_derivative(module: nn.Module, call: Call, own: dict, name: str,
         # f(w + 1) − f(w) both in float32: a difference of two rounded half-precision
         # outputs would keep only a few digits of ∂y/∂w
         own32 = {n: p.float() for n, p in own.items()}
-        with _dtype_eps(module, x.dtype):
+        with _dtype_eps(module, x.dtype), unhooked(module):
             f = lambda params: functional_call(module, params, (x.float(),), call.kwargs)  # noqa: E731
             return f({**own32, name: own32[name] + 1}) - f(own32)
-    shifted = functional_call(module, {**own, name: w + 1}, (x,), call.kwargs)
+    with unhooked(module):  # accelerate's hook would put its offloaded weights in place
+        shifted = functional_call(module, {**own, name: w + 1}, (x,), call.kwargs)
     return shifted.to(dtype) - call.output.detach().to(dtype)
 
 
@@ -162,7 +165,7 @@ def _divisible(module: nn.Module, call: Call, own: dict) -> bool:
     if (set(own) != {"weight"} or y.dtype not in (torch.float32, torch.float64)
             or w.dtype != y.dtype or tuple(y.shape[y.ndim - w.ndim:]) != tuple(w.shape)):
         return False
-    key = (module.weight._version, w.data_ptr())
+    key = (w._version, w.data_ptr())
     hit = _NORMAL_WEIGHT.get(module)
     if hit is None or hit[0] != key:  # NaN: False
         hit = (key, torch.finfo(w.dtype).tiny <= float(w.abs().min()) < float("inf"))
@@ -173,14 +176,14 @@ def _divisible(module: nn.Module, call: Call, own: dict) -> bool:
 @register_rule(nn.LayerNorm, nn.RMSNorm, match=_by_name, applies=applies, subclasses=True)
 def contributions(module: nn.Module, call: Call) -> dict[str, Contribution]:
     """Per-example gradient of each affine parameter, materialized: (N, *w.shape)."""
-    own = {n: p.detach() for n, p in module.named_parameters(recurse=False)}
+    own = rule_params(module, call)  # offloaded or sharded weights: as the forward had them
     grad = call.grad
     N = grad.shape[0]
     shapes = {tuple(w.shape) for w in own.values()}
     for name, w in own.items():
         k = w.ndim
         if grad.ndim < k + 1 or tuple(grad.shape[grad.ndim - k:]) != tuple(w.shape):
-            raise ValueError(f"{type(module).__name__}.{name} {tuple(w.shape)} does not act on "
+            raise ModelError(f"{type(module).__name__}.{name} {tuple(w.shape)} does not act on "
                              f"the trailing dims of its output {tuple(grad.shape)}")
     b = at_least_f32(grad)
     with torch.no_grad():

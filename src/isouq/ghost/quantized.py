@@ -37,4 +37,5 @@ def register() -> None:
     _DONE = True
     import bitsandbytes as bnb
 
-    register_rule(bnb.nn.Linear4bit, subclasses=True, uses_output=False)(_linear4bit)
+    register_rule(bnb.nn.Linear4bit, subclasses=True, uses_output=False,
+                  reads_params=False)(_linear4bit)

@@ -49,6 +49,7 @@ class Rule:
     composite: bool = False
     applies: Callable[[nn.Module], bool] | None = None
     uses_output: bool = True
+    reads_params: bool = True
 
 
 _BY_TYPE: dict[type, Rule] = {}
@@ -63,6 +64,7 @@ def register_rule(
     subclasses: bool = False,
     composite: bool = False,
     uses_output: bool = True,
+    reads_params: bool = True,
 ) -> Callable[[RuleFn], RuleFn]:
     """Decorator registering ``fn(module, call) -> {local param name: Contribution}``.
 
@@ -77,6 +79,11 @@ def register_rule(
         uses_output: False if the rule never reads ``call.output``: the engine then does not
             keep the layer's output alive until the backward (a Linear layer's output is
             memory autograd itself would free early: 0.6 GiB for SmolLM2 at batch 32).
+        reads_params: False if the rule never reads the module's parameter values (shapes and
+            ``is None`` aside): under FSDP2 the engine then makes no copy of the gathered
+            weights for it. A rule that reads them must do so through
+            ``isouq.ghost.weights.rule_params(module, call)``, exact for weights accelerate
+            offloads or FSDP2 shards.
 
     Returns:
         The decorator; it returns ``fn`` unchanged.
@@ -89,7 +96,7 @@ def register_rule(
 
     def deco(fn: RuleFn) -> RuleFn:
         rule = Rule(fn, getattr(fn, "__qualname__", repr(fn)), subclasses, composite, applies,
-                    uses_output)
+                    uses_output, reads_params)
         for t in types:
             _BY_TYPE[t] = rule
         if match is not None:

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from numpyro.diagnostics import effective_sample_size, split_gelman_rubin
 
+from ..errors import InputError
 from ..models.toy import MLPSpec
 from .jax_models import predict_fn
 
@@ -60,7 +61,7 @@ def predictive_moments(
     """
     K, S, D = draws.shape
     if D != spec.n_params:
-        raise ValueError(f"draws have D={D} but {spec.label()} has {spec.n_params} parameters")
+        raise InputError(f"draws have D={D} but {spec.label()} has {spec.n_params} parameters")
     q = predict_fn(spec, task)
     n_out = 1 if task == "regression" else (2 if task == "binary" else spec.out_dim)
     thetas = jnp.asarray(draws.reshape(K * S, D))

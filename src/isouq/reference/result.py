@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..errors import InputError
 from ..models.toy import MLPSpec
 
 
@@ -47,7 +48,7 @@ class Reference:
         from .jax_models import to_state_dict
 
         if self.spec is None:
-            raise ValueError("this reference has no model spec; use jax_models.to_state_dict")
+            raise InputError("this reference has no model spec; use jax_models.to_state_dict")
         return to_state_dict(self.param_mean, self.spec, dtype)
 
     def summary(self) -> dict:
