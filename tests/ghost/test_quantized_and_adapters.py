@@ -12,10 +12,9 @@ import torch
 from torch import nn
 
 import isouq
+import tiny
 from isouq.errors import InputError, ModelError
 from isouq.quantized import dequantized, is_quantized
-
-import tiny
 
 PROMPTS = ["Question: who sat?\nAnswer:", "Q: what is it\nA:", "Say a word:"]
 ANSWERS = [" a cat sat", " the dog", " hello there you"]
