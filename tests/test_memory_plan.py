@@ -197,3 +197,27 @@ def test_prediction_matches_a_measured_peak_in_a_fresh_process():
         sys.path.pop(0)
     est = mp.estimate(tiny_llama(), batch=8, length=256, answer_length=16)
     assert 0.7 < est.working / measured < 1.4
+
+
+def test_the_plan_reads_what_the_linear_rule_keeps_from_its_registration():
+    """A Linear rule registered as reading its layer's output makes the engine keep every
+    Linear output until the backward; the plan counts them from that registration alone
+    (q, o, down of width d and k, v of width d_kv per token and layer)."""
+    from torch import nn
+
+    from isouq.ghost import registry
+    from isouq.ghost.registry import register_rule, rule_for
+
+    cfg = mp.Shape(hidden=64, kv_hidden=32, intermediate=128, layers=3, heads=4, vocab=100,
+                   tied=False, param_bytes=4 * 10_000, dtype=torch.float32)
+    before = mp.estimate(cfg, batch=4, length=32, answer_length=8, dtype=torch.float32)
+    original = rule_for(nn.Linear(1, 1))
+    try:
+        register_rule(nn.Linear, uses_output=True)(original.contributions)
+        after = mp.estimate(cfg, batch=4, length=32, answer_length=8, dtype=torch.float32)
+    finally:
+        registry._BY_TYPE[nn.Linear] = original
+    tok = 4 * 32
+    kept = 3 * (3 * 64 + 2 * 32) * tok * 4  # bytes, counted; the fitted factor applies
+    assert after.activations - before.activations == pytest.approx(
+        mp.CALIBRATION["activations"] * kept, abs=1)

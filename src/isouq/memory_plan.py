@@ -58,7 +58,8 @@ import torch
 from torch import nn
 
 from .errors import InputError, MemoryBudgetError, ModelError
-from .ghost.factors import MATERIALIZE_BYTES
+from .ghost.factors import gram_is_cheaper
+from .ghost.registry import rule_for
 
 Method = Literal["ghost", "loop"]
 
@@ -188,19 +189,17 @@ def _split(sizes: Iterable[tuple[float, float]]) -> tuple[float, float]:
 
 def _gram_chosen(N: int, T: int, a: int, b: int, index: bool = False,
                  more: tuple[tuple[int, bool], ...] = ()) -> bool:
-    """factors.choose_gram for one parameter (a, b): a Pair of T positions (``index``: an
-    embedding's one-hot rows) and, for a tied weight, ``more`` contributions (T, index)."""
-    pairs = ((T, index), *more)
-    gram = sum(tp * tq * ((1 if ip and iq else a) + b) for tp, ip in pairs for tq, iq in pairs)
-    mat = sum(t * (b if i else a * b) for t, i in pairs) + a * b
-    return gram <= mat or N * a * b * 4 > MATERIALIZE_BYTES
+    """The engine's own cost rule (``factors.gram_is_cheaper``) for one parameter (a, b): a
+    Pair of T positions (``index``: an embedding's one-hot rows) and, for a tied weight,
+    ``more`` contributions (T, index); blocks counted in float32."""
+    return gram_is_cheaper(N, a, b, [(T, index), *more], 4)
 
 
 def _activation_blocks(s: Shape, N: int, L: int, e: int, padded: bool, per_row: bool = False):
     """(count, block bytes) of what the forward saves, all layers (Llama-style counts)."""
     d, kv, inter, H = s.hidden, s.kv_hidden, s.intermediate, s.heads
     tok = N * L
-    # ghost: the hooks keep no Linear output (no rule reads it), only what autograd saves
+    # ghost: what autograd saves; Linear outputs only if their rule reads them (below)
     if per_row:  # one unpadded row, weights requiring grad, no hooks holding layer outputs
         n_d, n_kv = 8, 2
     else:
@@ -216,7 +215,16 @@ def _activation_blocks(s: Shape, N: int, L: int, e: int, padded: bool, per_row: 
     ]
     if padded and not per_row:
         blocks.append((s.layers, tok * L * e))  # SDPA's attention mask, one per layer
+    if not per_row and _linear_rule_reads_output():  # the hooks then keep q, k, v, o, down
+        blocks += [(s.layers * 3, tok * d * e), (s.layers * 2, tok * kv * e)]
     return blocks
+
+
+def _linear_rule_reads_output() -> bool:
+    """Whether the registered nn.Linear rule reads its layer's output (its registration's
+    ``uses_output``): the engine then keeps every Linear output until the backward."""
+    rule = rule_for(nn.Linear(1, 1))
+    return rule is not None and rule.uses_output
 
 
 def _logit_blocks(s: Shape, N: int, A: int, e: int):

@@ -198,22 +198,39 @@ def _gram_sq_norm(pairs: list[Pair], cache: dict | None = None) -> torch.Tensor:
     return total
 
 
+def gram_is_cheaper(N: int, a: int, b: int, positions: list[tuple[int, bool]],
+                    elem_bytes: int, gram_cost: float | None = None) -> bool:
+    """The cost rule on shapes alone (``choose_gram`` on a batch; ``memory_plan`` ahead).
+
+    Args:
+        N: examples; a, b: the parameter's shape (a, b).
+        positions: one (T, is_index) per contribution: its token positions, and whether its
+            left factor is one-hot indices (embeddings).
+        elem_bytes: bytes per element of a materialized block.
+        gram_cost: the Gram form's cost per example when a rule computes R Rᵀ its own way.
+
+    Returns:
+        True for the Gram form: cheaper (~ N T² (a + b)) than materializing (~ N T a b), or the
+        materialized (N, a, b) block would exceed ``MATERIALIZE_BYTES``.
+    """
+    gram = sum(tp * tq * ((1 if (ip and iq) else a) + b)
+               for tp, ip in positions for tq, iq in positions)
+    if gram_cost is not None:
+        gram = gram_cost
+    mat = sum(t * (b if i else a * b) for t, i in positions) + a * b
+    return gram <= mat or N * a * b * elem_bytes > MATERIALIZE_BYTES
+
+
 def choose_gram(pairs: list[Pair], gram_cost: float | None = None) -> bool:
     """The cost rule, decided per parameter per batch (T may change between batches).
 
     ``gram_cost`` (per example) replaces the Gram form's default cost when a rule computes
     R Rᵀ its own way (convolutions: from the input's channel Gram).
     """
-    N = pairs[0].right.shape[0]
     a, b = pairs[0].shape
-    Ts = [p.right.shape[1] for p in pairs]
-    gram = sum(Tp * Tq * ((1 if (p.is_index and q.is_index) else a) + b)
-               for p, Tp in zip(pairs, Ts, strict=False) for q, Tq in zip(pairs, Ts, strict=False))
-    if gram_cost is not None:
-        gram = gram_cost
-    mat = sum(T * (b if p.is_index else a * b) for p, T in zip(pairs, Ts, strict=False)) + a * b
-    fits = N * a * b * pairs[0].right.element_size() <= MATERIALIZE_BYTES
-    return gram <= mat or not fits
+    return gram_is_cheaper(pairs[0].right.shape[0], a, b,
+                           [(p.right.shape[1], p.is_index) for p in pairs],
+                           pairs[0].right.element_size(), gram_cost)
 
 
 def _f32_pair(p: Pair) -> Pair:
