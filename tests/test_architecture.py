@@ -24,7 +24,7 @@ LAYERS = [
     ("evaluation", ("evaluation", "calibration")),
     ("report", ("report",)),
     ("application", ("qa", "ask", "demo", "cli", "score_run", "calibrate_run", "serve", "__main__",
-                     "")),
+                     "integrations", "")),
 ]
 RANK = {top: i for i, (_, tops) in enumerate(LAYERS) for top in tops}
 

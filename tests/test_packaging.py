@@ -19,13 +19,13 @@ tomllib = pytest.importorskip("tomllib")
 OPTIONAL = ["scipy", "sklearn", "statsmodels", "matplotlib", "transformers", "tokenizers",
             "huggingface_hub", "gguf", "accelerate", "safetensors", "jax", "jaxlib", "numpyro",
             "datasets", "laplace", "peft", "bitsandbytes", "fastapi", "uvicorn",
-            "prometheus_client", "pydantic"]
+            "prometheus_client", "pydantic", "lm_polygraph"]
 # Imported only where its absence is handled (the comparison skipped), and deliberately in no
 # extra: laplace-torch (a peer baseline of `experiment classifiers`; it pulls torchvision from
 # PyPI, whose CUDA build breaks `import transformers` beside the CPU torch of constraints.txt).
 # (Hugging Face `datasets` is declared: the `data` extra, outside `all`.)
 UNDECLARED_OK = {"laplace"}
-IMPORT_TO_DIST = {"sklearn": "scikit-learn"}
+IMPORT_TO_DIST = {"sklearn": "scikit-learn", "lm_polygraph": "lm-polygraph"}
 
 BLOCKER = f"""
 import importlib.abc, sys
@@ -146,9 +146,9 @@ def test_every_third_party_import_is_declared():
             continue
         assert IMPORT_TO_DIST.get(top, top) in declared, f"{where} imports {top}, not declared"
         assert top in OPTIONAL + ["torch", "numpy", "tqdm"], f"{where}: add {top} to OPTIONAL"
-    assert extras["all"] == {"isouq"}  # isouq[every extra but data]
+    assert extras["all"] == {"isouq"}  # isouq[every extra but data and polygraph]
     inside = meta["optional-dependencies"]["all"][0].split("[", 1)[1].rstrip("]").split(",")
-    assert set(inside) == set(extras) - {"all", "data"}
+    assert set(inside) == set(extras) - {"all", "data", "polygraph"}
 
 
 def test_the_cli_checks_the_modules_its_extras_install():
