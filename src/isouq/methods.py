@@ -6,20 +6,19 @@ A method is what a user asks for by name (``isouq qa run --methods``, ``isouq as
 
 - whether it needs K sampled answers (drawn once per question and shared),
 - the score keys it writes, the first of which shows that it ran,
-- how it runs: a function ``run(batch) -> list[MethodOutput]`` of ``isouq.qa.methods``, named
-  here and imported only when the method runs (the QA pipeline sits above this layer),
 - how the evaluation reads it: table labels and the scores each label's logistic regression
   uses as features (``isouq.evaluation.rows.METHODS`` is built from these),
 - one line of help for the CLI and ``isouq ask``'s legend.
 
 ``SCORES`` holds what each score key means (units, and whether higher means more or less
-certain). A new method is one ``Method`` entry here and one run function.
+certain). The registry holds data only: how a method runs is a function of the QA pipeline
+(``isouq.qa.methods``, a layer above), registered there under the method's name with
+``@runs(name)``. A new method is one ``Method`` entry here and one run function there.
 """
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -79,7 +78,6 @@ class Method:
         needs_samples: whether it reads the K sampled answers of each question.
         min_samples: the fewest samples it can run with (when it needs samples).
         writes: the score keys it writes; ``writes[0]`` shows that it ran.
-        run: ``"module:function"`` that runs it on a batch of answers.
         evaluated_as: (table label, feature score keys) per evaluated variant, in table order.
         ours: whether it is isouq's own method (else a baseline it is compared with).
         help: one line for the CLI.
@@ -89,7 +87,6 @@ class Method:
     title: str
     needs_samples: bool
     writes: tuple[str, ...]
-    run: str
     evaluated_as: tuple[tuple[str, tuple[str, ...]], ...]
     ours: bool
     help: str
@@ -100,33 +97,25 @@ class Method:
         """The score whose presence in a row shows that the method ran."""
         return self.writes[0]
 
-    def runner(self) -> Callable:
-        """The function that runs the method (imported now)."""
-        module, func = self.run.split(":")
-        return getattr(importlib.import_module(module), func)
-
 
 METHODS: dict[str, Method] = {m.name: m for m in (
     Method("gradient", "gradient", needs_samples=False,
            writes=("epistemic", "epistemic_log", "aleatoric", "normalized_epistemic",
                    "mean_prob"),
-           run="isouq.qa.methods:gradient",
            evaluated_as=(("p̄", ("mean_prob",)), ("Alea.", ("aleatoric",)),
                          ("Epi.", ("epistemic",)), ("Epi. log", ("epistemic_log",)),
                          ("Epi. & Alea.", ("epistemic", "aleatoric"))),
            ours=True,
            help="epistemic ‖∇θ p̄‖², aleatoric and p̄ of the greedy answer (one backward pass)"),
     Method("naive_entropy", "naive entropy", needs_samples=True, min_samples=2,
-           writes=("naive_entropy",), run="isouq.qa.methods:naive_entropy",
+           writes=("naive_entropy",),
            evaluated_as=(("Naive Ent.", ("naive_entropy",)),), ours=False,
            help="entropy of the K sampled answers' mean token log-probabilities"),
     Method("semantic_entropy", "semantic entropy", needs_samples=True, min_samples=2,
            writes=("semantic_entropy", "semantic_entropy_discrete"),
-           run="isouq.qa.methods:semantic_entropy",
            evaluated_as=(("Sem. Ent.", ("semantic_entropy",)),), ours=False,
            help="entropy over the meanings of the K samples, clustered by an entailment model"),
     Method("p_true", "P(True)", needs_samples=True, writes=("p_true",),
-           run="isouq.qa.methods:p_true",
            evaluated_as=(("P(True)", ("p_true",)),), ours=False,
            help="the model's probability that its answer is true, k_p_true samples shown"),
 )}

@@ -78,6 +78,23 @@ class MethodOutput:
     extra: dict = field(default_factory=dict)
 
 
+#: method name (``isouq.methods.METHODS``) -> the function that runs it on a batch of answers
+RUNNERS: dict[str, Callable[[AnswerBatch], list[MethodOutput]]] = {}
+
+
+def runs(name: str):
+    """Register the decorated function as how method ``name`` runs (one per method)."""
+    if name not in METHODS:
+        raise KeyError(f"{name!r} is not a method of isouq.methods.METHODS")
+
+    def deco(fn):
+        RUNNERS[name] = fn
+        return fn
+
+    return deco
+
+
+@runs("gradient")
 def gradient(batch: AnswerBatch) -> list[MethodOutput]:
     """Epistemic ‖∇θ p̄‖², aleatoric and p̄ of every non-empty answer, all from one backward
     pass per batch (``score_sequences``); an empty answer gets NaN scores and no pass."""
@@ -97,6 +114,7 @@ def gradient(batch: AnswerBatch) -> list[MethodOutput]:
     return out
 
 
+@runs("naive_entropy")
 def naive_entropy(batch: AnswerBatch) -> list[MethodOutput]:
     """Entropy of the K sampled answers' mean token log-probabilities (nats/token)."""
     from .baselines.naive_entropy import naive_entropy as run
@@ -105,6 +123,7 @@ def naive_entropy(batch: AnswerBatch) -> list[MethodOutput]:
             for r in run(batch.sampled())]
 
 
+@runs("semantic_entropy")
 def semantic_entropy(batch: AnswerBatch) -> list[MethodOutput]:
     """Entropy over the meanings of the K samples (nats), clustered by ``batch.entailment``."""
     from .baselines.semantic_entropy import semantic_entropy as run
@@ -118,6 +137,7 @@ def semantic_entropy(batch: AnswerBatch) -> list[MethodOutput]:
             for r in run(list(batch.questions), batch.sampled(), batch.entailment)]
 
 
+@runs("p_true")
 def p_true(batch: AnswerBatch) -> list[MethodOutput]:
     """The model's probability that its answer is true, the first ``k_p_true`` samples shown."""
     from .baselines.p_true import p_true as run
@@ -150,7 +170,7 @@ def run_methods(batch: AnswerBatch, names: Sequence[str], *,
             say("samples")
             batch.sampled()
         say(method.title)
-        for row, o in zip(rows, method.runner()(batch), strict=True):
+        for row, o in zip(rows, RUNNERS[name](batch), strict=True):
             row["scores"] |= o.scores
             row["seconds"][name] = o.seconds
             row["passes"] |= o.passes
@@ -158,5 +178,5 @@ def run_methods(batch: AnswerBatch, names: Sequence[str], *,
     return rows
 
 
-__all__ = ["AnswerBatch", "MethodOutput", "gradient", "naive_entropy", "p_true", "run_methods",
-           "semantic_entropy"]
+__all__ = ["RUNNERS", "AnswerBatch", "MethodOutput", "gradient", "naive_entropy", "p_true", "run_methods",
+           "runs", "semantic_entropy"]
