@@ -12,8 +12,10 @@ import sys
 import time
 from pathlib import Path
 
+from .distributed import SHARD_MODES
 from .errors import InputError, IsouqError, require
 from .methods import BASELINES, METHODS
+from .models.options import DEVICE_MAPS
 from .param_sets import PARAM_SETS
 from .qa.prompts import JUDGE_STYLES
 from .qa.runner import DEFAULT_JUDGE_MODEL, DEFAULT_JUDGE_PROMPT
@@ -127,6 +129,16 @@ def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--adapter", default=None, metavar="DIR",
                    help="a PEFT adapter folder put over the model (unmerged; --params adapter "
                         "scores it alone)")
+    p.add_argument("--device-map", default=None, choices=DEVICE_MAPS,
+                   help="place a model larger than one device with accelerate: auto fills the "
+                        "GPUs, then CPU memory, then disk; offloaded layers are scored exactly "
+                        "(docs: Distributed runs)")
+    p.add_argument("--max-memory", default=None, metavar="DEV=SIZE,...",
+                   help="with --device-map: the memory each device may take, e.g. "
+                        "0=20GB,cpu=60GB (the rest goes to disk)")
+    p.add_argument("--offload-folder", default=None, metavar="DIR",
+                   help="with --device-map: where layers offloaded to disk are written "
+                        "(default: a temporary folder)")
 
 
 def _params_arg(p: argparse.ArgumentParser) -> None:
@@ -164,17 +176,19 @@ def _methods_arg(p: argparse.ArgumentParser, flag: str, among, default, what: st
                    help=f"{what}: " + "; ".join(f"{m}: {METHODS[m].help}" for m in among))
 
 
-#: the commands whose model may be quantized on load or carry an adapter
+#: the commands whose model may be quantized on load, carry an adapter or be placed with a
+#: device map
 _QUANT_OK = ("score", "ask", "serve")
 
 
 def _load_kw(args) -> dict:
     kw = {"device": args.device, "dtype": args.dtype,
           "trust_remote_code": args.trust_remote_code, "allow_pickle": args.allow_pickle}
-    for opt in ("quantize", "adapter"):
+    for opt in ("quantize", "adapter", "device_map", "max_memory", "offload_folder"):
         if getattr(args, opt, None) is not None:
             if args.command not in _QUANT_OK:
-                raise InputError(f"--{opt} applies to isouq {', '.join(_QUANT_OK)}; drop it for "
+                raise InputError(f"--{opt.replace('_', '-')} applies to isouq "
+                                 f"{', '.join(_QUANT_OK)}; drop it for "
                                  f"isouq {args.command}")
             kw[opt] = getattr(args, opt)
     return kw
@@ -305,7 +319,8 @@ def cmd_score(args) -> int:
                            max_tokens_per_batch=args.max_tokens_per_batch,
                            bucket=not args.no_bucketing, limit=args.limit,
                            on_error=args.on_error, memory_budget=args.memory_budget,
-                           calibration=_calibration(args), spans=args.spans):
+                           calibration=_calibration(args), spans=args.spans,
+                           shard=args.shard):
         print(line)
     return 0
 
@@ -504,6 +519,10 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     p.add_argument("--spans", choices=SPAN_SPLITTERS, default=None,
                    help="also score each answer's sentences (or lines): a `spans` list per row "
                         "(docs: Span scores)")
+    p.add_argument("--shard", choices=SHARD_MODES, default=None,
+                   help="under torchrun: split the weights over the ranks with FSDP2, each "
+                        "rank holding 1/W of the model and scoring its own rows (docs: "
+                        "Distributed runs)")
     p.set_defaults(func=cmd_score)
 
     p = sub.add_parser("serve", help="an OpenAI-compatible HTTP server whose answers carry "

@@ -5,6 +5,14 @@ its own resumable shard ``OUT.rank{r}-of-{W}.jsonl``, and once every rank is don
 merges the shards into OUT in input order. A rank that dies loses only its unwritten rows;
 re-launching with the same arguments resumes every shard and then merges. ``isouq merge``
 does the merge by hand.
+
+Sharded weights (``isouq score --shard fsdp``, :func:`shard_model`): FSDP2 splits every
+decoder layer's weights over the W ranks, so that each holds 1/W of the model; a layer's weights
+are all-gathered just before its forward (and its backward) and freed after. Each rank still
+scores its own rows, and the per-example norms need no reduction (the ghost factors are
+activations and output gradients, which are not sharded); but every forward and backward is a
+collective, so the ranks score in lockstep: the same number of batches, a rank short of rows
+scoring a filler batch (:func:`lockstep_steps`).
 """
 
 from __future__ import annotations
@@ -13,7 +21,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import DataError
+from .errors import DataError, InputError
 from .runio import dumps, read_jsonl
 
 
@@ -57,6 +65,57 @@ def device_for(env: DistEnv, device: str) -> str:
     if env.world > 1 and device in ("cuda", "auto"):
         return f"cuda:{env.local_rank}"
     return device
+
+
+#: how ``isouq score`` may shard the model's weights over the ranks (None: each rank holds all)
+SHARD_MODES = ("fsdp",)
+
+
+def shard_model(model, env: DistEnv, device: str = "cpu"):
+    """Shard ``model``'s weights over the W ranks with FSDP2 (``fully_shard``): each decoder
+    layer (the classes a transformers model lists in ``_no_split_modules``; else its
+    ``ModuleList`` entries) is its own unit, the root holds the rest (embeddings, final norm,
+    head; tied weights stay tied). gloo on CPU, NCCL on CUDA (``device`` is this rank's,
+    ``cuda:LOCAL_RANK``): the shards move there. The model's requires_grad flags are kept.
+
+    Raises:
+        InputError: a single process (nothing to shard over).
+    """
+    if env.world <= 1:
+        raise InputError("--shard fsdp splits the weights over the ranks of a torchrun run: "
+                         "launch with torchrun --nproc-per-node W (W ≥ 2), or drop --shard")
+    import torch
+    from torch import nn
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    kind = "cuda" if str(device).startswith("cuda") else "cpu"
+    if kind == "cuda":
+        torch.cuda.set_device(torch.device(device))
+    mesh = init_device_mesh(kind, (env.world,))
+    names = set(getattr(model, "_no_split_modules", None) or ())
+    units = [m for m in model.modules() if type(m).__name__ in names]
+    if not units:  # a model that does not name its blocks: the entries of its ModuleLists
+        units = [m for lst in model.modules() if isinstance(lst, nn.ModuleList) for m in lst]
+    for m in units:
+        fully_shard(m, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return model
+
+
+def lockstep_steps(n: int, env: DistEnv) -> int:
+    """The number of batches every rank runs when the weights are sharded: the largest ``n``
+    over the ranks (one all-reduce); a rank with fewer runs fillers up to it."""
+    if env.world <= 1:
+        return n
+    import torch
+    import torch.distributed as dist
+
+    backend = dist.get_backend()
+    dev = f"cuda:{torch.cuda.current_device()}" if backend == "nccl" else "cpu"
+    t = torch.tensor([n], dtype=torch.long, device=dev)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return int(t.item())
 
 
 def shard(items: list, env: DistEnv) -> list:

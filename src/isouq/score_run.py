@@ -10,7 +10,8 @@
   loses at most the batch in flight. The finished output is rewritten in input order.
 - One bad row does not stop a run (``on_error="skip"``): it gets an error row
   ``{"key", "error", ...}`` and the run goes on; ``on_error="stop"`` raises instead.
-- Data-parallel under torchrun: see :mod:`isouq.distributed`.
+- Data-parallel under torchrun: see :mod:`isouq.distributed`; with ``shard="fsdp"`` the
+  weights are split over the ranks too (FSDP2), and the ranks score in lockstep.
 """
 
 from __future__ import annotations
@@ -24,10 +25,18 @@ from itertools import islice
 from pathlib import Path
 
 from .data.pairs import PairIndex, PairRow, content_sha
-from .distributed import DistEnv, barrier, merge_shards, shard_path, write_ordered
+from .distributed import (
+    SHARD_MODES,
+    DistEnv,
+    barrier,
+    lockstep_steps,
+    merge_shards,
+    shard_path,
+    write_ordered,
+)
 from .errors import InputError, IsouqError
 from .runio import JsonlWriter, dumps, exclusive, read_jsonl
-from .sequences import context_window, encode, score_sequences
+from .sequences import context_window, encode, pad_id, score_sequences
 from .spans import SPLITTERS, resolve_spans
 
 ON_ERROR = ("skip", "stop")
@@ -209,6 +218,7 @@ def score_rows(
     memory_budget: int | None = None,
     on_batch: Callable[[int], None] | None = None,
     spans: str | None = None,
+    lockstep: bool = False,
 ) -> dict:
     """Score this process's rows not yet written with the same input and settings.
 
@@ -230,6 +240,10 @@ def score_rows(
         spans: ``"sentences"`` or ``"lines"``: each row also gets a ``spans`` list, one entry
             per span with its text, character range and scores (``isouq.spans``); a row whose
             spans cannot be made (blank text) is an error row. Recorded in the settings.
+        lockstep: the weights are sharded over the ranks (FSDP2): every rank runs as many
+            batches as the busiest one (fillers that write nothing), and a batch that fails is
+            written as error rows whole (a retry row by row would run more collectives on one
+            rank than on the others).
 
     Returns:
         {"written", "skipped", "rescored", "errors", "seconds"}: rows scored now, rows already
@@ -340,11 +354,17 @@ def score_rows(
                 return fits(sum(n_rows[i] for i in idx), max(lengths[i] for i in idx),
                             max(answers[i] for i in idx))
 
-            for idx in plan_batches(lengths, batch_size, max_tokens_per_batch, bucket,
-                                    fits=fits_batch if fits is not None else None):
+            batches = plan_batches(lengths, batch_size, max_tokens_per_batch, bucket,
+                                   fits=fits_batch if fits is not None else None)
+            steps = lockstep_steps(len(batches), env) if lockstep else len(batches)
+            for step in range(steps):
+                if step >= len(batches):  # sharded weights: the others' batch needs this rank
+                    _filler(model, tokenizer, method, params)
+                    continue
+                idx = batches[step]
                 info = _score_batch(model, tokenizer, [ok[i] for i in idx],
                                     [prompts[i] for i in idx], method, params, writer, base,
-                                    fail, counts, spans) or info
+                                    fail, counts, spans, retry=not lockstep) or info
                 if bar is not None:
                     bar.update(len(idx))
                 if on_batch is not None:
@@ -368,7 +388,7 @@ def score_file(input: str | Path, out: str | Path, *, model: str, load: dict | N
                max_tokens_per_batch: int | None = None, bucket: bool = True,
                limit: int | None = None, on_error: str = "skip",
                memory_budget: str | int | None = None, calibration=None,
-               spans: str | None = None) -> list[str]:
+               spans: str | None = None, shard: str | None = None) -> list[str]:
     """``isouq score``: check everything a user can get wrong, then load the model and score
     the file's rows into ``out`` (resumable; under torchrun each rank its share).
 
@@ -384,6 +404,8 @@ def score_file(input: str | Path, out: str | Path, *, model: str, load: dict | N
         memory_budget: bytes, or text such as ``"8GB"`` (``memory_plan.parse_bytes``).
         calibration: a ``Calibrator`` for this model: each row gets ``p_correct``.
         spans: ``"sentences"`` or ``"lines"``: a ``spans`` list per row (:func:`score_rows`).
+        shard: ``"fsdp"``: under torchrun, split the weights over the ranks with FSDP2
+            (``distributed.shard_model``); each rank still scores its own rows, in lockstep.
 
     Returns:
         The lines that say what was done.
@@ -410,10 +432,18 @@ def score_file(input: str | Path, out: str | Path, *, model: str, load: dict | N
         from .memory_plan import parse_bytes
 
         memory_budget = parse_bytes(memory_budget)
+    check_shard(shard, env, method=method, load=load)
     with exclusive(shard_path(out, env.rank, env.world) if env.world > 1 else out):
         load["device"] = device_for(env, load.get("device", "cpu"))
         init_process_group(env, load["device"])
+        target = load["device"]
+        if shard is not None:  # read on the CPU; each rank's shards then move to its device
+            load["device"] = "cpu"
         lm, tok, info = load_model(model, **load)
+        if shard is not None:
+            from .distributed import shard_model
+
+            shard_model(lm, env, target)
         if params not in ("last-layer", "last_layer"):  # a set that cannot be: one line now
             from .params import select_params
 
@@ -427,7 +457,7 @@ def score_file(input: str | Path, out: str | Path, *, model: str, load: dict | N
                          batch_size=batch_size, max_tokens_per_batch=max_tokens_per_batch,
                          bucket=bucket, method=method, params=params, env=env,
                          on_error=on_error, total=len(index), locked=True, prune=limit is None,
-                         memory_budget=memory_budget, spans=spans,
+                         memory_budget=memory_budget, spans=spans, lockstep=shard is not None,
                          meta={"model": info.to_dict() if hasattr(info, "to_dict") else str(info),
                                "input": str(input)})
     where = "" if env.world == 1 else f" on rank {env.rank} of {env.world}"
@@ -448,19 +478,47 @@ def score_file(input: str | Path, out: str | Path, *, model: str, load: dict | N
     return lines
 
 
+def check_shard(shard: str | None, env: DistEnv, *, method: str, load: dict) -> None:
+    """InputError, before the model loads, for a ``shard`` mode that cannot run here."""
+    if shard is None:
+        return
+    if shard not in SHARD_MODES:
+        raise InputError(f"--shard {shard}: use one of {', '.join(SHARD_MODES)}")
+    if env.world <= 1:
+        raise InputError("--shard fsdp splits the weights over the ranks of a torchrun run: "
+                         "launch with torchrun --nproc-per-node W (W ≥ 2), or drop --shard")
+    if method != "ghost":
+        raise InputError(f"--shard fsdp scores with --method ghost (one backward per batch, the "
+                         f"same on every rank); --method {method} is not sharded")
+    for opt in ("device_map", "quantize"):
+        if load.get(opt) is not None:
+            raise InputError(f"--shard fsdp and --{opt.replace('_', '-')} do not combine: FSDP "
+                             "already splits the weights over the ranks; drop one")
+
+
+def _filler(model, tokenizer, method: str, params) -> None:
+    """One forward and backward that writes nothing: with sharded weights, the batch of a rank
+    that has run out of rows, so that the busier ranks' collectives have their partner."""
+    score_sequences(model, tokenizer, ["a"], [[pad_id(tokenizer)]], batch_size=1,
+                    method=method, params=params)
+
+
 def _score_batch(model, tokenizer, rows: list[PairRow], prompts: list, method: str, params,
-                 writer: JsonlWriter, base, fail, counts: dict, spans=None) -> None:
-    """Score one batch and write its rows; on a failure, each row alone, so that one bad row
-    gives one error row and its batch-mates are still scored. Returns the scores' ParamInfo,
-    or None when no row of the batch could be scored."""
+                 writer: JsonlWriter, base, fail, counts: dict, spans=None, *,
+                 retry: bool = True) -> None:
+    """Score one batch and write its rows; on a failure, each row alone (``retry``), so that
+    one bad row gives one error row and its batch-mates are still scored; without ``retry``
+    every row of the batch gets the error. Returns the scores' ParamInfo, or None when no row
+    of the batch could be scored."""
     tb = time.perf_counter()
     try:
         res = score_sequences(model, tokenizer, prompts, [r.answer for r in rows],
                               batch_size=len(rows), method=method, params=params,
                               **({"spans": spans} if spans is not None else {}))
     except (IsouqError, RuntimeError, ValueError, IndexError) as e:
-        if len(rows) == 1:
-            fail(rows[0], f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+        if len(rows) == 1 or not retry:
+            for r in rows:
+                fail(r, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
             return None
         infos = [_score_batch(model, tokenizer, [r], [p], method, params, writer, base, fail,
                               counts, spans) for r, p in zip(rows, prompts, strict=True)]

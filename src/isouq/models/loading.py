@@ -15,7 +15,11 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+import shutil
+import tempfile
 import time
+import weakref
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,13 +35,24 @@ from .info import (
     has_chat_template,
     has_tied_embeddings,
 )
-from .options import bnb_config, dtype_kwargs, resolve_device, resolve_dtype
+from .options import (
+    bnb_config,
+    check_device_map,
+    dtype_kwargs,
+    parse_max_memory,
+    resolve_device,
+    resolve_dtype,
+)
 from .registry import REGISTRY, ModelEntry, list_models
 from .trust import check_remote_code, remote_code_error, use_safetensors_for
 
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.\-]*(/[A-Za-z0-9][\w.\-]*)?")
 
 __all__ = ["ModelInfo", "load_model", "resolve_source"]
+
+#: from_pretrained's placement options (device_map, max_memory, offload_folder) during one
+#: load_model call; None: the whole model on ``device``
+_PLACEMENT: ContextVar[dict | None] = ContextVar("isouq_placement", default=None)
 
 
 @dataclass
@@ -182,6 +197,9 @@ def load_model(
     model_class=None,
     hub_cache_dir: str | Path | None = None,
     local_files_only: bool = False,
+    device_map: str | dict | None = None,
+    max_memory: str | dict | None = None,
+    offload_folder: str | Path | None = None,
 ) -> tuple[torch.nn.Module, object, ModelInfo]:
     """Load a causal LM and its tokenizer, in eval mode, with a pad token; return provenance.
 
@@ -206,6 +224,14 @@ def load_model(
         model_class: transformers auto class (default ``AutoModelForCausalLM``).
         hub_cache_dir: passed to transformers for hub ids.
         local_files_only: passed to transformers for hub ids.
+        device_map: place a model larger than one device over several (accelerate's device
+            map): ``"auto"`` (also ``"balanced"``, ``"sequential"``, ...) fills the GPUs, then
+            CPU memory, then disk; or a {module name: device} dict. Offloaded layers are scored
+            exactly (their weights are read where accelerate keeps them).
+        max_memory: with ``device_map``, the memory each device may take: ``"0=20GB,cpu=60GB"``
+            or a dict; what does not fit goes to disk.
+        offload_folder: where layers offloaded to disk are written (default: a temporary
+            folder removed with the model).
 
     Returns:
         ``(model, tokenizer, info)``: the model in eval mode; the tokenizer, whose pad token is
@@ -215,6 +241,7 @@ def load_model(
     start = time.perf_counter()
     dev = resolve_device(device)
     want_dtype = resolve_dtype(dtype)
+    placement = _placement(device_map, max_memory, offload_folder)
     quant = bnb_config(quantize, dev, want_dtype)
     adapter_dir = check_adapter(adapter)
     kind, target = resolve_source(name_or_path)
@@ -226,6 +253,78 @@ def load_model(
         model_class = AutoModelForCausalLM
     opts = dict(dtype=want_dtype, quant=quant, device=dev, model_class=model_class)
 
+    token = _PLACEMENT.set(placement)
+    try:
+        loaded, entry = _load_any(kind, target, name_or_path, cache=cache, revision=revision,
+                                  trust_remote_code=trust_remote_code, allow_pickle=allow_pickle,
+                                  hub_cache_dir=hub_cache_dir, local_files_only=local_files_only,
+                                  **opts)
+    finally:
+        _PLACEMENT.reset(token)
+    model = _finish(loaded.model, want_dtype, dev, quant, placed=placement is not None)
+    if placement is not None and placement.get("_tmp"):
+        weakref.finalize(model, shutil.rmtree, placement["_tmp"], True)
+    if adapter_dir is not None:
+        model = put_adapter(model, adapter_dir)
+    tok = loaded.tokenizer
+    pad = ensure_pad_token(tok, model)
+    info = ModelInfo(
+        name=str(name_or_path),
+        source=loaded.source,
+        kind=kind,
+        files={c.path: c.sha256 for c in loaded.files},
+        sha256_verified=loaded.verified,
+        sha256_check=loaded.check,
+        licence=entry.licence if entry else _licence(kind, target),
+        n_params=count_params(model),
+        tied_embeddings=has_tied_embeddings(model),
+        has_chat_template=has_chat_template(tok),
+        load_seconds=round(time.perf_counter() - start, 3),
+        dtype=str(next(model.parameters()).dtype).removeprefix("torch."),
+        device=dev if placement is None else _placed_on(model),
+        quantization=_quant_text(quantize, entry, kind),
+        cache=loaded.cache,
+        revision=loaded.revision,
+        adapter=str(adapter_dir) if adapter_dir is not None else None,
+        pad_token=pad,
+        caveats=list(entry.caveats) if entry else [],
+    )
+    return model, tok, info
+
+
+def _placement(device_map, max_memory, offload_folder) -> dict | None:
+    """from_pretrained's placement options, checked; None without a device map."""
+    device_map = check_device_map(device_map)
+    if device_map is None:
+        if max_memory is not None or offload_folder is not None:
+            raise InputError("max_memory and offload_folder apply with a device map: add "
+                             "device_map='auto' (--device-map auto)")
+        return None
+    out = {"device_map": device_map, "offload_folder": offload_folder}
+    if max_memory is not None:
+        out["max_memory"] = parse_max_memory(max_memory)
+    if offload_folder is None:  # used only if some layers go to disk; removed with the model
+        out["offload_folder"] = out["_tmp"] = tempfile.mkdtemp(prefix="isouq-offload-")
+    else:
+        Path(offload_folder).expanduser().mkdir(parents=True, exist_ok=True)
+        out["offload_folder"] = str(Path(offload_folder).expanduser())
+    return out
+
+
+def _placed_on(model) -> str:
+    """``device_map``: where the model's modules went, as "cpu+disk", "cuda:0+cuda:1+cpu", …"""
+    where = getattr(model, "hf_device_map", None) or {}
+    kinds = []
+    for d in where.values():
+        name = f"cuda:{d}" if isinstance(d, int) else str(d)
+        if name not in kinds:
+            kinds.append(name)
+    return "device_map: " + ("+".join(kinds) if kinds else "one device")
+
+
+def _load_any(kind, target, name_or_path, *, cache, revision, trust_remote_code, allow_pickle,
+              hub_cache_dir, local_files_only, **opts):
+    """(loaded, registry entry or None) for a resolved source."""
     entry: ModelEntry | None = None
     if kind == "registry":
         entry = target
@@ -247,33 +346,7 @@ def load_model(
             **opts,
         )
 
-    model = _finish(loaded.model, want_dtype, dev, quant)
-    if adapter_dir is not None:
-        model = put_adapter(model, adapter_dir)
-    tok = loaded.tokenizer
-    pad = ensure_pad_token(tok, model)
-    info = ModelInfo(
-        name=str(name_or_path),
-        source=loaded.source,
-        kind=kind,
-        files={c.path: c.sha256 for c in loaded.files},
-        sha256_verified=loaded.verified,
-        sha256_check=loaded.check,
-        licence=entry.licence if entry else _licence(kind, target),
-        n_params=count_params(model),
-        tied_embeddings=has_tied_embeddings(model),
-        has_chat_template=has_chat_template(tok),
-        load_seconds=round(time.perf_counter() - start, 3),
-        dtype=str(next(model.parameters()).dtype).removeprefix("torch."),
-        device=dev,
-        quantization=_quant_text(quantize, entry, kind),
-        cache=loaded.cache,
-        revision=loaded.revision,
-        adapter=str(adapter_dir) if adapter_dir is not None else None,
-        pad_token=pad,
-        caveats=list(entry.caveats) if entry else [],
-    )
-    return model, tok, info
+    return loaded, entry
 
 
 def check_adapter(adapter: str | Path | None) -> Path | None:
@@ -305,9 +378,9 @@ def put_adapter(model: torch.nn.Module, folder: Path) -> torch.nn.Module:
             "load that model with it") from None
 
 
-def _finish(model, dtype, device: str, quant) -> torch.nn.Module:
-    """Cast and move (unless bitsandbytes placed it already), eval mode."""
-    if quant is None:
+def _finish(model, dtype, device: str, quant, placed: bool = False) -> torch.nn.Module:
+    """Cast and move (unless bitsandbytes or a device map placed it already), eval mode."""
+    if quant is None and not placed:
         if isinstance(dtype, torch.dtype) and next(model.parameters()).dtype != dtype:
             model = model.to(dtype)
         if device != "cpu":
@@ -325,6 +398,9 @@ def _pretrained_kwargs(dtype, quant, device: str) -> dict:
     kw = dict(dtype_kwargs(dtype), weights_only=True)
     if quant is not None:
         kw.update(quantization_config=quant, device_map={"": device})
+    placement = _PLACEMENT.get()
+    if placement is not None:  # accelerate's device map (offloaded layers: meta + hooks)
+        kw.update({k: v for k, v in placement.items() if not k.startswith("_") and v is not None})
     return kw
 
 
@@ -386,6 +462,9 @@ def _from_gguf(path: Path, sha: str, *, cache: bool, dtype, quant, device, model
             "quantize with a GGUF model needs cache=True: bitsandbytes loads the dequantized "
             "safetensors copy that the cache keeps."
         )
+    if _PLACEMENT.get() is not None and not cache:
+        raise InputError("a device map with a GGUF model needs cache=True: accelerate places "
+                         "the dequantized safetensors copy that the cache keeps.")
     model = model_class.from_pretrained(
         path.parent, gguf_file=path.name, **dtype_kwargs(torch.float32)
     )
@@ -394,7 +473,7 @@ def _from_gguf(path: Path, sha: str, *, cache: bool, dtype, quant, device, model
     if not cache:
         return model, tok, [], "off"
     folder, checks = write_cache(model, tok, sha, path.name)
-    if quant is not None:
+    if quant is not None or _PLACEMENT.get() is not None:
         del model
         model, tok = _load_cached_copy(model_class, folder, dtype=dtype, quant=quant, device=device)
     return model, tok, checks, "built"

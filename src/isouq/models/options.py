@@ -39,6 +39,53 @@ def resolve_device(device: str | torch.device) -> str:
     raise InputError(f"unknown device {name!r}; use 'cpu', 'cuda', 'cuda:N', 'mps' or 'auto'.")
 
 
+#: accelerate's placements of a model over its devices (``device_map=`` of from_pretrained)
+DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
+
+
+def check_device_map(device_map: str | dict | None) -> str | dict | None:
+    """``device_map`` as transformers takes it: None, one of ``DEVICE_MAPS`` or an explicit
+    {module name: device} dict; InputError otherwise, and ModelError without accelerate."""
+    if device_map is None:
+        return None
+    if isinstance(device_map, str) and device_map not in DEVICE_MAPS:
+        raise InputError(f"device_map {device_map!r}: use one of {', '.join(DEVICE_MAPS)} (or a "
+                         "{module: device} dict in Python)")
+    if not isinstance(device_map, str | dict):
+        raise InputError(f"device_map must be a name or a dict, got {type(device_map).__name__}")
+    if importlib.util.find_spec("accelerate") is None:
+        raise ModelError("device_map needs the accelerate package: pip install 'isouq[llm]'")
+    return device_map
+
+
+def parse_max_memory(text: str | dict | None) -> dict | None:
+    """``"cpu=2GB,0=20GB"`` -> {"cpu": 2·10⁹, 0: 20·10⁹}: the memory accelerate may fill on each
+    device (GPU indices as integers, "cpu", "mps"); what does not fit goes to disk. A dict
+    passes through. InputError naming the bad part."""
+    if text is None or isinstance(text, dict):
+        return text
+    from accelerate.utils import convert_file_size_to_int
+
+    out: dict = {}
+    for part in str(text).split(","):
+        key, sep, size = part.strip().partition("=")
+        key = key.strip()
+        if not sep or not key or not size.strip():
+            raise InputError(f"--max-memory {text!r}: give DEVICE=SIZE pairs separated by commas, "
+                             "e.g. cpu=2GB or 0=20GB,cpu=60GB")
+        dev = int(key) if key.isdigit() else key.removeprefix("cuda:")
+        dev = int(dev) if isinstance(dev, str) and dev.isdigit() else dev
+        if not isinstance(dev, int) and dev not in ("cpu", "mps", "disk"):
+            raise InputError(f"--max-memory {text!r}: unknown device {key!r}; use a GPU index "
+                             "(0, 1, …), cpu or mps")
+        try:
+            out[dev] = convert_file_size_to_int(size.strip())
+        except ValueError:
+            raise InputError(f"--max-memory {text!r}: {size.strip()!r} is not a size such as "
+                             "2GB or 500MiB") from None
+    return out
+
+
 def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | str:
     """torch dtype to load in. None: float32 (what the scores were validated in); "auto":
     the checkpoint's own dtype; names such as "bfloat16" or torch dtypes pass through."""
