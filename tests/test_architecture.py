@@ -17,7 +17,7 @@ LAYERS = [
     ("foundation", ("errors", "runio", "runtime", "distributed", "methods", "answer_row",
                     "_version", "param_sets", "quantized")),
     ("edges", ("models", "data")),
-    ("estimators", ("scores", "params", "per_example", "covariance", "ghost", "estimators",
+    ("estimators", ("scores", "params", "per_example", "covariance", "engines", "ghost", "estimators",
                     "sequences", "spans", "memory_plan")),
     ("reference", ("reference",)),
     ("experiments", ("experiments",)),

@@ -203,7 +203,7 @@ def test_batch_first_false_attention_with_ghost_names_the_fix():
     m, x = A(), torch.randn(3, 5, 4)
     with pytest.raises(InputError, match="batch_first=True"):
         isouq.score_classifier(m, x, method="ghost")
-    with pytest.warns(UserWarning, match="MultiheadAttention.*functorch"):
+    with pytest.warns(UserWarning, match="MultiheadAttention.*per_example"):
         s = isouq.score_classifier(m, x, classes="predicted")
     torch.testing.assert_close(s.epistemic_log, brute(m, x, lambda o: torch.log_softmax(o, 1))
                                .gather(1, s.classes[:, None])[:, 0], rtol=1e-4, atol=1e-10)

@@ -210,3 +210,31 @@ def test_clear_errors(monkeypatch):
     with pytest.raises(InputError, match="matches no parameter"):
         isouq.score_classifier(m, torch.randn(2, 3), params="nope.*")
     assert issubclass(InputError, isouq.IsouqError)
+
+
+def test_one_engine_vocabulary_for_every_scoring_function():
+    """method= names the same engines everywhere (isouq.engines): per_example (older names
+    functorch and loop) gives the ghost result on classifiers and LLM answers alike, and an
+    unknown name is refused with the list."""
+    import tiny
+
+    from isouq.engines import ENGINES
+
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(3, 8), nn.Tanh(), nn.Linear(8, 4))
+    x = torch.randn(5, 3)
+    g = isouq.score_classifier(m, x, method="ghost").epistemic
+    for name in ("per_example", "functorch", "auto"):
+        torch.testing.assert_close(isouq.score_classifier(m, x, method=name).epistemic, g,
+                                   rtol=1e-4, atol=1e-10)
+    lm, tok = tiny.causal_lm("llama"), tiny.tokenizer()
+    P, A = ["who sat", "the cat"], [" a cat", " on the mat"]
+    ghost = isouq.score_sequences(lm, tok, P, A, method="ghost").epistemic
+    for name in ("per_example", "loop", "auto"):
+        s = isouq.score_sequences(lm, tok, P, A, method=name)
+        torch.testing.assert_close(s.epistemic, ghost, rtol=1e-4, atol=0)
+        assert s.method in ENGINES
+    for fn in (lambda: isouq.score_classifier(m, x, method="fast"),
+               lambda: isouq.score_sequences(lm, tok, P, A, method="fast")):
+        with pytest.raises(InputError, match="'ghost'.*'per_example'"):
+            fn()

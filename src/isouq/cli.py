@@ -500,7 +500,10 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
                    help="output JSONL (resumable: done keys skipped)")
     _model_args(p)
     p.add_argument("--batch-size", type=positive_int, default=16)
-    p.add_argument("--method", choices=["ghost", "loop", "per_token"], default="ghost")
+    p.add_argument("--method", choices=["ghost", "per_example", "per_token", "loop"],
+                   default="ghost", help="the engine (isouq.engines): ghost (every answer of a "
+                   "batch from one backward), per_example (one backward per answer, the "
+                   "paper's way; older name loop), per_token (the paper's comparison)")
     _params_arg(p)
     p.add_argument("--limit", type=positive_int, default=None, help="score only the first N rows")
     p.add_argument("--max-tokens-per-batch", type=positive_int, default=None,

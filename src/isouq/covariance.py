@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol, runtime_checkable
 
 import torch
 from torch import nn
@@ -27,6 +27,20 @@ from .per_example import chunk_size_for, flatten, functional_model, output_jacob
 Likelihood = Literal["classification", "regression"]
 CurvatureKind = Literal["ggn", "ef", "hessian"]
 KINDS = ("identity", "diagonal", "laplace", "last_layer")
+
+
+@runtime_checkable
+class Covariance(Protocol):
+    """The one contract of a parameter covariance C, for every scoring function.
+
+    ``name`` says what it is (recorded with the scores); ``quadratic(J)`` maps per-example
+    gradients J (..., P) to gᵀCg (...). ``Identity`` (with its ``scale``), ``Diagonal`` and
+    ``Dense`` implement it; so may a user's own class.
+    """
+
+    name: str
+
+    def quadratic(self, J: torch.Tensor) -> torch.Tensor: ...
 
 
 @dataclass
@@ -140,7 +154,6 @@ class Dense:
         return torch.linalg.eigvalsh(self.precision.double())
 
 
-Covariance = Identity | Diagonal | Dense
 
 
 # ---------------------------------------------------------------- likelihood pieces

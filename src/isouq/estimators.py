@@ -4,11 +4,12 @@ Two exact engines compute the per-example gradients g = ∇θ output(xᵢ):
 - ``"ghost"``: per-example ‖g‖² from hooks, one backward per scored column over the whole
   batch (one in all for ``classes="predicted"`` or given classes), never holding a
   per-example gradient of the whole model (identity covariance only);
-- ``"functorch"``: per-example Jacobians with torch.func (vmap ∘ jacrev), chunked to a memory
-  budget, for any covariance (one row per example for selected classes).
+- ``"per_example"`` (older name ``"functorch"``): per-example Jacobians with torch.func
+  (vmap ∘ jacrev), chunked to a memory budget, for any covariance (one row per example for
+  selected classes).
 ``method="auto"`` takes ghost for the identity covariance when every layer has a ghost rule
 (``isouq.ghost.register_rule`` adds one for a layer of your own), and otherwise warns once per
-layer type and takes functorch.
+layer type and takes per_example (``isouq.engines``: one vocabulary with ``score_sequences``).
 
 Classifiers are differentiated through log p_c (log-softmax, or the logit for a one-logit
 binary model): ‖∇θ p_c‖² = p_c² ‖∇θ log p_c‖² (∇ log p = ∇p / p), so both ``epistemic`` and
@@ -28,13 +29,14 @@ import torch
 from torch import nn
 
 from .covariance import CurvatureKind, Identity, Likelihood, build_covariance
+from .engines import engine_name
 from .errors import InputError, ModelError, check_finite
 from .ghost.engine import GhostNorms
 from .params import ParamSpec, param_info, select_params
 from .per_example import chunk_size_for, flatten, functional_model, output_jacobians
 from .scores import Scores
 
-Method = Literal["auto", "ghost", "functorch"]
+Method = Literal["auto", "ghost", "per_example", "functorch"]
 ClassSpec = Literal["all", "predicted"] | np.ndarray | torch.Tensor | list
 GHOST_BATCH = 256
 _WARNED_FALLBACK: set[str] = set()
@@ -143,20 +145,16 @@ def _ghost_epistemic(
     return torch.cat(res).detach()
 
 
-def _check_method(method: str) -> None:
-    if method not in ("auto", "ghost", "functorch"):
-        raise InputError(f"method={method!r} is not one of 'auto', 'ghost', 'functorch'")
-
-
 def _engine(model: nn.Module, params: dict, cov, method: Method) -> str:
-    """'ghost' or 'functorch' for this model, covariance and ``method``."""
-    _check_method(method)
+    """'ghost' or 'per_example' (torch.func Jacobians) for this model, covariance and
+    ``method`` (``isouq.engines``; "functorch" is per_example's older name)."""
+    method = engine_name(method, ("auto", "ghost", "per_example"))
     if not isinstance(cov, Identity):
         if method == "ghost":
             raise InputError("method='ghost' computes ‖g‖² only: use covariance='identity'")
-        return "functorch"
-    if method == "functorch":
-        return "functorch"
+        return "per_example"
+    if method == "per_example":
+        return "per_example"
     seq_first = sorted({n for n, m in model.named_modules()
                         if isinstance(m, nn.MultiheadAttention) and not m.batch_first})
     if method == "ghost":
@@ -164,7 +162,7 @@ def _engine(model: nn.Module, params: dict, cov, method: Method) -> str:
             raise InputError(
                 f"method='ghost' needs batch-first layers; nn.MultiheadAttention {seq_first[0]!r} "
                 "has batch_first=False: build it with batch_first=True (same weights, inputs "
-                "(N, L, E)) or use method='functorch'"
+                "(N, L, E)) or use method='per_example'"
             )
         return "ghost"
     missing = GhostNorms(model, params, warn=False).fallbacks
@@ -175,12 +173,12 @@ def _engine(model: nn.Module, params: dict, cov, method: Method) -> str:
         _WARNED_FALLBACK.update(new)
         warnings.warn(
             f"isouq: no ghost rule for layer type(s) {', '.join(new)}; method='auto' uses the "
-            "exact but slower functorch engine (register a rule with "
+            "exact but slower per_example engine (register a rule with "
             "isouq.ghost.register_rule, or pass method='ghost' to use the exact generic "
             "fallback for those layers only)",
             stacklevel=3,
         )
-    return "functorch"
+    return "per_example"
 
 
 def _epistemic(
@@ -373,7 +371,9 @@ def score_classifier(
         data: (X, y) proxy data for the curvature of a Laplace covariance.
         prior_precision: λ of a Laplace covariance.
         hessian: curvature kind of a Laplace covariance ("ggn", "ef", "hessian").
-        method: ``"auto"``, ``"ghost"`` (identity covariance only) or ``"functorch"``.
+        method: the engine (``isouq.engines.ENGINES``): ``"auto"``, ``"ghost"`` (identity
+            covariance only) or ``"per_example"`` (torch.func per-example Jacobians; older
+            name ``"functorch"``).
         check_independent: compare example 0's output alone with its output in the batch
             (one extra forward of one example) and refuse a model whose layers mix examples.
             A model that passed is remembered for inputs of the same shape, dtype and device
@@ -466,7 +466,9 @@ def score_regressor(
         prior_precision: λ of a Laplace covariance.
         hessian: curvature kind of a Laplace covariance ("ggn", "ef", "hessian").
         sigma_noise: σ of the Gaussian likelihood of a Laplace covariance (output units).
-        method: ``"auto"``, ``"ghost"`` (identity covariance only) or ``"functorch"``.
+        method: the engine (``isouq.engines.ENGINES``): ``"auto"``, ``"ghost"`` (identity
+            covariance only) or ``"per_example"`` (torch.func per-example Jacobians; older
+            name ``"functorch"``).
 
     Returns:
         Scores with ``epistemic`` (N,) in output units squared and ``mean`` (N,) = f(xᵢ, θ*);

@@ -3,8 +3,9 @@
 For an answer y = (y₁..y_T) to a prompt x: pₜ = p(yₜ | y<ₜ, x, θ*), p̄ = (1/T) Σₜ pₜ,
 aleatoric = (1/T) Σₜ pₜ(1 − pₜ), epistemic = ‖∇θ p̄‖² (paper §3.4). Methods:
 - ``"ghost"``: every answer of a batch from ONE backward pass of Σᵢ p̄ᵢ (exact; ghost norms);
-- ``"loop"``: one backward pass per answer (the paper's way; the reference), which also
-  accepts a non-identity covariance object (per-example gradients are materialized);
+- ``"per_example"`` (older name ``"loop"``): one backward pass per answer (the paper's way;
+  the reference), which also accepts a non-identity covariance object (per-example gradients
+  are materialized);
 - ``"per_token"``: the paper's comparison (1/T²) Σₜ ‖∇θ pₜ‖², one batched backward per token
   position.
 """
@@ -20,7 +21,8 @@ from typing import Literal
 import torch
 from torch import nn
 
-from .covariance import Identity
+from .covariance import Covariance, Identity
+from .engines import engine_name
 from .errors import InputError, check_finite
 from .estimators import eval_mode
 from .ghost.engine import GhostNorms
@@ -29,7 +31,7 @@ from .params import ParamSpec, param_info, select_params
 from .quantized import autograd_ready, is_quantized
 from .scores import SequenceScores
 
-SeqMethod = Literal["ghost", "loop", "per_token"]
+SeqMethod = Literal["auto", "ghost", "per_example", "per_token", "loop"]
 Prompt = str | Sequence[dict]
 
 
@@ -283,12 +285,15 @@ def score_sequences(
             rendered with the chat template and a generation prompt.
         answers: N strings (tokenized without special tokens) or N lists of token ids.
         batch_size: answers per forward/backward pass.
-        method: ``"ghost"`` (every answer of a batch from one backward pass), ``"loop"`` (one
-            backward per answer; any covariance) or ``"per_token"`` (the paper's comparison).
+        method: the engine (``isouq.engines.ENGINES``): ``"ghost"`` (default: every answer of
+            a batch from one backward pass), ``"per_example"`` (one backward per answer, the
+            paper's way; any covariance; ``"loop"`` is its older name), ``"per_token"`` (the
+            paper's per-token comparison) or ``"auto"`` (ghost for the identity covariance).
         params: which parameters take part: ``"all"`` (default: every weight as the model
             computes with it), ``"trainable"``, ``"adapter"``, ``"last-layer"``, name patterns
             or tensors (see ``isouq.params.select_params``); recorded in ``params``.
-        covariance: ``"identity"``, or a covariance object (``method="loop"`` only).
+        covariance: ``"identity"``, or a covariance object (``isouq.covariance.Covariance``;
+            ``method="per_example"`` only).
         per_param: also return the (N, n_tensors) breakdown of ‖g‖² by parameter tensor.
         padding_side: ``"left"`` or ``"right"``; padding never changes a score.
         progress: show a progress bar.
@@ -313,34 +318,36 @@ def score_sequences(
         return score_spans(model, tokenizer, prompts, answers, spans, batch_size=batch_size,
                            method=method, params=params, covariance=covariance,
                            per_param=per_param, padding_side=padding_side, progress=progress)
-    if method not in ("ghost", "loop", "per_token"):
-        raise InputError(f"method={method!r} is not one of 'ghost', 'loop', 'per_token'")
+    method = engine_name(method, ("auto", "ghost", "per_example", "per_token"))
     if batch_size < 1:
         raise InputError(f"batch_size must be ≥ 1, got {batch_size}")
     enc = encode(tokenizer, prompts, answers)
     for e, k in zip(enc, _scored_from or (), strict=False):
         e.scored_from = k
     check_lengths(model, enc)
-    if covariance == "identity":
+    if isinstance(covariance, str) and covariance == "identity":
         covariance = Identity()
-    if not isinstance(covariance, Identity) and method != "loop":
+    if not isinstance(covariance, Covariance):
+        raise InputError(f"covariance={covariance!r}: use 'identity' or a covariance object "
+                         "(isouq.covariance: name and quadratic(J))")
+    if method == "auto":
+        method = "ghost" if isinstance(covariance, Identity) else "per_example"
+    if not isinstance(covariance, Identity) and method != "per_example":
         raise InputError(
-            "score_sequences computes ‖g‖² (covariance='identity') with ghost norms; a "
-            "covariance object needs method='loop' (per-answer gradients are materialized)"
+            f"method={method!r} computes ‖g‖² (covariance='identity'); a covariance object "
+            "needs method='per_example' (per-answer gradients are materialized)"
         )
-    if not hasattr(covariance, "quadratic"):
-        raise InputError(f"covariance={covariance!r}: use 'identity' or a covariance object")
     pad = pad_id(tokenizer)
     first = collate(enc[:1], pad, padding_side)
     sel = select_params(model, params, run_forward=lambda: token_probs(model, first))
-    if method != "ghost" and any(is_quantized(q) for q in sel.values()):
+    if method == "per_example" and any(is_quantized(q) for q in sel.values()):
         raise InputError(
             f"method={method!r} differentiates the weights themselves, and quantized (4/8-bit) "
             "weights cannot be; use method='ghost' (exact for them) or params='trainable'")
-    if method == "loop" and any(is_offloaded(q) or type(q).__name__ == "DTensor"
+    if method == "per_example" and any(is_offloaded(q) or type(q).__name__ == "DTensor"
                                 for q in sel.values()):
         raise InputError(
-            "method='loop' differentiates the weights themselves, and this model's are offloaded "
+            "method='per_example' differentiates the weights themselves, and this model's are offloaded "
             "(accelerate keeps them on 'meta') or sharded (FSDP2); use method='ghost' (exact "
             "for them)")
     n = len(enc)
@@ -353,12 +360,12 @@ def score_sequences(
 
         bar = tqdm(total=n, desc=f"scoring ({method})", unit="answer")
     # one set of hooks for every batch (set up once: milliseconds per call on an LLM)
-    hooks = GhostNorms(model, sel) if method != "loop" else nullcontext()
+    hooks = GhostNorms(model, sel) if method != "per_example" else nullcontext()
     with eval_mode(model), autograd_ready(model), hooks as ghost:
         for s in range(0, n, batch_size):
             rows = slice(s, min(s + batch_size, n))
             batch = collate(enc[rows], pad, padding_side)
-            if method == "loop":
+            if method == "per_example":
                 with torch.no_grad():
                     p, mask = token_probs(model, batch)
                 with _only_selected_require_grad(model, sel):
