@@ -72,6 +72,13 @@ def test_runner_labels_by_alias_and_refuses_another_prompt(tmp_path, tok, rule_l
     assert [r["answer"].strip() for r in rows] == ["Paris", "Paris"]
     assert [r["correct"] for r in rows] == [1, 0]
     assert {r["label_source"] for r in rows} == {"alias_match"}
+    # the open study keys these questions t0, t1: the short-answer rows have their own keys,
+    # the caches (and the samples' seeds) keep the dataset's
+    assert [r["key"] for r in rows] == ["short-t0", "short-t1"]
+    assert [short.source_key(r["key"]) for r in rows] == ["t0", "t1"]
+    for name in ("greedy", "samples"):
+        cached = read_jsonl(tmp_path / "out" / "cache" / f"triviaqa__rule.{name}.jsonl")
+        assert sorted(r["key"] for r in cached) == ["t0", "t1"]
     assert rows[0]["prompt"].startswith(short.HEADER)
     assert rows[0]["prompt"].endswith("Question: What is the capital of France? Answer:")
     run = json.loads((tmp_path / "out" / "qa_triviaqa__rule.run.json").read_text())
@@ -125,7 +132,7 @@ def test_semantic_entropy_on_a_nested_subset_keeps_the_other_rows(tmp_path, tok,
     before = {r["key"]: r for r in before}  # the subset's row first, then the other one
     assert after[1] == before[after[1]["key"]]
     assert "semantic_entropy" not in after[1]["scores"]
-    samples = {r["key"]: _sampled_from(r)
+    samples = {short.short_key(r["key"]): _sampled_from(r)
                for r in read_jsonl(out / "cache" / "triviaqa__rule.samples.jsonl")}
     want = semantic_entropy([after[0]["question"]], [samples[after[0]["key"]]],
                             NLIEntailment(tiny_nli, tok))[0]
@@ -133,3 +140,52 @@ def test_semantic_entropy_on_a_nested_subset_keeps_the_other_rows(tmp_path, tok,
     assert after[0]["scores"]["naive_entropy"] == before[after[0]["key"]]["scores"]["naive_entropy"]
     run = json.loads((out / "qa_triviaqa__rule.run.json").read_text())
     assert run["entailment"]["kind"] == "NLIEntailment"
+
+
+def _migrate_script():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "scripts" / "migrate_qa_short.py"
+    spec = importlib.util.spec_from_file_location("migrate_qa_short", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_rows_keyed_before_the_prefix_are_refused_then_migrated(tmp_path, tok, rule_lm,
+                                                               shipped_shots):
+    """Rows as `qa short` wrote them before keys had the prefix: a resume names the fix, which
+    gives rows and hand labels the prefix (nothing else) and the run resumes as complete."""
+    from isouq.qa.runner import dataset_sha
+
+    lm = rule_lm(scripted(tok, " Paris", eos=True))
+    out = tmp_path / "out"
+    cfg = dict(dataset="triviaqa", data_path=str(_data(tmp_path)), model="rule", limit=None,
+               methods=("naive_entropy",), k=2, k_p_true=1, max_new_tokens=4, judge_model=None)
+    runner = short.ShortRunner(QAConfig(**cfg), out, loader=lambda n: (lm, tok, {}),
+                               progress=False)
+    path = runner.run()
+    new_rows, new_run = path.read_text(), (out / "qa_triviaqa__rule.run.json").read_text()
+    # as written before: TriviaQA's keys, and run.json's digest of them
+    path.write_text(new_rows.replace('"key": "short-', '"key": "'))
+    run = json.loads(new_run)
+    run["dataset_sha"] = dataset_sha(short.QARunner.items(runner))
+    (out / "qa_triviaqa__rule.run.json").write_text(json.dumps(run, indent=2))
+    (out / "gold").mkdir()
+    gold = [{"key": k, "dataset": "triviaqa", "model": "rule", "gold_correct": k == "t0",
+             "note": ""} for k in ("t0", "t1")]
+    gold_file = out / "gold" / "triviaqa__rule.gold.jsonl"
+    gold_file.write_text("".join(json.dumps(g) + "\n" for g in gold))
+
+    def no_model(name):
+        raise AssertionError("a complete run loads no model")
+
+    with pytest.raises(InputError, match=f"migrate_qa_short.py {out}` once"):
+        short.ShortRunner(QAConfig(**cfg), out, loader=no_model, progress=False).run()
+    said = _migrate_script().migrate(out)
+    assert len(said) == 3 and _migrate_script().migrate(out) == []  # a second run: nothing
+    assert path.read_text() == new_rows
+    assert json.loads((out / "qa_triviaqa__rule.run.json").read_text()) == json.loads(new_run)
+    assert [g["key"] for g in read_jsonl(gold_file)] == ["short-t0", "short-t1"]
+    short.ShortRunner(QAConfig(**cfg), out, loader=no_model, progress=False).run()

@@ -4,9 +4,10 @@ import json
 import pytest
 
 from isouq.errors import DataError
-from isouq.report.inputs import collect, load_results, read_rows
+from isouq.report import build_report
+from isouq.report.inputs import collect, is_report_dir, load_results, read_rows
 
-from .conftest import make_experiment_dir, make_qa_dir, synth_rows, write_jsonl
+from .conftest import FAST, make_experiment_dir, make_qa_dir, synth_rows, write_jsonl
 
 
 def test_read_rows_plain_gz_and_torn_tail(tmp_path):
@@ -75,3 +76,72 @@ def test_load_results_validates(tmp_path):
     p.write_text(json.dumps({"experiment": "x", "tables": {}, "figures": "a.png"}))
     with pytest.raises(DataError, match="figures"):
         load_results(p)
+
+
+def test_a_report_folder_given_as_input_is_skipped_with_one_line(tmp_path, inputs_root, capsys):
+    from isouq.cli import main
+
+    rep = tmp_path / "report"
+    build_report([inputs_root / "exp"], rep, **FAST)  # a report: report.html, report.json
+    assert is_report_dir(rep) and not is_report_dir(inputs_root / "exp")
+    assert main(["report", str(rep), str(inputs_root / "exp"), "--out", str(tmp_path / "all")]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"skipped {rep}: a report's output (report.html, report.json), not results"]
+    doc = json.loads((tmp_path / "all" / "report.json").read_text(encoding="utf-8"))
+    assert doc["inputs"]["reports_skipped"] == err
+    assert [s["kind"] for s in doc["sections"]] == ["experiment"]
+    with pytest.raises(DataError, match="no inputs.*skipped 1 report folder"):
+        collect([rep])
+
+
+def test_input_paths_are_shown_relative_to_the_working_directory(tmp_path, monkeypatch):
+    rows = synth_rows(n=6, models=("m1",), datasets=("D",))
+    qa = make_qa_dir(tmp_path, rows)
+    monkeypatch.chdir(tmp_path)
+    found = collect([qa.resolve(), qa])  # each file named once, as first reached, in the cwd
+    assert sorted(map(str, found.qa_files)) == ["qa/m1_m2.jsonl"]
+    assert [str(f) for f in found.gold_files] == ["qa/gold/m1.gold.jsonl"]
+
+
+def _studies(root, *, prefixed: bool = True):
+    """The open study's rows of questions tqa-val-0000i (judge labels) and the short-answer
+    study's rows of the same questions (alias-match labels), each with hand labels that
+    disagree with the other study's on every question."""
+    from isouq.qa.short import LABEL, short_key
+
+    open_rows = synth_rows(n=8, models=("smollm2",), datasets=("triviaqa",))
+    for i, r in enumerate(open_rows):
+        r["key"] = f"tqa-val-{i:05d}"
+    short_rows = [{**r, "key": short_key(r["key"]) if prefixed else r["key"],
+                   "label_source": LABEL} for r in open_rows]
+    for name, rows, right in (("qa", open_rows, True), ("qa_short", short_rows, False)):
+        (root / name / "gold").mkdir(parents=True)
+        write_jsonl(root / name / "qa_triviaqa__smollm2.jsonl", rows)
+        write_jsonl(root / name / "gold" / "triviaqa__smollm2.gold.jsonl",
+                    [{"key": r["key"], "dataset": r["dataset"], "model": r["model"],
+                      "gold_correct": right, "note": ""} for r in rows])
+    return open_rows, short_rows
+
+
+def test_rows_of_the_open_and_the_short_study_of_one_question_do_not_collide(tmp_path):
+    from isouq.evaluation.labels import gold_index, label_agreement
+    from isouq.report.evidence_section import split_evidence_rows
+
+    open_rows, short_rows = _studies(tmp_path)
+    found = collect([tmp_path / "qa", tmp_path / "qa_short"])
+    gold = gold_index(found.gold_rows)  # one label per (dataset, model, key): no disagreement
+    assert len(gold) == len(open_rows) + len(short_rows)
+    rest, ev = split_evidence_rows(found.qa_rows)
+    assert [r["key"] for r in ev["short"]] == [r["key"] for r in short_rows]
+    assert [r["key"] for r in rest] == [r["key"] for r in open_rows]
+    # each study's rows meet their own hand labels only
+    for rows, right in ((rest, True), (ev["short"], False)):
+        agree = label_agreement(rows, found.gold_rows)[0]
+        assert agree["n"] == len(rows) and agree["gold correct"] == (len(rows) if right else 0)
+    build_report([tmp_path / "qa", tmp_path / "qa_short"], tmp_path / "out", **FAST)
+
+
+def test_short_rows_keyed_before_the_prefix_are_refused_naming_the_fix(tmp_path):
+    _studies(tmp_path, prefixed=False)
+    with pytest.raises(DataError, match=r"migrate_qa_short.py .*qa_short` once"):
+        collect([tmp_path / "qa", tmp_path / "qa_short"])

@@ -21,15 +21,23 @@ words, which the dataset's answer aliases grade exactly enough:
   gradient method, the critique's SemGrad, lm_head-gradient and HybridGrad (``qa.semgrad``).
 
 Rows: ``OUT/qa_triviaqa__<model>.jsonl`` (the ``qa run`` schema; ``label_source`` =
-``"alias_match"``), resumable; the prompt is part of the run's content settings.
+``"alias_match"``), resumable; the prompt is part of the run's content settings. A row's key is
+the question's TriviaQA key with ``KEY_PREFIX`` (``short-tqa-val-00051``), so the rows (and hand
+labels) of this study and of the open one (``qa run``, ``tqa-val-00051``) never share a
+(dataset, model, key) and can be reported together. The caches under ``OUT/cache/`` stay keyed
+by the TriviaQA key, which seeds the question's samples (``source_key``). Rows written before
+the prefix are refused with the fix: ``python scripts/migrate_qa_short.py OUT``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from ..errors import InputError
+from ..errors import DataError, InputError
+from ..runio import read_jsonl
 from .runner import DEFAULT_JUDGE_MODEL, QAConfig, QARunner
 
 PROMPT_NAME = "kuhn2023-fewshot-10"
@@ -37,6 +45,41 @@ HEADER = "This is a bot that correctly answers questions. \n"
 N_SHOTS = 10
 LABEL = "alias_match"
 STOP = ("\n", "Question:", "Answer:", "Context:")
+#: the questions' dataset (``data.qa.load_dataset``), as rows and run.json name it
+SOURCE_DATASET = "triviaqa"
+#: before a row's key: the open study (``qa run``) asks the same TriviaQA questions
+KEY_PREFIX = "short-"
+#: what a user with rows written before ``KEY_PREFIX`` runs once (``{folder}``: their folder)
+MIGRATE = "python scripts/migrate_qa_short.py {folder}"
+
+
+def short_key(key: str) -> str:
+    """The key of a TriviaQA question's row in this study: ``tqa-val-00051`` ->
+    ``short-tqa-val-00051``."""
+    return KEY_PREFIX + str(key)
+
+
+def source_key(key: str) -> str:
+    """The question's TriviaQA key of a row key of this study (``short_key`` undone)."""
+    return str(key).removeprefix(KEY_PREFIX)
+
+
+def is_short_row(row: Mapping) -> bool:
+    """Whether ``row`` is a row of this study (labelled by alias match)."""
+    return row.get("label_source") == LABEL
+
+
+def check_keys(rows: Iterable[Mapping], where: str | Path, *, error: type = DataError) -> None:
+    """``error`` (one line naming the fix) when a row of this study in ``rows`` (read from the
+    file ``where``) has a key without ``KEY_PREFIX``: written before the prefix, its key and
+    hand labels would collide with the open study's rows of the same question."""
+    bad = next((r for r in rows if is_short_row(r)
+                and not str(r.get("key", "")).startswith(KEY_PREFIX)), None)
+    if bad is not None:
+        fix = MIGRATE.format(folder=Path(where).parent)
+        raise error(f"{where}: `qa short` rows keyed as the open QA study's questions "
+                    f"({bad.get('key')!r}, written before keys had the prefix {KEY_PREFIX!r}); "
+                    f"run `{fix}` once")
 
 
 def _counts(aliases: list[str]) -> list[tuple[str, str, int]]:
@@ -75,7 +118,7 @@ def few_shot_prefix(examples=None) -> str:
     if examples is None:
         from ..data.qa import load_dataset
 
-        examples = load_dataset("triviaqa", split="train", limit=None, seed=None)[:100]
+        examples = load_dataset(SOURCE_DATASET, split="train", limit=None, seed=None)[:100]
     shots = [(it.question, a) for it in examples if (a := shot_answer(it.answers))][:N_SHOTS]
     return HEADER + "".join(f"Question: {q} Answer: {a} " for q, a in shots)
 
@@ -103,12 +146,35 @@ class ShortRunner(QARunner):
         self.stop = STOP
         self._prefix: str | None = None
 
+    def items(self):
+        """The TriviaQA questions, each keyed ``short_key`` (the rows' keys)."""
+        return [dataclasses.replace(it, key=short_key(it.key)) for it in super().items()]
+
+    def _source(self, chunk):
+        return [dataclasses.replace(it, key=source_key(it.key)) for it in chunk]
+
+    def _greedy(self, model, tok, chunk, prompts):
+        """Greedy answers cached under the TriviaQA key (as before keys had the prefix)."""
+        return super()._greedy(model, tok, self._source(chunk), prompts)
+
+    def _samples(self, model, tok, chunk, prompts):
+        """Samples seeded by and cached under the TriviaQA key: the draws of a question do not
+        depend on the rows' key prefix (the kept samples are drawn again by a new run)."""
+        return super()._samples(model, tok, self._source(chunk), prompts)
+
+    def _cached(self, path: Path, keys: list[str]) -> dict[str, dict]:
+        """As ``QARunner._cached``, for cache keys (TriviaQA keys) of edited questions too."""
+        stale = {source_key(k) for k in self.changed}
+        want = set(keys) - stale
+        return {r["key"]: r for r in read_jsonl(path) if r.get("key") in want}
+
     def prompts(self, tok, chunk) -> list[str]:
         if self._prefix is None:
             self._prefix = few_shot_prefix()
         return [short_prompt(it.question, self._prefix) for it in chunk]
 
     def _check_resume(self, have: dict[str, dict]) -> None:
+        check_keys(have.values(), self.paths["rows"], error=InputError)
         super()._check_resume(have)
         doc = self._previous_run() if have else {}
         before = (doc.get("config") or {}).get("extra") or {}
@@ -174,8 +240,8 @@ def run_short(model: str, out: str | Path, *, limit: int = 1000, seed: int = 0,
     Returns:
         Path of the JSONL rows.
     """
-    cfg = QAConfig(dataset="triviaqa", model=model, limit=limit, seed=seed, methods=methods, k=k,
-                   max_new_tokens=max_new_tokens, batch_size=batch_size, judge_model=None,
+    cfg = QAConfig(dataset=SOURCE_DATASET, model=model, limit=limit, seed=seed, methods=methods,
+                   k=k, max_new_tokens=max_new_tokens, batch_size=batch_size, judge_model=None,
                    entailment_model=entailment_model if "semantic_entropy" in methods else None,
                    device=device, dtype=dtype, trust_remote_code=trust_remote_code,
                    allow_pickle=allow_pickle)

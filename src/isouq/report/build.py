@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from ..evaluation import common_rows_tables, label_tables, study_tables
@@ -16,7 +17,7 @@ from ..runio import dumps, versions
 from .document import Section
 from .evidence_section import evidence_section, split_evidence_rows
 from .html import render_html
-from .inputs import Inputs, collect
+from .inputs import REPORT_HTML, REPORT_JSON, Inputs, collect
 from .paper_qa import paper_qa_tables
 from .preview import qa_preview_section
 from .sections import experiment_section, qa_section
@@ -40,7 +41,7 @@ def report_json(
         "inputs": {"experiments": [str(e.path) for e in inputs.experiments],
                    "qa_files": [str(f) for f in inputs.qa_files],
                    "gold_files": [str(f) for f in inputs.gold_files],
-                   "skipped": list(inputs.skipped)},
+                   "skipped": list(inputs.skipped), "reports_skipped": list(inputs.reports)},
         "sections": [],
     }
     for exp, sec in zip(inputs.experiments, sections, strict=False):
@@ -85,6 +86,7 @@ def build_report(
     seed: int = 0,
     log_epistemic: bool = True,
     embed: bool = True,
+    say: Callable[[str], None] | None = None,
 ) -> Path:
     """Build the report of ``inputs`` into ``out_dir``; return the path of ``report.html``.
 
@@ -92,7 +94,9 @@ def build_report(
     directories / ``*.jsonl(.gz)`` files (directories are searched recursively; QA rows of
     all files are pooled into one study). The study options are passed to
     :func:`isouq.evaluation.study_tables`. ``embed`` puts images into the HTML as data URIs
-    (the file then opens anywhere); otherwise it links the PNGs beside it.
+    (the file then opens anywhere); otherwise it links the PNGs beside it. An input that is a
+    report's output (``report.html`` and ``report.json``, e.g. ``results/report`` reached by
+    ``results/*/``) is skipped with one line to ``say`` (default: standard error).
 
     Writes ``report.html``, ``tables.md``, ``tables.tex``, ``report.json`` and the figures
     (``<section id>/*.png``). Raises :class:`isouq.errors.DataError` when an input holds
@@ -100,6 +104,8 @@ def build_report(
     """
     started = time.time()
     found = collect(inputs)
+    for line in found.reports:
+        (say or (lambda text: print(text, file=sys.stderr)))(line)
     rest, evidence_rows = split_evidence_rows(found.qa_rows)  # MC1 / short: their own sections
     found = dataclasses.replace(found, qa_rows=tuple(rest))
     options = {"n_bootstrap": n_bootstrap, "n_splits": n_splits,
@@ -137,11 +143,11 @@ def build_report(
     header = {"created": time.strftime("%Y-%m-%dT%H:%M:%S"), "versions": versions()}
     _write(out / "tables.md", sections_markdown(sections, title))
     _write(out / "tables.tex", sections_latex(sections, title))
-    _write(out / "report.json", dumps(report_json(found, sections, study, options, header,
+    _write(out / REPORT_JSON, dumps(report_json(found, sections, study, options, header,
                                                       left_out, evidence),
                                       indent=2, ensure_ascii=False))
     shown = {"created": header["created"], "isouq": header["versions"].get("isouq", "?"),
              "sections": str(len(sections)), "built in": f"{time.time() - started:.1f} s"}
-    _write(out / "report.html", render_html(sections, out, title=title, header=shown,
-                                            embed=embed))
-    return out / "report.html"
+    _write(out / REPORT_HTML, render_html(sections, out, title=title, header=shown,
+                                          embed=embed))
+    return out / REPORT_HTML

@@ -17,12 +17,12 @@ from ..evaluation.evidence import (
     subset_rows,
     verdict,
 )
+from ..qa.short import is_short_row
 from .document import Block, Figure, Section, unique_slug
 from .figures import raw_auroc_forest
 from .tables import format_p, format_value, make_table
 
 MC_DATASET = "truthfulqa_mc1"
-SHORT_LABEL = "alias_match"
 TITLES = {"mc": "TruthfulQA MC1: exact labels (qa mc)",
           "short": "TriviaQA short answers: alias-match labels (qa short)"}
 
@@ -33,7 +33,7 @@ def split_evidence_rows(rows: Iterable[Mapping]) -> tuple[list[dict], dict[str, 
     for r in rows:
         if r.get("dataset") == MC_DATASET and "option_mean_prob" in r:
             ev["mc"].append(dict(r))
-        elif r.get("label_source") == SHORT_LABEL:
+        elif is_short_row(r):
             ev["short"].append(dict(r))
         else:
             rest.append(r)

@@ -1,6 +1,7 @@
 """Find and read what a report is built from: experiment ``results.json`` files and QA rows
 (``*.jsonl`` / ``*.jsonl.gz``), given as any mix of files and directories (searched
-recursively)."""
+recursively). A directory that is a report's output (it holds ``report.html`` and
+``report.json``) is skipped, so ``isouq report results/*/`` can name every kept folder."""
 
 from __future__ import annotations
 
@@ -13,10 +14,14 @@ from pathlib import Path
 from ..errors import DataError
 from ..evaluation.labels import is_gold_row
 from ..evaluation.rows import REQUIRED_FIELDS
+from ..qa.short import check_keys
 from ..runio import latest_by_key, read_jsonl
 
 RESULTS_NAME = "results.json"
 QA_SUFFIXES: tuple[str, ...] = (".jsonl", ".jsonl.gz")
+#: what ``build_report`` writes into its folder: a folder holding both is a report's output
+REPORT_HTML = "report.html"
+REPORT_JSON = "report.json"
 
 
 @dataclass(frozen=True)
@@ -39,8 +44,9 @@ class Experiment:
 @dataclass(frozen=True)
 class Inputs:
     """Everything found: experiments, QA rows pooled over ``qa_files``, hand labels pooled over
-    ``gold_files`` (:mod:`isouq.evaluation.labels`), and the JSONL files skipped because their
-    rows are neither (with the reason)."""
+    ``gold_files`` (:mod:`isouq.evaluation.labels`), the JSONL files skipped because their
+    rows are neither (with the reason), and the inputs skipped because they are report
+    folders (``reports``: one line each, with the reason)."""
 
     experiments: tuple[Experiment, ...]
     qa_files: tuple[Path, ...]
@@ -48,6 +54,24 @@ class Inputs:
     skipped: tuple[str, ...]
     gold_files: tuple[Path, ...] = ()
     gold_rows: tuple[dict, ...] = ()
+    reports: tuple[str, ...] = ()
+
+
+def is_report_dir(path: Path) -> bool:
+    """Whether ``path`` is a folder ``build_report`` wrote (``report.html`` and
+    ``report.json``): a report's output, not results."""
+    return path.is_dir() and all((path / n).is_file() for n in (REPORT_HTML, REPORT_JSON))
+
+
+def shown(path: Path) -> Path:
+    """``path`` as a report shows it: relative to the working directory when it lies inside
+    it (no machine path in a report built from a checkout), else as given."""
+    if path.is_absolute():
+        try:
+            return path.relative_to(Path.cwd())
+        except ValueError:
+            pass
+    return path
 
 
 def is_qa_file(path: Path) -> bool:
@@ -115,21 +139,28 @@ def collect(paths: Iterable[str | os.PathLike]) -> Inputs:
 
     A JSONL file given by name must hold QA rows or hand labels (gold rows); one found inside a
     directory is skipped (and listed in ``skipped``) when its rows are neither, e.g. a cache.
-    Each file is read once however often it is reached. DataError when an input holds neither
-    a results.json nor QA rows, or when no paths are given.
+    A directory given that is a report's output (``is_report_dir``) is skipped and listed in
+    ``reports``. Each file is read once however often it is reached, and named as first reached
+    (``shown``). DataError when an input holds neither a results.json nor QA rows, when no
+    paths (but report folders) are given, or when rows of ``isouq qa short`` predate its key
+    prefix (``qa.short.check_keys``: the error names the fix).
     """
     paths = [Path(p) for p in paths]
+    reports = [f"skipped {p}: a report's output ({REPORT_HTML}, {REPORT_JSON}), not results"
+               for p in paths if is_report_dir(p)]
+    paths = [p for p in paths if not is_report_dir(p)]
     if not paths:
-        raise DataError("no inputs: pass experiment result directories and/or QA JSONL files")
+        raise DataError("no inputs: pass experiment result directories and/or QA JSONL files"
+                        + (f" (skipped {len(reports)} report folder(s))" if reports else ""))
     experiments: dict[Path, Experiment] = {}
-    qa: dict[Path, list[dict]] = {}
-    gold: dict[Path, list[dict]] = {}
+    qa: dict[Path, tuple[Path, list[dict]]] = {}
+    gold: dict[Path, tuple[Path, list[dict]]] = {}
     skipped: list[str] = []
     for p in paths:
         results, qa_files = _scan(p)
         found = False
         for r in results:
-            experiments.setdefault(r.resolve(), Experiment(r, load_results(r)))
+            experiments.setdefault(r.resolve(), Experiment(shown(r), load_results(r)))
             found = True
         for f in qa_files:
             key = f.resolve()
@@ -139,16 +170,17 @@ def collect(paths: Iterable[str | os.PathLike]) -> Inputs:
             rows = read_rows(f)
             bad = next((r for r in rows if not is_qa_row(r)), None)
             if rows and bad is None:
-                qa[key] = rows
+                check_keys(rows, shown(f))
+                qa[key] = (shown(f), rows)
                 found = True
             elif rows and all(is_gold_row(r) for r in rows):
-                gold[key] = rows
+                gold[key] = (shown(f), rows)
                 found = True
             elif f == p:
                 what = "no rows" if not rows else f"a row without {list(REQUIRED_FIELDS)}"
                 raise DataError(f"{f} has {what}; it is not a file of QA result rows")
             else:
-                skipped.append(f"{f}: {'empty' if not rows else 'not QA rows'}")
+                skipped.append(f"{shown(f)}: {'empty' if not rows else 'not QA rows'}")
         if not found:
             raise DataError(
                 f"{p} holds neither a {RESULTS_NAME} nor JSONL files of QA rows "
@@ -157,9 +189,10 @@ def collect(paths: Iterable[str | os.PathLike]) -> Inputs:
             )
     return Inputs(
         experiments=tuple(experiments.values()),
-        qa_files=tuple(Path(f) for f in qa),
-        qa_rows=tuple(r for rows in qa.values() for r in rows),
+        qa_files=tuple(f for f, _ in qa.values()),
+        qa_rows=tuple(r for _, rows in qa.values() for r in rows),
         skipped=tuple(skipped),
-        gold_files=tuple(Path(f) for f in gold),
-        gold_rows=tuple(r for rows in gold.values() for r in rows),
+        gold_files=tuple(f for f, _ in gold.values()),
+        gold_rows=tuple(r for _, rows in gold.values() for r in rows),
+        reports=tuple(reports),
     )
