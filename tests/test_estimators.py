@@ -217,7 +217,6 @@ def test_one_engine_vocabulary_for_every_scoring_function():
     functorch and loop) gives the ghost result on classifiers and LLM answers alike, and an
     unknown name is refused with the list."""
     import tiny
-
     from isouq.engines import ENGINES
 
     torch.manual_seed(0)
