@@ -26,6 +26,7 @@ from __future__ import annotations
 import shutil
 import textwrap
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from .errors import DataError, InputError
 from .methods import BASELINES, SCORES, check_methods, check_sampling
@@ -64,7 +65,7 @@ def answer_and_score(model, tokenizer, questions: Sequence[str], *,
                      baselines: Sequence[str] = (), judge=None, k: int = 10,
                      k_p_true: int = 5, temperature: float = 1.0, seed: int = 0,
                      max_new_tokens: int = 50, batch_size: int = 16,
-                     spans: str | None = None) -> list[dict]:
+                     spans: str | None = None, params=None) -> list[dict]:
     """Greedy answer and its uncertainty for each question.
 
     The gradient scores come from one backward pass per batch; each baseline of ``baselines``
@@ -82,6 +83,7 @@ def answer_and_score(model, tokenizer, questions: Sequence[str], *,
         batch_size: answers per pass.
         spans: ``"sentences"`` or ``"lines"``: each row also gets ``spans``, its sentences (or
             lines) with their scores (``isouq.spans``; one more batched backward).
+        params: the parameters the gradient scores cover (``isouq.params``; None: all).
 
     Returns:
         N answer rows (``isouq.answer_row``): key (the question's place), question, answer,
@@ -111,7 +113,7 @@ def answer_and_score(model, tokenizer, questions: Sequence[str], *,
 
     batch = AnswerBatch(model, tokenizer, questions, prompts, [g.text for g in gens],
                         [g.token_ids for g in gens], sample=sample, entailment=judge,
-                        k_p_true=k_p_true, seed=seed, batch_size=batch_size)
+                        k_p_true=k_p_true, seed=seed, batch_size=batch_size, params=params)
     got = run_methods(batch, ["gradient", *baselines])
     rows = []
     for i, (q, g, m) in enumerate(zip(questions, gens, got, strict=True)):
@@ -127,6 +129,71 @@ def answer_and_score(model, tokenizer, questions: Sequence[str], *,
         add_spans(model, tokenizer, prompts, [g.token_ids for g in gens], rows, spans,
                   batch_size=batch_size)
     return rows
+
+
+@dataclass
+class Asked:
+    """What ``isouq ask`` shows: the answer rows, and what they were read against.
+
+    Attributes:
+        rows: the answer rows (``answer_and_score``), with percentiles and P(correct) when
+            asked for.
+        reference: the rows of a QA run the percentiles are taken in (or None).
+        calibration: the calibrator that gave P(correct) (or None).
+    """
+
+    rows: list[dict]
+    reference: list[dict] | None
+    calibration: object
+
+
+def ask(questions: Sequence[str], *, model: str, load: dict | None = None,
+        baselines: Sequence[str] = (), entailment_model: str | None = None,
+        entailment_load: dict | None = None, reference: str | None = None,
+        calibration=None, params=None, **options) -> Asked:
+    """``isouq ask``: every check a user can fail first, then load, answer and score.
+
+    Args:
+        questions: the questions (checked before any model loads).
+        model: what ``isouq.models.load_model`` loads; ``load`` its options.
+        baselines: sampling baselines (``isouq.methods.BASELINES``).
+        entailment_model, entailment_load: semantic entropy's judge and its load options.
+        reference: a QA run's rows (JSONL) to give each score its percentile in.
+        calibration: a ``Calibrator`` giving P(correct) (checked against the model's files).
+        params: the parameters the gradient scores cover (``isouq.params``; None: all).
+        **options: ``answer_and_score``'s settings (k, k_p_true, temperature, seed,
+            max_new_tokens, batch_size, spans).
+
+    Returns:
+        Asked: the rows and what they were read against.
+    """
+    from .models import check_loadable, load_classifier_or_lm, load_model
+
+    questions = check_questions(questions)
+    baselines = check_baselines(baselines, k=options.get("k", 10),
+                                k_p_true=options.get("k_p_true", 5),
+                                temperature=options.get("temperature", 1.0))
+    ref = None if reference is None else reference_rows(reference, model)
+    check_loadable(model)
+    if "semantic_entropy" in baselines:
+        check_loadable(entailment_model)
+    lm, tok, info = load_model(model, **(load or {}))
+    if calibration is not None:
+        calibration.check_model(model, getattr(info, "files", None))
+    judge = None
+    if "semantic_entropy" in baselines:
+        from .qa.baselines.semantic_entropy import entailment_judge
+
+        jm, jt, _ = load_classifier_or_lm(entailment_model, **(entailment_load or {}))
+        judge = entailment_judge(jm, jt, name=entailment_model,
+                                 batch_size=options.get("batch_size", 16))
+    rows = answer_and_score(lm, tok, questions, baselines=baselines, judge=judge,
+                            params=params, **options)
+    if ref is not None:
+        add_percentiles(rows, ref)
+    if calibration is not None:
+        calibration.annotate(rows)
+    return Asked(rows, ref, calibration)
 
 
 def reference_rows(path, model: str) -> list[dict]:

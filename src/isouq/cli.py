@@ -215,17 +215,7 @@ def cmd_demo(args) -> int:
 def cmd_ask(args) -> int:
     import json
 
-    from .ask import (
-        add_percentiles,
-        answer_and_score,
-        check_baselines,
-        check_questions,
-        legend,
-        print_spans,
-        print_table,
-        reference_rows,
-    )
-    from .models import check_loadable
+    from .ask import ask, legend, print_spans, print_table
 
     configure()
     if args.html is not None and args.spans is None:
@@ -244,27 +234,15 @@ def cmd_ask(args) -> int:
         else:
             text = Path(args.file).read_text("utf-8")
         questions += [line for line in text.splitlines() if line.strip()]
-    questions = check_questions(questions)  # before a model loads
-    baselines = check_baselines(args.baselines, k=args.k, k_p_true=args.k_p_true,
-                                temperature=args.temperature)
-    reference = None if args.reference is None else reference_rows(args.reference, args.model)
-    cal = _calibration(args)
-    check_loadable(args.model)
-    if "semantic_entropy" in baselines:
-        check_loadable(args.entailment_model)
-    model, tok, info = _load(args)
-    if cal is not None:
-        cal.check_model(args.model, getattr(info, "files", None))
-    judge = (_entailment_judge(args.entailment_model, args) if "semantic_entropy" in baselines
-             else None)
-    rows = answer_and_score(model, tok, questions, baselines=baselines, judge=judge, k=args.k,
-                            k_p_true=args.k_p_true, temperature=args.temperature,
-                            seed=args.seed, max_new_tokens=args.max_new_tokens,
-                            batch_size=args.batch_size, spans=args.spans)
-    if reference is not None:
-        add_percentiles(rows, reference)
-    if cal is not None:
-        cal.annotate(rows)
+    load = _load_kw(args)
+    judge_load = {k: v for k, v in load.items() if k not in ("quantize", "adapter")}
+    got = ask(questions, model=args.model, load=load, baselines=args.baselines,
+              entailment_model=args.entailment_model, entailment_load=judge_load,
+              reference=args.reference, calibration=_calibration(args),
+              params=_params_value(args), k=args.k, k_p_true=args.k_p_true,
+              temperature=args.temperature, seed=args.seed, max_new_tokens=args.max_new_tokens,
+              batch_size=args.batch_size, spans=args.spans)
+    rows, reference, cal = got.rows, got.reference, got.calibration
     if args.json:
         for r in rows:
             print(json.dumps(r, ensure_ascii=False))
@@ -298,15 +276,6 @@ def _calibration(args):
     if not cal.doc["model"].get("sha256"):
         cal.check_model(args.model)
     return cal
-
-
-def _entailment_judge(name: str, args):
-    """Semantic entropy's judge: an MNLI-style classifier or a causal LM, loaded like --model."""
-    from .models import load_classifier_or_lm
-    from .qa.baselines.semantic_entropy import entailment_judge
-
-    model, tok, _ = load_classifier_or_lm(name, **_load_kw(args))
-    return entailment_judge(model, tok, name=name, batch_size=args.batch_size)
 
 
 def cmd_score(args) -> int:
@@ -468,6 +437,7 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
 
     p = sub.add_parser("ask", help="answer your questions and say how far to trust each answer")
     _model_args(p)
+    _params_arg(p)
     p.add_argument("questions", nargs="*", help="questions, each in quotes")
     p.add_argument("--file", default=None,
                    help="a text file with one question per line (- reads standard input)")

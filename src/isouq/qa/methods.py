@@ -34,6 +34,7 @@ class AnswerBatch:
         k_p_true: sampled answers P(True) shows as brainstormed.
         seed: P(True)'s seed.
         batch_size: answers per forward/backward pass.
+        params: the parameters the gradient method scores (``isouq.params``; None: all).
     """
 
     model: object
@@ -47,6 +48,7 @@ class AnswerBatch:
     k_p_true: int = 5
     seed: int = 0
     batch_size: int = 8
+    params: object = None
     _sampled: list[Sampled] | None = field(default=None, repr=False)
 
     def __len__(self) -> int:
@@ -107,7 +109,8 @@ def gradient(batch: AnswerBatch) -> list[MethodOutput]:
         return out
     t0 = time.perf_counter()
     res = score_sequences(batch.model, batch.tokenizer, [batch.prompts[i] for i in scored],
-                          [batch.answer_ids[i] for i in scored], batch_size=batch.batch_size)
+                          [batch.answer_ids[i] for i in scored], batch_size=batch.batch_size,
+                          params=batch.params)
     share = (time.perf_counter() - t0) / len(scored)
     for j, i in enumerate(scored):
         out[i] = MethodOutput(res.row_scores(j), share, {"gradient": 1})
