@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# LM-Polygraph's polygraph_eval on isouq's three embedded models × TriviaQA and TruthfulQA,
+# fully offline, isouq's estimators beside LM-Polygraph's white-box ones (docs/polygraph.md).
+#
+#   bash scripts/polygraph_benchmark.sh [--limit 500] [--chunk 125] [--models "smollm2 ..."] \
+#        [--datasets "triviaqa truthfulqa"] [--config configs/polygraph/polygraph_eval.yaml]
+#
+# Resumable: each chunk of --chunk questions is one polygraph_eval run under
+# .cache/polygraph_runs/<dataset>__<model>/chunk-KKK/; a chunk with its `done` mark is skipped,
+# an unfinished one is run again. After each chunk the kept results
+# results/polygraph/polygraph__<dataset>__<model>.json are rebuilt from every finished chunk
+# (scripts/polygraph/collect.py), marked partial until --limit questions are in.
+# Needs .venv-polygraph (docs/polygraph.md: python3 -m venv .venv-polygraph;
+# .venv-polygraph/bin/pip install -c constraints.txt -e ".[polygraph]"; the registry models
+# fetched there: .venv-polygraph/bin/isouq models --fetch NAME).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+LIMIT=500; CHUNK=125; SEED=0
+MODELS="smollm2 gemma3-270m qwen2.5-coder-0.5b"
+DATASETS="triviaqa truthfulqa"
+CONFIG=configs/polygraph/polygraph_eval.yaml
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --limit) LIMIT=$2; shift 2;;
+    --chunk) CHUNK=$2; shift 2;;
+    --seed) SEED=$2; shift 2;;
+    --models) MODELS=$2; shift 2;;
+    --datasets) DATASETS=$2; shift 2;;
+    --config) CONFIG=$2; shift 2;;
+    *) echo "unknown option $1" >&2; exit 2;;
+  esac
+done
+PY=.venv-polygraph/bin/python
+EVAL=.venv-polygraph/bin/polygraph_eval
+[ -x "$EVAL" ] || { echo "no $EVAL: set up .venv-polygraph first (docs/polygraph.md)" >&2; exit 2; }
+# offline: nothing may be downloaded (LM-Polygraph's default metrics and NLI models would try)
+export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_EVALUATE_OFFLINE=1
+export TOKENIZERS_PARALLELISM=false
+MODELDIR=.cache/polygraph_models; DATADIR=.cache/polygraph_data; RUNDIR=.cache/polygraph_runs
+$PY scripts/polygraph/export_models.py --out "$MODELDIR" $MODELS
+for model in $MODELS; do
+  if $PY -c "import json,sys; sys.exit(0 if json.load(open('$MODELDIR/$model/tokenizer_config.json')).get('chat_template') or __import__('os').path.exists('$MODELDIR/$model/chat_template.jinja') else 1)"; then
+    style=chat; instruct=true
+  else
+    style=plain; instruct=false
+  fi
+  for ds in $DATASETS; do
+    name="$ds-$style-n$LIMIT-s$SEED"
+    $PY scripts/polygraph/prepare_data.py --dataset "$ds" --style "$style" --limit "$LIMIT" \
+        --seed "$SEED" --chunk "$CHUNK" --out "$DATADIR"
+    for chunk in "$DATADIR/$name"/chunk-*; do
+      out="$RUNDIR/${ds}__${model}/$(basename "$chunk")"
+      if [ -f "$out/done" ]; then continue; fi
+      rm -rf "$out"; mkdir -p "$out"
+      echo "[polygraph] $model × $ds: $(basename "$chunk") ($(date +%H:%M:%S))"
+      HYDRA_CONFIG="$PWD/$CONFIG" "$EVAL" model.path="$MODELDIR/$model" instruct=$instruct \
+          dataset="$chunk" save_path="$out" > "$out/stdout.log" 2>&1
+      printf '%s\n' "$name" > "$out/done"
+      $PY scripts/polygraph/collect.py --runs "$RUNDIR/${ds}__${model}" --data "$DATADIR/$name" \
+          --dataset "$ds" --model "$model" --limit "$LIMIT" --config "$CONFIG" \
+          --out "results/polygraph/polygraph__${ds}__${model}.json"
+    done
+  done
+done
+echo "[polygraph] finished ($(date +%H:%M:%S))"
