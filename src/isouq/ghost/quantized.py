@@ -4,8 +4,8 @@ quantization, any compute dtype).
 The layer computes y = x̃ Wᵀ + b with W the dequantized weight and x̃ the input cast to the
 layer's compute dtype, so the per-example gradient with respect to W is Σₜ bₜ x̃ₜᵀ, exactly as
 for ``nn.Linear`` (``linear.py``), and no dequantized copy of W is ever made. Registered when
-bitsandbytes is loaded (``registry.py`` asks for it on meeting a bitsandbytes layer), so that
-isouq never imports it itself. ``Linear8bitLt`` is not covered: with its outlier threshold it
+the first bitsandbytes layer is looked up (``registry.register_package``), so that isouq never
+imports bitsandbytes itself. ``Linear8bitLt`` is not covered: with its outlier threshold it
 quantizes the activations too (y is not x Wᵀ); the engine refuses its int8 weights with a line
 naming ``params='trainable'``.
 """
@@ -17,9 +17,7 @@ from torch import nn
 from .calls import Call
 from .factors import Contribution
 from .linear import linear_contributions
-from .registry import register_rule
-
-_DONE = False
+from .registry import register_package, register_rule
 
 
 def _linear4bit(module: nn.Module, call: Call) -> dict[str, Contribution]:
@@ -30,12 +28,11 @@ def _linear4bit(module: nn.Module, call: Call) -> dict[str, Contribution]:
 
 
 def register() -> None:
-    """Register the rules for bitsandbytes' layer types (once; bitsandbytes must import)."""
-    global _DONE
-    if _DONE:
-        return
-    _DONE = True
+    """Register the rules for bitsandbytes' layer types (bitsandbytes is loaded by then)."""
     import bitsandbytes as bnb
 
     register_rule(bnb.nn.Linear4bit, subclasses=True, uses_output=False,
                   reads_params=False)(_linear4bit)
+
+
+register_package("bitsandbytes.", register)  # called on meeting the first bitsandbytes layer

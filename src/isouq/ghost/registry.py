@@ -54,7 +54,8 @@ class Rule:
 
 _BY_TYPE: dict[type, Rule] = {}
 _BY_MATCH: list[tuple[Callable[[nn.Module], bool], Rule]] = []
-_LOADED = False
+#: module-name prefix of an optional package -> the function registering its rules (once)
+_PACKAGES: dict[str, Callable[[], None]] = {}
 
 
 def register_rule(
@@ -106,28 +107,17 @@ def register_rule(
     return deco
 
 
-def _load_builtin() -> None:
-    global _LOADED
-    if not _LOADED:
-        _LOADED = True
-        from . import (  # noqa: F401  (each registers its rules)
-            attention,
-            channel_norms,
-            conv,
-            conv1d,
-            embedding,
-            linear,
-            norms,
-        )
+def register_package(prefix: str, register: Callable[[], None]) -> None:
+    """Call ``register`` (which registers rules for an optional package's layer types, and may
+    import that package) the first time a module of a class from ``prefix`` is looked up: a
+    model holding such a layer has the package loaded already; isouq never imports it."""
+    _PACKAGES[prefix] = register
 
 
 def _registered(module: nn.Module) -> Rule | None:
-    _load_builtin()
     cls = type(module)
-    if cls.__module__.startswith("bitsandbytes."):  # bitsandbytes is loaded: its rules too
-        from . import quantized
-
-        quantized.register()
+    for prefix in [p for p in _PACKAGES if cls.__module__.startswith(p)]:
+        _PACKAGES.pop(prefix)()  # once: the package's rules
     for k in cls.__mro__:
         rule = _BY_TYPE.get(k)
         if rule is None:
@@ -145,7 +135,6 @@ def is_composite(module: nn.Module) -> bool:
     """True if ``module``'s type is registered as owning its children's parameters."""
     rule = _registered(module)
     if rule is None:  # a subclass with its own forward still uses its children's weights
-        _load_builtin()
         rule = next((r for k in type(module).__mro__ if (r := _BY_TYPE.get(k))), None)
     return bool(rule and rule.composite)
 
