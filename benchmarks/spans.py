@@ -7,13 +7,15 @@ Instruct, float32, CPU). Measured in one process after one untimed whole-answer 
 ``--repeats`` (default 1):
 
 - ``whole``: ``score_sequences`` without spans (ghost, one forward + one backward per batch);
-- ``spans_rows``: ``score_sequences(..., spans="sentences")``: the whole answers and, per
-  sentence, the row truncated at its end, all 16 × (1 + 5) rows in one ghost forward + backward
-  (the library's way);
-- ``spans_retain``: the other exact option, measured here only: one forward of the 16 whole
-  answers, then one ghost backward per sentence index over the retained graph (6 backwards);
-- ``spans_loop``: ``score_sequences(..., spans="sentences", method="loop")``: one backward per
-  row (16 × 5 sentences + 16 whole answers = 96 backwards), the reference.
+- ``spans_retain``: ``score_sequences(..., spans="sentences")``, the library's default: one
+  forward of the 16 answers, then one ghost backward for the whole answers and one per sentence
+  index over the retained graph (6 backwards, the memory of the whole-answer score);
+- ``spans_rows``: ``score_spans(..., engine="rows")``: per sentence, the row truncated at its
+  end, the 1 + 5 rows of ``--rows-batch`` answers (default 4: 24 rows) in one ghost forward +
+  backward; all 16 × 6 = 96 rows in one batch (``--rows-batch 16``) needs about 6× the memory
+  of the whole-answer score (killed for memory at 21 GB on a 24 GB machine);
+- ``spans_loop``: ``score_sequences(..., spans="sentences", method="per_example")``: one
+  backward per row (16 × 5 sentences + 16 whole answers = 96 backwards), the reference.
 
 Wall and process CPU seconds are both recorded: on a shared machine the CPU seconds of this
 process are the steadier measure. Every span score of ``spans_rows`` and ``spans_retain`` is
@@ -50,42 +52,13 @@ def five_sentence_answers(n: int) -> tuple[list[str], list[str]]:
     return qs, ans
 
 
-def retain(model, tok, prompts, answers) -> list[list[float]]:
-    """Span epistemic scores from one forward and one ghost backward per sentence index."""
-    import torch
-
-    from isouq.estimators import eval_mode
-    from isouq.ghost.engine import GhostNorms
-    from isouq.sequences import collate, encode, pad_id, summarize, token_probs
-    from isouq.spans import resolve_spans
-
-    enc = encode(tok, prompts, answers)
-    spans = resolve_spans(tok, answers, "sentences", enc)
-    batch = collate(enc, pad_id(tok), "left")
-    S = max(len(s.tokens) for s in spans)
-    masks = torch.zeros((S, *batch.answer_mask.shape), dtype=torch.bool)
-    for i, sp in enumerate(spans):
-        cols = batch.answer_mask[i].nonzero()[:, 0]
-        for k, toks in enumerate(sp.tokens):
-            masks[k, i, cols[list(toks)]] = True
-    out = torch.zeros(S + 1, len(enc))
-    params = dict(model.named_parameters())
-    with eval_mode(model), GhostNorms(model, params) as ghost, torch.enable_grad():
-        ghost.seq_len = batch.input_ids.shape[1]
-        p, mask = token_probs(model, batch)
-        for k in range(-1, S):
-            m, _, t = summarize(p, mask if k < 0 else masks[k])
-            m = torch.where(t > 0, m, torch.zeros_like(m))
-            out[k + 1] = ghost.backward(m, retain_graph=k < S - 1).detach()
-    return [[float(out[k + 1, i]) for k in range(len(sp.tokens))] for i, sp in enumerate(spans)]
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2")
     ap.add_argument("--n", type=int, default=16, help="answers (one batch)")
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--loop-repeats", type=int, default=1)
+    ap.add_argument("--rows-batch", type=int, default=4, help="answers per pass of spans_rows")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
@@ -96,6 +69,7 @@ def main(argv=None) -> int:
     from isouq.qa.prompts import qa_prompts
     from isouq.runtime import configure
     from isouq.sequences import encode, score_sequences
+    from isouq.spans import score_spans
     from record import save_json
 
     configure()
@@ -108,11 +82,12 @@ def main(argv=None) -> int:
 
     runs = {
         "whole": lambda: score_sequences(model, tok, prompts, answers, batch_size=n),
-        "spans_rows": lambda: score_sequences(model, tok, prompts, answers, batch_size=n,
-                                              spans="sentences"),
-        "spans_retain": lambda: retain(model, tok, prompts, answers),
+        "spans_retain": lambda: score_sequences(model, tok, prompts, answers, batch_size=n,
+                                                spans="sentences"),
+        "spans_rows": lambda: score_spans(model, tok, prompts, answers, "sentences",
+                                          batch_size=args.rows_batch, engine="rows"),
         "spans_loop": lambda: score_sequences(model, tok, prompts, answers, batch_size=n,
-                                              spans="sentences", method="loop"),
+                                              spans="sentences", method="per_example"),
     }
     seconds, cpu, results = {}, {}, {}
     for name, fn in runs.items():
@@ -128,15 +103,17 @@ def main(argv=None) -> int:
         seconds[name], cpu[name] = statistics.median(times), statistics.median(cpus)
         print(f"{name:13s} {seconds[name]:8.3f} s wall, {cpu[name]:8.3f} s CPU", flush=True)
 
-    loop = [[s.epistemic for s in sp] for sp in results["spans_loop"].spans]
-    rows = [[s.epistemic for s in sp] for sp in results["spans_rows"].spans]
+    def epi(name):
+        return [[s.epistemic for s in sp] for sp in results[name].spans]
+
+    loop, rows, kept = epi("spans_loop"), epi("spans_rows"), epi("spans_retain")
 
     def worst(a, b):
         return max(abs(x - y) / abs(y) for u, v in zip(a, b, strict=True)
                    for x, y in zip(u, v, strict=True))
 
     n_spans = sum(len(sp) for sp in loop)
-    whole_diff = float(((results["spans_rows"].epistemic - results["whole"].epistemic).abs()
+    whole_diff = float(((results["spans_retain"].epistemic - results["whole"].epistemic).abs()
                         / results["whole"].epistemic).max())
     summary = {
         "answers": n, "spans": n_spans,
@@ -150,13 +127,14 @@ def main(argv=None) -> int:
            for a, b in (("loop", "rows"), ("loop", "retain"), ("rows", "whole"),
                         ("retain", "whole"))},
         "max_rel_diff_rows_vs_loop": worst(rows, loop),
-        "max_rel_diff_retain_vs_loop": worst(results["spans_retain"], loop),
+        "max_rel_diff_retain_vs_loop": worst(kept, loop),
         "max_rel_diff_whole_with_spans_vs_without": whole_diff,
     }
     for k, v in summary.items():
         if k not in ("seconds", "cpu_seconds"):
             print(f"{k}: {v:.4g}" if isinstance(v, float) else f"{k}: {v}")
-    save_json(args.out, {"model": args.model, "benchmark": "spans"}, **summary)
+    save_json(args.out, {"model": args.model, "benchmark": "spans", "rows_batch": args.rows_batch},
+              **summary)
     return 0
 
 

@@ -275,6 +275,7 @@ def score_sequences(
     progress: bool = False,
     spans=None,
     _scored_from: Sequence[int] | None = None,
+    _on_probs=None,
 ) -> SequenceScores:
     """Score N answers of a causal LM (any Hugging Face ``AutoModelForCausalLM``).
 
@@ -302,6 +303,9 @@ def score_sequences(
             ``SpanSequenceScores`` whose ``spans[i]`` lists answer i's span scores.
         _scored_from: internal (``isouq.spans``): per answer, how many of its first tokens are
             context only, outside p̄ and the aleatoric score.
+        _on_probs: internal (``isouq.spans``): with the ghost and per-token engines, called as
+            ``_on_probs(ghost, p, mask, rows)`` after each batch's forward, before its
+            backward; it may run ghost backwards with ``retain_graph=True``.
 
     Returns:
         SequenceScores with, each (N,): ``epistemic`` ‖∇θ p̄‖² (probability² units),
@@ -374,6 +378,8 @@ def score_sequences(
                 ghost.seq_len = batch.input_ids.shape[1]
                 with torch.enable_grad():
                     p, mask = token_probs(model, batch)
+                    if _on_probs is not None:  # isouq.spans: backwards over the same graph
+                        _on_probs(ghost, p, mask, rows)
                     if method == "ghost":
                         res = ghost.backward_detailed(summarize(p, mask)[0])
                         e, pp = res.total, res.per_param

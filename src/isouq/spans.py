@@ -41,9 +41,11 @@ from dataclasses import dataclass, field, fields
 import torch
 from torch import nn
 
+from .covariance import Identity
+from .engines import engine_name
 from .errors import InputError
 from .scores import SequenceScores
-from .sequences import Encoded, check_lengths, encode, score_sequences
+from .sequences import Encoded, check_lengths, encode, score_sequences, summarize
 
 SPLITTERS = ("sentences", "lines")
 
@@ -335,21 +337,20 @@ def score_spans(
     *,
     batch_size: int = 16,
     keys: Sequence | None = None,
+    engine: str | None = None,
     **options,
 ) -> SpanSequenceScores:
     """Whole-answer and span scores (``score_sequences(..., spans=...)`` calls this).
 
-    Rows truncated at each span's end: an answer of S spans gives 1 + S rows, the whole answer
-    and, for span k, (prompt, answer tokens up to span k's last one) whose p̄ reads span k's
-    tokens only (``score_sequences``' ``_scored_from``). The rows of ``batch_size`` answers go
-    through one ``score_sequences`` call of one batch: ONE forward and ONE backward with
-    ``method="ghost"``, one backward per row with ``method="loop"``.
-
     Args:
         spans: ``"sentences"``, ``"lines"``, or N lists of (start, end) character ranges.
-        batch_size: answers per pass; a pass holds 1 + S rows per answer of S spans (memory
-            grows accordingly).
+        batch_size: answers per pass.
         keys: N names of the answers for error messages (default 0..N−1).
+        engine: ``"retain"`` (the default with the ghost method): one forward of a batch's
+            answers, one ghost backward for the whole answers and one per span index over the
+            retained graph (memory of the whole-answer score); ``"rows"`` (the default with
+            ``method="per_example"`` or ``"per_token"``): rows truncated at each span's end,
+            1 + S rows per answer of S spans in one batch (memory about (1 + S)-fold).
         **options: ``method``, ``params``, ``covariance``, ``per_param``, ``padding_side``,
             ``progress`` of :func:`isouq.score_sequences`.
 
@@ -359,53 +360,109 @@ def score_spans(
     """
     if batch_size < 1:
         raise InputError(f"batch_size must be ≥ 1, got {batch_size}")
-    progress = options.pop("progress", False)
+    method = engine_name(options.get("method", "ghost"),
+                         ("auto", "ghost", "per_example", "per_token"))
+    cov = options.get("covariance", "identity")
+    identity = (isinstance(cov, str) and cov == "identity") or isinstance(cov, Identity)
+    ghost = method == "ghost" or (method == "auto" and identity)
+    if engine is None:
+        engine = "retain" if ghost else "rows"
+    if engine not in ("retain", "rows"):
+        raise InputError(f"engine={engine!r} is not one of 'retain', 'rows'")
+    if engine == "retain" and not ghost:
+        raise InputError("engine='retain' runs ghost backwards; use method='ghost' (and the "
+                         "identity covariance) or engine='rows'")
     enc = encode(tokenizer, prompts, answers)
     check_lengths(model, enc)
     resolved = resolve_spans(tokenizer, answers, spans, enc, keys)
+    if engine == "retain":
+        found = _score_retained(model, tokenizer, prompts, answers, resolved, batch_size,
+                                getattr(cov, "scale", 1.0), options)
+    else:
+        found = _score_rows(model, tokenizer, prompts, enc, resolved, batch_size, options)
+    whole, per_span = found
+    sq = max(whole.params.sq_norm, 1e-30)
+    out: list[list[SpanScore]] = [[] for _ in enc]
+    for (i, k), (e, m, a, t) in sorted(per_span.items()):
+        lo, hi = resolved[i].ranges[k]
+        out[i].append(SpanScore(
+            text=resolved[i].text[lo:hi], start=lo, end=hi, n_tokens=t, mean_prob=m,
+            aleatoric=a, epistemic=e, epistemic_log=e / m**2 if m > 0 else float("inf"),
+            normalized_epistemic=e / sq))
+    kept = {f.name: getattr(whole, f.name) for f in fields(whole) if f.init}
+    kept["extra"] = {**kept.get("extra", {}), "span_engine": engine}
+    return SpanSequenceScores(**kept, spans=out, texts=[r.text for r in resolved])
+
+
+def _score_retained(model, tokenizer, prompts, answers, resolved, batch_size, scale, options):
+    """The whole answers through ``score_sequences`` (ghost), and, over each batch's graph
+    before its own backward, one ghost backward per span index k: p̄ of span k of every answer
+    of the batch (0 for an answer with fewer spans), retain_graph=True."""
+    per_span: dict[tuple[int, int], tuple[float, float, float, int]] = {}
+
+    def on_probs(ghost, p, mask, rows: slice) -> None:
+        spans = [resolved[i].tokens for i in range(rows.start, rows.stop)]
+        masks = torch.zeros((max(len(s) for s in spans), *mask.shape), dtype=torch.bool,
+                            device=mask.device)
+        for b, toks in enumerate(spans):
+            cols = mask[b].nonzero()[:, 0]  # the answer tokens of row b, in order
+            for k, tk in enumerate(toks):
+                masks[k, b, cols[tk[0]:tk[-1] + 1]] = True
+        for k in range(masks.shape[0]):
+            m, a, t = summarize(p * masks[k], masks[k])  # p is nonzero on every answer token
+            m = torch.where(t > 0, m, torch.zeros_like(m))  # an answer without span k: 0
+            e = scale * ghost.backward_detailed(m, retain_graph=True).total.detach()
+            m, a = m.detach(), a.detach()
+            for b in range(len(spans)):
+                if k < len(spans[b]):
+                    per_span[(rows.start + b, k)] = (float(e[b]), float(m[b]), float(a[b]),
+                                                     int(t[b]))
+
+    whole = score_sequences(model, tokenizer, prompts, answers, batch_size=batch_size,
+                            _on_probs=on_probs, **options)
+    return whole, per_span
+
+
+def _score_rows(model, tokenizer, prompts, enc, resolved, batch_size, options):
+    """Rows truncated at each span's end, the rows of ``batch_size`` answers in one
+    ``score_sequences`` batch (``_scored_from``: the answer tokens before the span are
+    context)."""
     rows = _span_rows(enc, resolved)
     n = len(enc)
+    progress = options.pop("progress", False)
     bar = None
     if progress:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=n, desc="scoring spans", unit="answer")
-    parts = []
+    parts, placed = [], []
     for s in range(0, n, batch_size):
         chunk = [r for r in rows if s <= r[0] < s + batch_size]
         parts.append(score_sequences(
             model, tokenizer, [prompts[i] for i, *_ in chunk],
             [enc[i].answer[:end] for i, _, end, _ in chunk], batch_size=len(chunk),
             _scored_from=[skip for *_, skip in chunk], **options))
+        placed += chunk
         if bar is not None:
             bar.update(min(s + batch_size, n) - s)
     if bar is not None:
         bar.close()
     # per-row tensors of every part, joined; whole-answer rows picked out
-    sizes = [sum(1 for r in rows if s <= r[0] < s + batch_size) for s in range(0, n, batch_size)]
     first = parts[0]
-    whole = torch.tensor([j for j, r in enumerate(rows) if r[1] < 0])
+    size = sum(1 for r in rows if r[0] < batch_size)
+    whole_rows = torch.tensor([j for j, r in enumerate(placed) if r[1] < 0])
     kept, joined = {}, {}
     for f in fields(first):
         v = getattr(first, f.name)
-        if isinstance(v, torch.Tensor) and v.ndim >= 1 and v.shape[0] == sizes[0]:
+        if isinstance(v, torch.Tensor) and v.ndim >= 1 and v.shape[0] == size:
             joined[f.name] = torch.cat([getattr(p, f.name) for p in parts])
-            kept[f.name] = joined[f.name][whole]
+            kept[f.name] = joined[f.name][whole_rows]
         elif f.init:
             kept[f.name] = v
-    epi, mean = joined["epistemic"], joined["mean_prob"]
-    sq = max(first.params.sq_norm, 1e-30)
-    out: list[list[SpanScore]] = [[] for _ in range(n)]
-    for j, (i, k, _, _) in enumerate(rows):
-        if k < 0:
-            continue
-        a, b = resolved[i].ranges[k]
-        e, m = float(epi[j]), float(mean[j])
-        out[i].append(SpanScore(
-            text=resolved[i].text[a:b], start=a, end=b, n_tokens=int(joined["n_tokens"][j]),
-            mean_prob=m, aleatoric=float(joined["aleatoric"][j]), epistemic=e,
-            epistemic_log=e / m**2 if m > 0 else float("inf"), normalized_epistemic=e / sq))
-    return SpanSequenceScores(**kept, spans=out, texts=[r.text for r in resolved])
+    per_span = {(i, k): (float(joined["epistemic"][j]), float(joined["mean_prob"][j]),
+                         float(joined["aleatoric"][j]), int(joined["n_tokens"][j]))
+                for j, (i, k, _, _) in enumerate(placed) if k >= 0}
+    return type(first)(**kept), per_span
 
 
 def least_trusted(spans: Sequence[dict]) -> int | None:
