@@ -333,6 +333,8 @@ def score_rows(
             for r in todo:
                 try:
                     prompt, n, a, k = _prepare(r, tokenizer, ctx, vocab, spans)
+                    if method in ("ghost", "auto"):  # ghost span scores: a whole answer's memory
+                        k = 1
                     if fits is not None and not fits(k, n, a):
                         raise _RowError(
                             f"one row of {n} tokens needs more than the memory budget of "
@@ -350,7 +352,7 @@ def score_rows(
                 ok.append(r)
 
             def fits_batch(idx: list[int], lengths=lengths, answers=answer_lengths,
-                           n_rows=n_rows) -> bool:  # span rows count as rows of the batch
+                           n_rows=n_rows) -> bool:  # per_example span rows count as rows
                 return fits(sum(n_rows[i] for i in idx), max(lengths[i] for i in idx),
                             max(answers[i] for i in idx))
 

@@ -23,13 +23,15 @@ two claims) enters only the whole-answer score. A sentence or line that gets no 
 (a token began before it and runs into it) is merged into the span before it; a given range that
 gets none is an error.
 
-How it is computed (:func:`score_spans`): rows truncated at each span's end. Span k of an
-answer is the row (prompt, answer tokens up to span k's last one) whose p̄ reads span k's tokens
-only (a causal LM sees nothing after them, so each token has the same probability as in the
-whole answer). The whole answers and all span rows of a batch of answers go through one
-``score_sequences`` batch: with ``method="ghost"`` ONE forward and ONE backward, exact (ghost
-norms of separate rows); ``method="loop"`` (one backward per row: per span and per whole
-answer) is the reference.
+How it is computed (:func:`score_spans`). With the ghost method (the default): one forward of a
+batch's answers, then, over the retained graph, one ghost backward per span index k (p̄ of span
+k of every answer of the batch at once) and the whole answers' own backward: exact, and the
+memory of the whole-answer score. With ``method="per_example"`` or ``"per_token"`` (or
+``engine="rows"``): rows truncated at each span's end, span k of an answer being the row
+(prompt, answer tokens up to span k's last one) whose p̄ reads span k's tokens only (a causal LM
+sees nothing after them); the 1 + S rows of a batch's answers go through one ``score_sequences``
+batch (about (1 + S)-fold memory); ``method="per_example"`` is then one backward per row, the
+reference.
 """
 
 from __future__ import annotations
