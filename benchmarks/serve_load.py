@@ -4,10 +4,10 @@ clients on ``/v1/score`` and ``/v1/chat/completions``, through the official ``op
 Starts ``isouq serve`` (SmolLM2 by default) on a free loopback port, or uses ``--url``; every
 request goes to 127.0.0.1 only, their number is bounded (``--score-requests``, ``--chat-requests``
 per concurrency level) and the run stops by itself. Each client is a thread with its own
-``OpenAI`` client (no retries), sending requests back to back until the level's requests are
-done. /v1/score pairs are TriviaQA questions (the shipped file) with a short answer, scored in the
-QA prompt (as ``isouq score`` does with a ``question``); chat requests ask the same questions
-with ``max_tokens`` new tokens, greedy.
+``OpenAI`` client (no retries), connected before the clock starts, sending requests back to
+back until the level's requests are done. /v1/score pairs are TriviaQA questions (the shipped
+file) with a short answer, scored in the QA prompt (as ``isouq score`` does with a
+``question``); chat requests ask the same questions with ``max_tokens`` new tokens, greedy.
 
     python benchmarks/serve_load.py                       # writes benchmarks/results/serve_load.json
     python benchmarks/serve_load.py --score-requests 16 --chat-requests 8 --levels 1 4 16
@@ -96,8 +96,12 @@ def level(url: str, model: str, endpoint: str, clients: int, n: int, pairs, max_
     lock = threading.Lock()
     todo = iter(range(n))
 
+    gate = threading.Barrier(clients + 1)
+
     def client_loop():
         client = OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=600)
+        client.models.list()  # connected before the clock starts
+        gate.wait()
         while True:
             with lock:
                 i = next(todo, None)
@@ -122,11 +126,12 @@ def level(url: str, model: str, endpoint: str, clients: int, n: int, pairs, max_
             with lock:
                 lat.append(time.perf_counter() - t0)
 
-    b0 = batches(url)
-    t0 = time.perf_counter()
     threads = [threading.Thread(target=client_loop) for _ in range(clients)]
     for t in threads:
         t.start()
+    gate.wait()
+    b0 = batches(url)
+    t0 = time.perf_counter()
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0

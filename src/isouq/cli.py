@@ -295,6 +295,7 @@ def cmd_score(args) -> int:
 
 
 def cmd_serve(args) -> int:
+    from .memory_plan import parse_bytes
     from .serve.config import ServeSettings
     from .serve.server import resolve_api_key, run_server
 
@@ -305,6 +306,7 @@ def cmd_serve(args) -> int:
         max_body_bytes=args.max_body_bytes, max_messages=args.max_messages,
         max_prompt_tokens=args.max_prompt_tokens, max_answer_tokens=args.max_answer_tokens,
         max_new_tokens=args.max_new_tokens, max_n=args.max_n, max_pairs=args.max_pairs,
+        memory_budget=None if args.memory_budget is None else parse_bytes(args.memory_budget),
         params=_params_value(args), api_key=resolve_api_key(args.api_key))
     run_server(args.model, load=_load_kw(args), calibration=_calibration(args),
                settings=settings, host=args.host, port=args.port, log_level=args.log_level)
@@ -513,6 +515,9 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     _params_arg(p)
     p.add_argument("--max-batch", type=positive_int, default=16,
                    help="answers scored together in one backward pass (memory grows with it)")
+    p.add_argument("--memory-budget", default=None, metavar="SIZE",
+                   help="e.g. 8GB: a batch whose predicted peak memory is over it is scored in "
+                        "as few passes as fit; a request that cannot fit alone gets 413")
     p.add_argument("--max-wait-ms", type=float, default=5.0,
                    help="how long a request waits for others to share its batch")
     p.add_argument("--max-queue", type=positive_int, default=64,

@@ -126,10 +126,10 @@ def test_a_failing_job_leaves_its_batch_mates_scored(lm, monkeypatch):
     engine = Engine(*lm, ServeSettings())
     real = engine._score
 
-    def poisoned(prompts, answers):
-        if any("poison" in str(p) for p in prompts):
+    def poisoned(items):
+        if any("poison" in str(it[1]) for it in items):
             raise RuntimeError("poisoned")
-        return real(prompts, answers)
+        return real(items)
 
     monkeypatch.setattr(engine, "_score", poisoned)
     good = ScoreJob([Pair("paris", prompt="what is the capital of france")])
@@ -261,3 +261,36 @@ def test_stopping_drains_the_queue_then_refuses(lm):
     engine.release.set()
     stopper.join(20)
     assert all(f.result(5).error is None for f in futures)  # every queued job was answered
+
+
+def test_a_memory_budget_cuts_the_batch_and_refuses_what_cannot_fit(lm, monkeypatch):
+    import isouq.serve.engine as engine_mod
+    from isouq.memory_plan import peak_bytes, shape_of
+    from isouq.serve.config import ServeSettings
+
+    calls = []
+    real = engine_mod.score_sequences
+
+    def counting(*a, **kw):
+        calls.append(len(a[2]))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(engine_mod, "score_sequences", counting)
+    shape = shape_of(lm[0])
+    from isouq.sequences import encode
+
+    enc = encode(lm[1], ["the cat sat on"], ["the mat"])[0]
+    n, a = len(enc.prompt) + len(enc.answer), len(enc.answer)
+    budget = peak_bytes(shape, batch=2, length=n, answer_length=a)  # two such rows fit, not 3
+    assert peak_bytes(shape, batch=3, length=n, answer_length=a) > budget
+    engine = Engine(*lm, ServeSettings(memory_budget=budget))
+    short = [ScoreJob([Pair("the mat", prompt="the cat sat on")]) for _ in range(5)]
+    out = engine.run(short)
+    assert all(o.error is None for o in out)
+    assert sum(calls) == 5 and max(calls) <= 2 and len(calls) >= 3
+    alone = isouq.score_sequences(*lm, ["the cat sat on"], ["the mat"])
+    assert out[4].result[0]["uncertainty"]["epistemic"] == pytest.approx(
+        float(alone.epistemic[0]), rel=1e-5)
+    long = ScoreJob([Pair("cat " * 12, prompt="the cat " * 30)])
+    (o,) = engine.run([long])
+    assert o.error is not None and o.error.status == 413 and "--memory-budget" in str(o.error)

@@ -39,7 +39,8 @@ def test_help_lists_the_options(capsys):
     out = capsys.readouterr().out
     for opt in ("--model", "--calibration", "--host", "--port", "--api-key", "--max-batch",
                 "--max-wait-ms", "--max-queue", "--request-timeout", "--max-body-bytes",
-                "--max-prompt-tokens", "--max-answer-tokens", "--params", "--device"):
+                "--max-prompt-tokens", "--max-answer-tokens", "--params", "--device",
+                "--memory-budget", "--quantize", "--adapter"):
         assert opt in out, opt
     assert "127.0.0.1" in out
 

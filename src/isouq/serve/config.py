@@ -27,6 +27,9 @@ class ServeSettings:
     max_new_tokens: the largest ``max_tokens`` a request may ask for (422).
     max_n: the largest ``n`` (choices per request, 422).
     max_pairs: (prompt, answer) pairs per ``/v1/score`` request (413).
+    memory_budget: bytes the process may use while scoring (None: no plan): a batch whose
+        predicted peak (``isouq.memory_plan.peak_bytes``) is over it is scored in as few
+        ``score_sequences`` calls as fit, and a request whose one answer cannot fit is a 413.
     params: the parameters that take part in the gradient (``isouq.params.select_params``:
         None for all, ``"last_layer"`` or name patterns).
     api_key: when set, every endpoint but ``/health`` (and the static page) needs
@@ -45,6 +48,7 @@ class ServeSettings:
     max_new_tokens: int = 256
     max_n: int = 8
     max_pairs: int = 64
+    memory_budget: int | None = None
     params: object = None
     api_key: str | None = field(default=None, repr=False)
 
@@ -56,6 +60,10 @@ class ServeSettings:
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise InputError(f"{name} = {v!r}: give a whole number ≥ 1 "
                                  f"(--{name.replace('_', '-')})")
+        if self.memory_budget is not None and (isinstance(self.memory_budget, bool) or not isinstance(
+                self.memory_budget, int) or self.memory_budget < 1):
+            raise InputError(f"memory_budget = {self.memory_budget!r}: give a number of bytes "
+                             "≥ 1, e.g. --memory-budget 8GB")
         if not self.max_wait_ms >= 0:
             raise InputError(f"max_wait_ms = {self.max_wait_ms!r}: give a number ≥ 0 "
                              "(--max-wait-ms)")

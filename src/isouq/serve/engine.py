@@ -125,6 +125,32 @@ class Engine:
         emb = getattr(model, "get_input_embeddings", lambda: None)()
         self.vocab = getattr(emb, "num_embeddings", None)
         self.params_info = None  # the ParamInfo of the first scoring (warm_up sets it)
+        self._shape = None
+        if settings.memory_budget is not None:
+            from ..memory_plan import shape_of
+
+            self._shape = shape_of(model)
+
+    def predicted_bytes(self, rows: int, length: int, answer_length: int) -> int | None:
+        """Predicted peak memory of scoring ``rows`` rows of ``length`` tokens (None without a
+        memory budget)."""
+        if self._shape is None:
+            return None
+        from ..memory_plan import peak_bytes
+
+        return peak_bytes(self._shape, batch=rows, length=length, answer_length=answer_length)
+
+    def _fits(self, rows: int, length: int, answer_length: int) -> bool:
+        need = self.predicted_bytes(rows, length, answer_length)
+        return need is None or need <= self.settings.memory_budget
+
+    def _check_memory(self, length: int, answer_length: int, where: str) -> None:
+        if not self._fits(1, length, answer_length):
+            need = self.predicted_bytes(1, length, answer_length)
+            raise RequestError(f"{where}: scoring {length} tokens needs about {need / 2**30:.2f} "
+                               f"GiB (predicted), over this server's --memory-budget of "
+                               f"{self.settings.memory_budget / 2**30:.2f} GiB; shorten it",
+                               status=413, param=where, code="over_memory_budget")
 
     # ------------------------------------------------------------ start
     def warm_up(self) -> None:
@@ -182,6 +208,7 @@ class Engine:
         self._check_tokens(len(enc.prompt), len(enc.answer), where,
                            answer_limit=self.settings.max_answer_tokens,
                            answer_what="the answer is", option="--max-answer-tokens")
+        self._check_memory(len(enc.prompt) + len(enc.answer), len(enc.answer), where)
         return prompt, pair.answer, len(enc.prompt), len(enc.answer)
 
     def _prompt_text(self, kind: str, value, where: str) -> str:
@@ -216,6 +243,7 @@ class Engine:
                 raise RequestError(f"{where} is empty; give the prompt text", param=where)
             self._check_tokens(n, job.max_tokens, where, answer_limit=self.settings.max_new_tokens,
                                answer_what="max_tokens asks for", option="--max-new-tokens")
+            self._check_memory(n + job.max_tokens, job.max_tokens, where)
             out.append((text, n))
         return out
 
@@ -258,19 +286,21 @@ class Engine:
                 if g is not None:
                     decoded[j] = g
         t2 = time.perf_counter()
-        # 3. every answer of the batch scored by one score_sequences call
-        items: list[tuple[int, object, object]] = []  # (job, prompt, answer)
+        # 3. every answer of the batch scored by one score_sequences call (or, over the memory
+        # budget, as few as fit); items: (job, prompt, answer, tokens, answer tokens)
+        items: list[tuple] = []
         for j, prepared in pairs.items():
-            items += [(j, p, a) for p, a, _, _ in prepared]
+            items += [(j, p, a, n_p + n_a, n_a) for p, a, n_p, n_a in prepared]
         for j, per_prompt in decoded.items():
-            for (text, _), choices in zip(gens[j], per_prompt, strict=True):
-                items += [(j, text, g.token_ids) for g in _distinct(choices)]
+            for (text, n_p), choices in zip(gens[j], per_prompt, strict=True):
+                items += [(j, text, g.token_ids, n_p + len(g.token_ids), len(g.token_ids))
+                          for g in _distinct(choices)]
         scores = self._score_all(items, outcomes)
         t3 = time.perf_counter()
         # 4. P(correct), then each job's answer
         calibrated = self._calibrate(scores)
         by_job: dict[int, list[dict]] = {}
-        for (j, _, _), sc in zip(items, calibrated, strict=True):
+        for (j, *_), sc in zip(items, calibrated, strict=True):
             by_job.setdefault(j, []).append(sc)
         t4 = time.perf_counter()
         seconds = {"prepare": t1 - t0, "generate": t2 - t1, "score": t3 - t2,
@@ -320,21 +350,20 @@ class Engine:
             at += len(p)
         return out
 
-    def _score_all(self, items: list[tuple[int, object, object]],
-                   outcomes: list[Outcome]) -> list[dict | None]:
+    def _score_all(self, items: list[tuple], outcomes: list[Outcome]) -> list[dict | None]:
         """The scores of every item: one ``score_sequences`` call; if it fails, each job's items
         alone (a job that still fails gets the error). None for a failed job's items."""
         if not items:
             return []
         try:
-            return self._score([p for _, p, _ in items], [a for _, _, a in items])
+            return self._score(items)
         except Exception:  # noqa: BLE001 - find the job that fails, answer the others
             pass
         out: list[dict | None] = [None] * len(items)
-        for j in dict.fromkeys(j for j, _, _ in items):
-            idx = [i for i, (jj, _, _) in enumerate(items) if jj == j]
+        for j in dict.fromkeys(it[0] for it in items):
+            idx = [i for i, it in enumerate(items) if it[0] == j]
             try:
-                got = self._score([items[i][1] for i in idx], [items[i][2] for i in idx])
+                got = self._score([items[i] for i in idx])
             except Exception as e:  # noqa: BLE001
                 outcomes[j].error = _as_request_error(e, None)
                 continue
@@ -342,12 +371,31 @@ class Engine:
                 out[i] = sc
         return out
 
-    def _score(self, prompts: list, answers: list) -> list[dict]:
-        res = score_sequences(self.model, self.tokenizer, prompts, answers,
-                              batch_size=self.settings.max_batch, params=self.settings.params)
-        self.params_info = res.params
-        return [{**res.row_scores(i), "n_tokens": int(res.n_tokens[i])}
-                for i in range(len(prompts))]
+    def _score(self, items: list[tuple]) -> list[dict]:
+        """Scores of (job, prompt, answer, tokens, answer tokens) items: one ``score_sequences``
+        call, ``max_batch`` answers per pass; with a memory budget, the items sorted by length
+        into the fewest passes whose predicted peak fits (one call when the batch fits)."""
+        from ..score_run import plan_batches
+
+        s = self.settings
+        lengths, answers = [it[3] for it in items], [it[4] for it in items]
+        if self._shape is None or (len(items) <= s.max_batch and self._fits(
+                len(items), max(lengths), max(answers))):
+            chunks, size = [list(range(len(items)))], s.max_batch
+        else:
+            chunks = plan_batches(lengths, s.max_batch, None, bucket=True, fits=lambda idx: (
+                self._fits(len(idx), max(lengths[i] for i in idx),
+                           max(answers[i] for i in idx))))
+            size = None
+        out: list[dict | None] = [None] * len(items)
+        for idx in chunks:
+            res = score_sequences(self.model, self.tokenizer, [items[i][1] for i in idx],
+                                  [items[i][2] for i in idx], batch_size=size or len(idx),
+                                  params=s.params)
+            self.params_info = res.params
+            for r, i in enumerate(idx):
+                out[i] = {**res.row_scores(r), "n_tokens": int(res.n_tokens[r])}
+        return out
 
     def _calibrate(self, scores: list[dict | None]) -> list[dict | None]:
         """Each answer's ``uncertainty`` object (None for a failed job's)."""
