@@ -19,6 +19,7 @@ from .evidence_section import evidence_section, split_evidence_rows
 from .html import render_html
 from .inputs import REPORT_HTML, REPORT_JSON, Inputs, collect
 from .paper_qa import paper_qa_tables
+from .polygraph import polygraph_section
 from .preview import qa_preview_section
 from .sections import experiment_section, qa_section
 from .tables import sections_latex, sections_markdown
@@ -69,7 +70,8 @@ def report_json(
         })
     for sec in sections:  # TruthfulQA MC1 and TriviaQA short answers (issue 25)
         if sec.id in (evidence or {}):
-            doc["sections"].append({"id": sec.id, "kind": "qa_evidence", "title": sec.title,
+            kind = "polygraph" if sec.id.startswith("lm-polygraph") else "qa_evidence"
+            doc["sections"].append({"id": sec.id, "kind": kind, "title": sec.title,
                                     "notes": list(sec.notes), "tables": evidence[sec.id],
                                     "figures": [f.path.as_posix() for f in sec.figures]})
     return doc
@@ -140,6 +142,11 @@ def build_report(
                                            seed=seed, gold_rows=found.gold_rows, out_dir=out)
             sections.append(sec)
             evidence[sec.id] = tables
+    if found.polygraph:  # LM-Polygraph benchmark (results/polygraph, docs/polygraph.md)
+        sec, tables = polygraph_section(found.polygraph, taken, n_bootstrap=n_bootstrap,
+                                        seed=seed)
+        sections.append(sec)
+        evidence[sec.id] = tables
     header = {"created": time.strftime("%Y-%m-%dT%H:%M:%S"), "versions": versions()}
     _write(out / "tables.md", sections_markdown(sections, title))
     _write(out / "tables.tex", sections_latex(sections, title))

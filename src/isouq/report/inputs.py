@@ -16,6 +16,7 @@ from ..evaluation.labels import is_gold_row
 from ..evaluation.rows import REQUIRED_FIELDS
 from ..qa.short import check_keys
 from ..runio import latest_by_key, read_jsonl
+from .polygraph import load_polygraph, polygraph_files
 
 RESULTS_NAME = "results.json"
 QA_SUFFIXES: tuple[str, ...] = (".jsonl", ".jsonl.gz")
@@ -55,6 +56,8 @@ class Inputs:
     gold_files: tuple[Path, ...] = ()
     gold_rows: tuple[dict, ...] = ()
     reports: tuple[str, ...] = ()
+    #: LM-Polygraph benchmark files (``report.polygraph``): (shown path, document) pairs
+    polygraph: tuple[tuple[Path, dict], ...] = ()
 
 
 def is_report_dir(path: Path) -> bool:
@@ -156,9 +159,13 @@ def collect(paths: Iterable[str | os.PathLike]) -> Inputs:
     qa: dict[Path, tuple[Path, list[dict]]] = {}
     gold: dict[Path, tuple[Path, list[dict]]] = {}
     skipped: list[str] = []
+    polygraph: dict[Path, tuple[Path, dict]] = {}
     for p in paths:
-        results, qa_files = _scan(p)
-        found = False
+        pg = polygraph_files(p)
+        results, qa_files = ([], []) if p.is_file() and pg else _scan(p)
+        found = bool(pg)
+        for f in pg:
+            polygraph.setdefault(f.resolve(), (shown(f), load_polygraph(f)))
         for r in results:
             experiments.setdefault(r.resolve(), Experiment(shown(r), load_results(r)))
             found = True
@@ -195,4 +202,5 @@ def collect(paths: Iterable[str | os.PathLike]) -> Inputs:
         gold_files=tuple(f for f, _ in gold.values()),
         gold_rows=tuple(r for _, rows in gold.values() for r in rows),
         reports=tuple(reports),
+        polygraph=tuple(polygraph.values()),
     )

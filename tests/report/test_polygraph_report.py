@@ -1,0 +1,120 @@
+"""The LM-Polygraph benchmark section of isouq report: LM-Polygraph's PRR formula, the ranks
+with bootstrap intervals, the plain-words verdict, and the kept results files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from isouq.errors import DataError
+from isouq.report import build_report
+from isouq.report.polygraph import (
+    load_polygraph,
+    polygraph_files,
+    polygraph_tables,
+    prr,
+    verdict,
+)
+
+KEPT = Path(__file__).resolve().parents[2] / "results" / "polygraph"
+
+
+def doc(n=80, seed=0, correct_rate=0.4, model="tiny", dataset="triviaqa") -> dict:
+    """A benchmark file: one estimator that knows the answers, isouq's noisier copies, noise."""
+    rng = np.random.default_rng(seed)
+    acc = (rng.random(n) < correct_rate).astype(float)
+    rouge = np.clip(acc * 0.7 + rng.random(n) * 0.3, 0, 1)
+    ue = {"Oracle": -rouge + 0.05 * rng.standard_normal(n),
+          "IsouqEpistemic": -rouge + 0.5 * rng.standard_normal(n),
+          "IsouqAleatoric": rng.standard_normal(n),
+          "Random": rng.standard_normal(n)}
+    return {"kind": "isouq-polygraph", "dataset": dataset, "model": model, "n_questions": n,
+            "target_questions": n, "complete": True, "estimators": list(ue),
+            "isouq_estimators": ["IsouqEpistemic", "IsouqAleatoric"],
+            "quality_metrics": ["Accuracy", "Rouge_rougeL"],
+            "cost": {"generation_s_per_answer": 1.0, "machine": "test",
+                     "estimators": {e: {"s_per_answer": 0.1} for e in ue}},
+            "questions": [{"key": f"q{i}", "quality": {"Accuracy": acc[i],
+                                                       "Rouge_rougeL": rouge[i]},
+                           "ue": {e: float(v[i]) for e, v in ue.items()}} for i in range(n)]}
+
+
+def test_prr_by_hand():
+    # quality 1, 0, 1, 0 (normalized as is); the oracle rejects the two wrong answers first
+    q = [1.0, 0.0, 1.0, 0.0]
+    oracle = [0.0, 1.0, 0.0, 1.0]
+    # kept 4,3,2,1 → mean quality 2/4, 2/3, 2/2, 1/1 → area = (0.5 + 2/3 + 1 + 1) / 4
+    assert prr(oracle, q) == pytest.approx((0.5 + 2 / 3 + 1 + 1) / 4)
+    assert prr([1.0, 0.0, 1.0, 0.0], q) == pytest.approx((0.5 + 1 / 3 + 0 + 0) / 4)
+    assert prr(oracle, q, max_rejection=0.5) == pytest.approx((0.5 + 2 / 3) / 2)
+    assert prr([np.nan, 1.0, 0.0, 1.0], q) == prr([-1e7, 1.0, 0.0, 1.0], q)  # NaN: clipped
+
+
+def test_prr_is_lm_polygraphs():
+    lm = pytest.importorskip("lm_polygraph.ue_metrics")
+    rng = np.random.default_rng(1)
+    for _ in range(20):
+        ue, q = rng.standard_normal(50), rng.random(50)
+        for r in (1.0, 0.5):
+            assert prr(ue, q, r) == pytest.approx(lm.PredictionRejectionArea(r)(ue, q))
+
+
+@pytest.mark.skipif(not polygraph_files(KEPT), reason="no kept LM-Polygraph results")
+def test_kept_results_prr_equals_lm_polygraphs_own():
+    """On every kept file, the report's PRR equals the PRR LM-Polygraph computed itself."""
+    for f in polygraph_files(KEPT):
+        d = load_polygraph(f)
+        for e in d["estimators"]:
+            ue = [q["ue"][e] if q["ue"][e] is not None else np.nan for q in d["questions"]]
+            for m in d["quality_metrics"]:
+                target = [q["quality"][m] for q in d["questions"]]
+                own = d["lm_polygraph_metrics"][e][m]
+                assert prr(ue, target) == pytest.approx(own["prr"], abs=1e-9), (f.name, e, m)
+                assert prr(ue, target, 0.5) == pytest.approx(own["prr_0.5"], abs=1e-9)
+
+
+def test_ranks_intervals_and_verdict():
+    t = polygraph_tables([doc()], n_bootstrap=100, seed=0)
+    rows = {r["quality"]: r for r in t["ranks"]}
+    rouge = rows["ROUGE-L"]
+    assert rouge["isouq best"] == "IsouqEpistemic" and rouge["best LM-Polygraph"] == "Oracle"
+    assert rouge["rank (of estimators)"] == "2 of 3"
+    assert rouge["verdict"].startswith("below the best")
+    assert len(t["estimators"]) == 8 and t["estimators"][0]["estimator"] == "Oracle"
+    assert t["estimators"][1]["estimator"] == "★ IsouqEpistemic"
+    text = verdict(t["ranks"])
+    assert text.startswith("Verdict: over 2 rankable setting(s)") and "below it" in text
+
+
+def test_too_few_correct_answers_are_not_ranked():
+    t = polygraph_tables([doc(correct_rate=0.0)], n_bootstrap=50)
+    acc = next(r for r in t["ranks"] if r["quality"] == "accuracy")
+    assert acc["verdict"] == "not rankable: 0 correct answer(s) of 80"
+    assert "could not be ranked" in verdict(t["ranks"])
+
+
+def test_isouq_report_renders_the_section(tmp_path):
+    d = tmp_path / "polygraph"
+    d.mkdir()
+    part = doc(model="m2", dataset="truthfulqa")
+    part.update(complete=False, target_questions=500)
+    for x in (doc(), part):
+        (d / f"polygraph__{x['dataset']}__{x['model']}.json").write_text(json.dumps(x))
+    html = build_report([d], tmp_path / "report", n_bootstrap=50)
+    md = (tmp_path / "report" / "tables.md").read_text()
+    assert "LM-Polygraph benchmark" in md and "Verdict:" in md
+    assert "PARTIAL: m2 × truthfulqa has 80 of 500 questions" in md
+    rep = json.loads((tmp_path / "report" / "report.json").read_text())
+    sec = next(s for s in rep["sections"] if s["kind"] == "polygraph")
+    assert {r["model"] for r in sec["tables"]["ranks"]} == {"tiny", "m2"}
+    assert html.exists()
+
+
+def test_a_file_that_is_not_a_benchmark_is_refused(tmp_path):
+    f = tmp_path / "polygraph__x__y.json"
+    f.write_text(json.dumps({"kind": "something else"}))
+    with pytest.raises(DataError, match="not an LM-Polygraph benchmark file"):
+        load_polygraph(f)
