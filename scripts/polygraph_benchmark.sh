@@ -2,12 +2,13 @@
 # LM-Polygraph's polygraph_eval on isouq's three embedded models × TriviaQA and TruthfulQA,
 # fully offline, isouq's estimators beside LM-Polygraph's white-box ones (docs/polygraph.md).
 #
-#   bash scripts/polygraph_benchmark.sh [--limit 500] [--chunk 125] [--models "smollm2 ..."] \
+#   bash scripts/polygraph_benchmark.sh [--limit 500] [--chunk 24] [--models "smollm2 ..."] \
 #        [--datasets "triviaqa truthfulqa"] [--config configs/polygraph/polygraph_eval.yaml]
 #
 # Resumable: each chunk of --chunk questions is one polygraph_eval run under
-# .cache/polygraph_runs/<dataset>__<model>/chunk-KKK/; a chunk with its `done` mark is skipped,
-# an unfinished one is run again. After each chunk the kept results
+# .cache/polygraph_runs/<dataset>__<model>__n<limit>-s<seed>-c<chunk>/chunk-KKK/; a chunk with its
+# `done` mark is skipped, an unfinished one is run again. Models in turn; within a model, chunk
+# by chunk with the datasets alternating. After each chunk the kept results
 # results/polygraph/polygraph__<dataset>__<model>.json are rebuilt from every finished chunk
 # (scripts/polygraph/collect.py), marked partial until --limit questions are in.
 # Needs .venv-polygraph (docs/polygraph.md: python3 -m venv .venv-polygraph;
@@ -15,7 +16,7 @@
 # fetched there: .venv-polygraph/bin/isouq models --fetch NAME).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-LIMIT=500; CHUNK=125; SEED=0
+LIMIT=500; CHUNK=24; SEED=0
 MODELS="smollm2 gemma3-270m qwen2.5-coder-0.5b"
 DATASETS="triviaqa truthfulqa"
 CONFIG=configs/polygraph/polygraph_eval.yaml
@@ -45,18 +46,24 @@ for model in $MODELS; do
     style=plain; instruct=false
   fi
   for ds in $DATASETS; do
-    name="$ds-$style-n$LIMIT-s$SEED"
     $PY scripts/polygraph/prepare_data.py --dataset "$ds" --style "$style" --limit "$LIMIT" \
         --seed "$SEED" --chunk "$CHUNK" --out "$DATADIR"
-    for chunk in "$DATADIR/$name"/chunk-*; do
-      out="$RUNDIR/${ds}__${model}/$(basename "$chunk")"
+  done
+  # chunk by chunk, the datasets in turn: a run cut short keeps both datasets' first chunks
+  nchunks=$(( (LIMIT + CHUNK - 1) / CHUNK ))
+  for k in $(seq 0 $((nchunks - 1))); do
+    for ds in $DATASETS; do
+      name="$ds-$style-n$LIMIT-s$SEED-c$CHUNK"
+      chunk="$DATADIR/$name/$(printf 'chunk-%03d' "$k")"
+      [ -d "$chunk" ] || continue
+      out="$RUNDIR/${ds}__${model}__n$LIMIT-s$SEED-c$CHUNK/$(basename "$chunk")"
       if [ -f "$out/done" ]; then continue; fi
       rm -rf "$out"; mkdir -p "$out"
-      echo "[polygraph] $model × $ds: $(basename "$chunk") ($(date +%H:%M:%S))"
+      echo "[polygraph] $model × $ds: $(basename "$chunk") of $nchunks ($(date +%H:%M:%S))"
       HYDRA_CONFIG="$PWD/$CONFIG" "$EVAL" model.path="$MODELDIR/$model" instruct=$instruct \
           dataset="$chunk" save_path="$out" > "$out/stdout.log" 2>&1
       printf '%s\n' "$name" > "$out/done"
-      $PY scripts/polygraph/collect.py --runs "$RUNDIR/${ds}__${model}" --data "$DATADIR/$name" \
+      $PY scripts/polygraph/collect.py --runs "$(dirname "$out")" --data "$DATADIR/$name" \
           --dataset "$ds" --model "$model" --limit "$LIMIT" --config "$CONFIG" \
           --out "results/polygraph/polygraph__${ds}__${model}.json"
     done

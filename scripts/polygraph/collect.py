@@ -218,6 +218,7 @@ def collect(runs: Path, data: Path, dataset: str, model: str, limit: int, config
         "settings": {k: config.get(k) for k in ("batch_size", "max_new_tokens",
                                                  "generation_params", "multiref",
                                                  "generation_metrics", "load_from_disk")},
+        "left_out": config.get("isouq_left_out"),
         "config": str(config_path), "data": str(data),
         "model_export": json.loads((Path(".cache/polygraph_models") / model
                                     / "isouq_export.json").read_text())

@@ -33,8 +33,8 @@ def prompt_text(question: str, style: str) -> str:
     return f"{BRIEF}Question: {question}" + ("\nAnswer:" if style == "plain" else "")
 
 
-def name_of(dataset: str, style: str, limit: int, seed: int) -> str:
-    return f"{dataset}-{style}-n{limit}-s{seed}"
+def name_of(dataset: str, style: str, limit: int, seed: int, chunk: int) -> str:
+    return f"{dataset}-{style}-n{limit}-s{seed}-c{chunk}"
 
 
 def prepare(dataset: str, style: str, limit: int, seed: int, chunk: int, out: Path) -> Path:
@@ -43,7 +43,7 @@ def prepare(dataset: str, style: str, limit: int, seed: int, chunk: int, out: Pa
     from isouq.data.qa import load_dataset
 
     items = load_dataset(dataset, limit=limit, seed=seed)
-    name = name_of(dataset, style, limit, seed)
+    name = name_of(dataset, style, limit, seed, chunk)
     root = out / name
     rows = [{"key": it.key, "question": it.question, "input": prompt_text(it.question, style),
              "output": list(it.answers)} for it in items]
