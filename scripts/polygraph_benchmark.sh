@@ -38,6 +38,8 @@ EVAL=.venv-polygraph/bin/polygraph_eval
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_EVALUATE_OFFLINE=1
 export TOKENIZERS_PARALLELISM=false
 MODELDIR=.cache/polygraph_models; DATADIR=.cache/polygraph_data; RUNDIR=.cache/polygraph_runs
+# another config (e.g. configs/polygraph/sampling.yaml) runs and keeps its results apart
+TAG=$(basename "$CONFIG" .yaml); [ "$TAG" = polygraph_eval ] && SUFFIX="" || SUFFIX="__$TAG"
 $PY scripts/polygraph/export_models.py --out "$MODELDIR" $MODELS
 for model in $MODELS; do
   if $PY -c "import json,sys; sys.exit(0 if json.load(open('$MODELDIR/$model/tokenizer_config.json')).get('chat_template') or __import__('os').path.exists('$MODELDIR/$model/chat_template.jinja') else 1)"; then
@@ -56,7 +58,7 @@ for model in $MODELS; do
       name="$ds-$style-n$LIMIT-s$SEED-c$CHUNK"
       chunk="$DATADIR/$name/$(printf 'chunk-%03d' "$k")"
       [ -d "$chunk" ] || continue
-      out="$RUNDIR/${ds}__${model}__n$LIMIT-s$SEED-c$CHUNK/$(basename "$chunk")"
+      out="$RUNDIR/${ds}__${model}__n$LIMIT-s$SEED-c$CHUNK$SUFFIX/$(basename "$chunk")"
       if [ -f "$out/done" ]; then continue; fi
       rm -rf "$out"; mkdir -p "$out"
       echo "[polygraph] $model × $ds: $(basename "$chunk") of $nchunks ($(date +%H:%M:%S))"
@@ -65,7 +67,7 @@ for model in $MODELS; do
       printf '%s\n' "$name" > "$out/done"
       $PY scripts/polygraph/collect.py --runs "$(dirname "$out")" --data "$DATADIR/$name" \
           --dataset "$ds" --model "$model" --limit "$LIMIT" --config "$CONFIG" \
-          --out "results/polygraph/polygraph__${ds}__${model}.json"
+          --out "results/polygraph/polygraph__${ds}__${model}$SUFFIX.json"
     done
   done
 done
