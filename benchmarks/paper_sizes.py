@@ -46,27 +46,36 @@ def config_dir(model: str) -> str:
 
 
 def child(model_dir: str, method: str, batches: list[int], tokenizer: str, device: str,
-          dtype: str, warmups: int, repeats: int) -> list[dict]:
-    """Load one random-weight model and time ``method`` at every batch size (one process)."""
+          dtype: str, warmups: int, repeats: int, quantize: str | None = None) -> list[dict]:
+    """Load one random-weight model and time ``method`` at every batch size (one process);
+    ``quantize="4bit"``: its linear layers as bitsandbytes NF4 (ghost scores every weight,
+    the 4-bit ones as their dequantized values)."""
     import torch
 
+    from isouq.quantized import autograd_ready
     from random_weights import random_model
     from score_sequences import load_pairs, method_fn, timed
 
     t0 = time.perf_counter()
     model, tok, name, n_params = random_model(model_dir, device=device, dtype=dtype,
                                               tokenizer=tokenizer)
+    if quantize == "4bit":
+        from random_weights import quantize_4bit
+
+        model = quantize_4bit(model)
     load_s = time.perf_counter() - t0
     cuda = torch.device(device).type == "cuda"
     rows = []
     for batch in batches:
-        row = {"model": Path(model_dir).name, "method": method, "batch": batch, "dtype": dtype,
+        row = {"model": Path(model_dir).name + ("-4bit" if quantize else ""), "method": method,
+               "batch": batch, "dtype": dtype, "quantize": quantize,
                "n_params": n_params, "load_seconds": load_s,
                "device": torch.cuda.get_device_name() if cuda else "cpu"}
         try:
             prompts, answers = load_pairs(batch)
             fn, b = method_fn(method, model, tok, prompts, answers, batch)
-            times, peak = timed(fn, warmups, repeats, cuda)
+            with autograd_ready(model):
+                times, peak = timed(fn, warmups, repeats, cuda)
             row.update(tokens_padded=int(b.input_ids.shape[1]),
                        answer_tokens_mean=float(b.answer_mask.sum(1).float().mean()),
                        seconds_batch=statistics.median(times),
@@ -152,6 +161,8 @@ def main() -> None:
     ap.add_argument("--warmups", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--profile", default=None, metavar="MODEL:B")
+    ap.add_argument("--quantize", default=None, choices=["4bit"],
+                    help="linear layers as bitsandbytes NF4 (compute in --dtype)")
     ap.add_argument("--tag", default=None, help="suffix of the result files' names")
     ap.add_argument("--out", default="benchmarks/results")
     ap.add_argument("--child", nargs=2, metavar=("MODEL", "METHOD"), help=argparse.SUPPRESS)
@@ -161,7 +172,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     if a.child:
         child(config_dir(a.child[0]), a.child[1], a.batch_sizes, a.tokenizer, a.device,
-              a.dtype, a.warmups, a.repeats)
+              a.dtype, a.warmups, a.repeats, a.quantize)
         return
     if a.profile_child:
         m, b = a.profile.rsplit(":", 1)
@@ -175,6 +186,7 @@ def main() -> None:
             cmd = [sys.executable, __file__, "--child", m, method, "--tokenizer", a.tokenizer,
                    "--device", a.device, "--dtype", a.dtype, "--warmups", str(a.warmups),
                    "--repeats", str(a.repeats), "--batch-sizes", *map(str, a.batch_sizes)]
+            cmd += ["--quantize", a.quantize] if a.quantize else []
             t0 = time.perf_counter()
             proc = subprocess.run(cmd, capture_output=True, text=True)
             got = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]

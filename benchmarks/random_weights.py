@@ -62,3 +62,30 @@ def random_model(config: str | Path, seed: int = 0, device: str = "cpu",
     if len(tok) > cfg.vocab_size:
         tok = FoldedTokenizer(tok, cfg.vocab_size)
     return model, tok, f"{Path(config).name} (random weights)", count_params(model)
+
+
+def quantize_4bit(model, compute_dtype=None):
+    """``model`` with every nn.Linear but the output head replaced by a bitsandbytes NF4
+    ``Linear4bit`` holding the same weights (quantized when moved to a CUDA device), as
+    ``load_model(quantize="4bit")`` loads a checkpoint; in place, returned."""
+    import bitsandbytes as bnb
+    import torch
+    from torch import nn
+
+    head = model.get_output_embeddings()
+    for mod in list(model.modules()):
+        for name, child in list(mod.named_children()):
+            if isinstance(child, nn.Linear) and child is not head:
+                dev, dt = child.weight.device, child.weight.dtype
+                q = bnb.nn.Linear4bit(child.in_features, child.out_features,
+                                      bias=child.bias is not None, quant_type="nf4",
+                                      compute_dtype=compute_dtype or dt)
+                q.weight = bnb.nn.Params4bit(child.weight.data.to("cpu"), requires_grad=False,
+                                             quant_type="nf4")
+                if child.bias is not None:
+                    q.bias = nn.Parameter(child.bias.data.to("cpu"), requires_grad=False)
+                setattr(mod, name, q.to(dev))
+                del child
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return model
