@@ -1,23 +1,48 @@
 #!/usr/bin/env bash
 # The scaling study's large HMC sizes in the background, resumable (docs/scaling.md).
 #
-#   scripts/scaling_hmc.sh                 # MLP(256,256) then MLP(512,512) into results/scaling
-#   WIDTHS="1028" scripts/scaling_hmc.sh   # another size
+#   setsid nohup scripts/scaling_hmc.sh > /dev/null 2>&1 < /dev/null &   # MLP(256,256), MLP(512,512)
+#   WIDTHS=1028 setsid nohup scripts/scaling_hmc.sh > /dev/null 2>&1 < /dev/null &
 #
 # Runs `isouq experiment scaling --study hmc --sizes $WIDTHS` at the kept study's settings
-# (1000 warmup + 1000 draws per chain, 2 chains, 50x50 grid, seed 0) with nice 19, appending
-# to $OUT/hmc_background.log. Each size checkpoints its sampler every few minutes under
-# $OUT/checkpoints/hmc_w<width>/ (git-ignored); kill it at any time and run this script again
-# to resume exactly where the last checkpoint left off. On a new checkout, a size with no live
-# checkpoint starts from its snapshot in git, $OUT/checkpoint_snapshot/hmc_w<width>/, if any
-# (docs/scaling.md: a consistent copy of a checkpoint, taken while the run writes it). A
-# finished size becomes one row of $OUT/sizes.jsonl and results.json, tables.md and
+# (1000 warmup + 1000 draws per chain, 2 chains, 50x50 grid, seed 0) at the lowest priority
+# (nice 19), appending to $OUT/hmc_background.log. Kill it at any time and run this script
+# again to resume exactly where the last checkpoint left off.
+#
+# Checkpoints. MLP(1028,1028) (above 500,000 parameters) runs compact: no draws, running sums
+# of the predictive statistics, ~40 MB in $OUT/compact_checkpoints/hmc_w1028/, written
+# atomically after every segment (2 iterations, a few minutes) and KEPT IN GIT: a new checkout
+# resumes from the last committed one. Commit it (and the progress row) now and then, with the
+# run stopped for the moment git reads the files:
+#   .venv/bin/isouq experiment scaling --out results/scaling --progress
+#   scripts/hmc_pause.sh run git commit -m "scaling: MLP(1028,1028) HMC checkpoint" -- \
+#       results/scaling/compact_checkpoints results/scaling/results.json results/scaling/tables.md
+# Smaller sizes checkpoint their draws under $OUT/checkpoints/hmc_w<width>/ (git-ignored); a
+# size with no live checkpoint starts from its snapshot in git,
+# $OUT/checkpoint_snapshot/hmc_w<width>/, if any (docs/scaling.md).
+#
+# Stop it while anything is timed (a benchmark, a timing test): it runs in its own process
+# group, whose id is in $PIDFILE (default runs/scaling_hmc.pid), and
+#   scripts/hmc_pause.sh stop      # kill -STOP -- -<pgid>: every process of the run halts
+#   scripts/hmc_pause.sh cont      # kill -CONT -- -<pgid>
+#   scripts/hmc_pause.sh run CMD…  # stop, run CMD, continue (also when CMD fails)
+# A stopped run keeps its memory and resumes mid-segment; the CPU seconds it records per
+# segment do not count the stop (the wall seconds do).
+#
+# A finished size becomes one row of $OUT/sizes.jsonl and results.json, tables.md and
 # scaling.png are rebuilt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# its own process group (hmc_pause.sh signals the whole group, never the caller's shell)
+if [ "$(ps -o pgid= $$ | tr -d ' ')" != "$$" ]; then
+  exec setsid bash "$0" "$@"
+fi
 OUT=${OUT:-results/scaling}
 WIDTHS=${WIDTHS:-256 512}
-mkdir -p "$OUT"
+PIDFILE=${PIDFILE:-runs/scaling_hmc.pid}
+mkdir -p "$OUT" "$(dirname "$PIDFILE")"
+echo $$ > "$PIDFILE"
+trap 'rm -f "$PIDFILE"' EXIT
 for w in $WIDTHS; do
   snap="$OUT/checkpoint_snapshot/hmc_w$w" live="$OUT/checkpoints/hmc_w$w"
   if [ -f "$snap/meta.json" ] && [ ! -f "$live/meta.json" ]; then
@@ -26,7 +51,7 @@ for w in $WIDTHS; do
       >> "$OUT/hmc_background.log"
   fi
 done
-echo "== $(date -u +%FT%TZ) start: widths $WIDTHS (pid $$)" >> "$OUT/hmc_background.log"
+echo "== $(date -u +%FT%TZ) start: widths $WIDTHS (pid $$, process group $$)" >> "$OUT/hmc_background.log"
 # shellcheck disable=SC2086
 nice -n 19 .venv/bin/isouq experiment scaling --study hmc --sizes $WIDTHS --out "$OUT" \
     >> "$OUT/hmc_background.log" 2>&1

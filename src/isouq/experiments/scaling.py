@@ -30,8 +30,12 @@ time ∝ D^α) would overrun it; each run's record (budget, sizes run, sizes lef
 Within a size, the HMC run is checkpointed after every segment of a few minutes
 (``out/checkpoints/hmc_w{width}/``: sampler state, RNG keys, adaptation, draws so far; see
 :mod:`isouq.reference.checkpoint`): a killed run re-run with the same command resumes where
-it stopped, with exactly the draws of an uninterrupted run. One process at a time may write
-an ``out`` (a second one is refused).
+it stopped, with exactly the draws of an uninterrupted run. Sizes above
+:data:`COMPACT_CHECKPOINT_ABOVE` parameters (MLP(1028,1028)) run ``compact``
+(``hmc_reference(compact=True)``): no draws, running sums of the predictive statistics, and a
+checkpoint of ~40 MB in ``out/compact_checkpoints/hmc_w{width}/`` that is kept in git, so the
+run survives a change of machine. One process at a time may write an ``out`` (a second one
+is refused).
 """
 
 from __future__ import annotations
@@ -81,6 +85,13 @@ def vi_option(settings: dict | None, name: str) -> str:
 #: Exponent α of the time model t ∝ D^α used to predict a size's time from a smaller one.
 COST_EXPONENT = {"hmc": 1.5, "vi": 1.0}
 HMC_MEMORY_BUDGET = 2 * 2**30
+#: HMC sizes with more parameters run compact: no draws kept, running sums of the predictive
+#: statistics, a checkpoint small enough for git (``hmc_reference(compact=True)``).
+COMPACT_CHECKPOINT_ABOVE = 500_000
+#: Thinning of a compact size: no draws are stored, so not the memory rule of
+#: :func:`auto_thinning`; every 2nd draw (500 a chain) keeps the autocorrelations the ESS needs
+#: within the ``ESS_MAX_LAG`` = 32 lags the running sums hold (64 iterations).
+COMPACT_THINNING = 2
 #: Figure x-ranges: the paper's parameter counts with a margin.
 XLIM = {"hmc": (6.0, 2.5e6), "vi": (60.0, 1.5e8)}
 
@@ -218,13 +229,21 @@ def _base_row(job: Job, problem: Problem, fingerprint: dict, device: str) -> dic
 # --------------------------------------------------------------------------- one size
 
 
+def is_compact(job: Job) -> bool:
+    """Whether the HMC run of ``job`` is compact (above :data:`COMPACT_CHECKPOINT_ABOVE`)."""
+    return job.study == "hmc" and job.spec.n_params > COMPACT_CHECKPOINT_ABOVE
+
+
 def checkpoint_dir(out: Path, job: Job) -> Path:
-    """Where the HMC run of ``job`` keeps its checkpoint: ``out/checkpoints/hmc_w{width}``.
+    """Where the HMC run of ``job`` keeps its checkpoint: ``out/checkpoints/hmc_w{width}``,
+    or for a compact size ``out/compact_checkpoints/hmc_w{width}``.
 
     ``out/checkpoints`` holds a ``.gitignore`` (the saved draws are ~1 GB from MLP(256,256)
-    up); the directory of a size is removed once its row is in ``sizes.jsonl``.
+    up); ``out/compact_checkpoints`` is kept in git (~40 MB a size, no draws). The directory
+    of a size is removed once its row is in ``sizes.jsonl``.
     """
-    return Path(out) / "checkpoints" / f"{job.study}_w{job.width}"
+    folder = "compact_checkpoints" if is_compact(job) else "checkpoints"
+    return Path(out) / folder / f"{job.study}_w{job.width}"
 
 
 def in_progress_rows(out: Path) -> list[dict]:
@@ -235,19 +254,26 @@ def in_progress_rows(out: Path) -> list[dict]:
     ``"incomplete: sampling"``), ``iterations`` (done of total, per chain), ``hours_so_far``
     (sampling wall time summed over sessions), ``leapfrog_steps`` (all chains),
     ``ms_per_leapfrog_step`` and ``hours_left_at_recent_rate`` (the last 10 checkpoint segments,
-    on the machine that ran them), ``as_of`` (the last checkpoint).
+    on the machine that ran them), ``as_of`` (the last checkpoint); ``checkpoint``
+    (``"draws"``, or ``"compact"`` for a size in ``out/compact_checkpoints``), ``checkpoint_mb``
+    (its files now), ``cpu_hours_so_far`` and ``cpu_hours_left_at_recent_rate`` (the process's
+    CPU time, which does not count time stopped or starved; None before segments recorded it).
     """
     from ..reference.checkpoint import progress_summary, read_meta
 
     rows = []
-    for d in sorted((Path(out) / "checkpoints").glob("hmc_w*")):
+    dirs = [*(Path(out) / "checkpoints").glob("hmc_w*"),
+            *(Path(out) / "compact_checkpoints").glob("hmc_w*")]
+    for d in sorted(dirs):
         width = d.name.removeprefix("hmc_w")
         meta = read_meta(d) if width.isdigit() else None
         if meta is None:
             continue
         p = progress_summary(meta)
         warmup = int((meta.get("fingerprint") or {}).get("num_warmup", 0))
-        eta, ms = p["eta_seconds"], p["ms_per_leapfrog_step"]
+        eta, ms, cpu_eta = p["eta_seconds"], p["ms_per_leapfrog_step"], p["eta_cpu_seconds"]
+        files = [meta.get("state"), *meta.get("parts", []), *meta.get("files", [])]
+        size = sum((d / f).stat().st_size for f in files if f and (d / f).exists())
         rows.append({
             "model": model_label(int(width)), "n_params": spec_for_width(int(width)).n_params,
             "status": "incomplete: " + ("warmup" if p["done"] < warmup else "sampling"),
@@ -256,7 +282,12 @@ def in_progress_rows(out: Path) -> list[dict]:
             "leapfrog_steps": p["leapfrog_steps"],
             "ms_per_leapfrog_step": None if ms is None else round(ms, 2),
             "hours_left_at_recent_rate": None if eta is None else round(eta / 3600, 1),
-            "as_of": p["updated"]})
+            "as_of": p["updated"],
+            "checkpoint": meta.get("layout", "draws"),
+            "checkpoint_mb": round(size / 1e6, 1),
+            "cpu_hours_so_far": round(p["cpu_seconds"] / 3600, 2) if p["cpu_seconds"] else None,
+            "cpu_hours_left_at_recent_rate": None if cpu_eta is None
+            else round(cpu_eta / 3600, 1)})
     return sorted(rows, key=lambda r: r["n_params"])
 
 
@@ -273,6 +304,9 @@ def record_progress(out: Path) -> list[dict]:
         print(f"{NAME}: {r['model']} ({r['n_params']:,} params) {r['status']}, "
               f"{r['iterations']} iterations, {r['hours_so_far']} h so far"
               + ("" if left is None else f", about {left} h left at the recent rate")
+              + ("" if r.get("cpu_hours_left_at_recent_rate") is None
+                 else f" ({r['cpu_hours_left_at_recent_rate']} CPU-hours)")
+              + f"; {r['checkpoint']} checkpoint {r['checkpoint_mb']} MB"
               + f" (as of {r['as_of']})", flush=True)
     if (Path(out) / "results.json").exists():
         update_tables(out, {"hmc_in_progress": rows})
@@ -284,26 +318,41 @@ def run_hmc_size(job: Job, settings: dict, device: str = "cpu",
     """Study A at one size: MAP, HMC reference, GN at θ*; a JSON-ready ``sizes.jsonl`` row.
 
     checkpoint: directory of the HMC checkpoint (``hmc_reference(checkpoint=...)``): a killed
-    run resumes there, with exactly the draws an uninterrupted run would have made.
+    run resumes there, with exactly the draws an uninterrupted run would have made. A size
+    above :data:`COMPACT_CHECKPOINT_ABOVE` parameters runs ``compact`` with
+    :data:`COMPACT_THINNING`. With chains from prior draws (``init="prior"``) the MAP is
+    trained after the HMC run, so a resumed session goes straight back to sampling.
     """
     from ..reference import flat_params, hmc_reference
 
-    t0 = time.perf_counter()
     problem = make_problem(PROBLEM["hmc"], seed=settings["seed"], grid_n=settings["grid_n"])
     spec = job.spec
     model = tm.build(spec, seed=settings["seed"]).to(device)
-    fit = tm.train_map(model, problem.X.to(device), problem.y.to(device), problem.task,
-                       settings["prior_precision"])
-    t_map = time.perf_counter() - t0
-    thin = auto_thinning(settings["num_chains"], settings["num_samples"], spec.n_params)
+
+    def train():
+        t = time.perf_counter()
+        out = tm.train_map(model, problem.X.to(device), problem.y.to(device), problem.task,
+                           settings["prior_precision"])
+        return out, time.perf_counter() - t
+
+    fit = t_map = None
+    if settings["init"] != "prior":
+        fit, t_map = train()
+    compact = is_compact(job)
+    thin = COMPACT_THINNING if compact else auto_thinning(settings["num_chains"],
+                                                          settings["num_samples"], spec.n_params)
     init = None if settings["init"] == "prior" else flat_params(model)
+    t1 = time.perf_counter()
     ref = hmc_reference(problem, spec, prior_precision=settings["prior_precision"],
                         seed=settings["seed"], num_warmup=settings["num_warmup"],
                         num_samples=settings["num_samples"], num_chains=settings["num_chains"],
                         kernel=settings["kernel"], init=init,
                         init_jitter=0.0 if init is None else 0.1, thinning=thin,
-                        memory_budget_bytes=HMC_MEMORY_BUDGET, checkpoint=checkpoint)
-    t_ref = time.perf_counter() - t0 - t_map
+                        memory_budget_bytes=HMC_MEMORY_BUDGET, checkpoint=checkpoint,
+                        compact=compact)
+    t_ref = time.perf_counter() - t1
+    if fit is None:
+        fit, t_map = train()
     sc = gn_scores(model, problem.grid, device)
     d = ref.diagnostics
     row = _base_row(job, problem, settings, device)
@@ -317,6 +366,8 @@ def run_hmc_size(job: Job, settings: dict, device: str = "cpu",
         "num_steps_mean": d["num_steps_mean"], "chain_method": d["chain_method"],
         "leapfrog_steps": d["leapfrog_steps"], "resumed_at": d["resumed_at"],
         "warnings": d["warnings"]}
+    if compact:
+        row["reference"].update(checkpoint="compact", ess_truncated=d.get("ess_truncated"))
     row["map"] = fit.to_dict()
     # sampling time summed over every session of a resumed run (``reference`` is this one's)
     row["seconds"] = {"map": t_map, "reference": t_ref, "reference_sampling": d["seconds"],
