@@ -34,20 +34,19 @@ LOG_LINE = re.compile(r"^\[(?P<ts>[\d\- :,]+)\]\[[^\]]*\]\[INFO\] - Done calcula
 OBJ = re.compile(r"^<[\w.]*\.(\w+) object at 0x[0-9a-f]+>$")
 
 
-def log_seconds(log: Path) -> tuple[dict[str, float], dict[str, int], list[str]]:
-    """({name: total seconds}, {name: calls}, [first, last timestamp]) of a polygraph_eval log."""
-    sec, calls, stamps = defaultdict(float), defaultdict(int), []
+def log_seconds(log: Path) -> tuple[dict[str, list[float]], list[str]]:
+    """({name: seconds of each call, batch by batch}, [first, last timestamp]) of a
+    polygraph_eval log (``log_time``)."""
+    sec, stamps = defaultdict(list), []
     for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
         m = LOG_LINE.match(line.strip())
         if not m:
             continue
         name = m["name"]
         obj = OBJ.match(name)
-        name = obj.group(1) if obj else name
-        sec[name] += float(m["sec"])
-        calls[name] += 1
+        sec[obj.group(1) if obj else name].append(float(m["sec"]))
         stamps.append(m["ts"])
-    return dict(sec), dict(calls), [stamps[0], stamps[-1]] if stamps else []
+    return dict(sec), [stamps[0], stamps[-1]] if stamps else []
 
 
 def dependency_closure(config: dict) -> dict[str, list[str]]:
@@ -144,7 +143,9 @@ def collect(runs: Path, data: Path, dataset: str, model: str, limit: int, config
 
     config = load_config(config_path)
     questions, estimations, quality = [], defaultdict(list), defaultdict(list)
-    seconds, calls, chunks = defaultdict(float), defaultdict(int), []
+    seconds, chunks = defaultdict(float), []
+    batches: list[tuple[int, dict[str, float]]] = []  # (answers, {name: seconds}) per batch
+    bs = int(config.get("batch_size", 1))
     for chunk in sorted(runs.glob("chunk-*")):
         if not (chunk / "done").exists() or not (chunk / "ue_manager_seed1").exists():
             continue
@@ -179,12 +180,14 @@ def collect(runs: Path, data: Path, dataset: str, model: str, limit: int, config
             estimations[e] += v
         for g, v in gens.items():
             quality[g] += v
-        sec, cnt, stamps = log_seconds(chunk / "polygraph_eval.log")
+        sec, stamps = log_seconds(chunk / "polygraph_eval.log")
         for k, v in sec.items():
-            seconds[k] += v
-            calls[k] += cnt[k]
+            seconds[k] += sum(v)
+        sizes = [min(bs, n - i) for i in range(0, n, bs)]
+        for b, size in enumerate(sizes):
+            batches.append((size, {k: v[b] for k, v in sec.items() if len(v) == len(sizes)}))
         chunks.append({"chunk": chunk.name, "questions": n, "logged": stamps,
-                       "seconds": round(sum(sec.values()), 2)})
+                       "seconds": round(sum(map(sum, sec.values())), 2)})
     if not questions:
         raise SystemExit(f"no finished chunk under {runs}")
     n = len(questions)
@@ -199,8 +202,12 @@ def collect(runs: Path, data: Path, dataset: str, model: str, limit: int, config
     cost = {}
     for est, calcs in needs.items():
         own = [c for c in calcs if c != GENERATION]
+        per_batch = [(sum(t.get(c, 0.0) for c in own) + t.get(est, 0.0)) / size
+                     for size, t in batches]
         cost[est] = {"s_per_answer": (sum(seconds.get(c, 0.0) for c in own)
                                       + seconds.get(est, 0.0)) / n,
+                     "median_batch_s_per_answer": float(np.median(per_batch)) if per_batch
+                     else None,
                      "calculators": own, "estimator_s_per_answer": seconds.get(est, 0.0) / n}
     isouq_names = [e for e in estimations if e.startswith("Isouq")]
     doc = {
@@ -212,6 +219,10 @@ def collect(runs: Path, data: Path, dataset: str, model: str, limit: int, config
         "lm_polygraph_metrics": ue_metrics(estimations, quality),
         "accuracy": {g: float(np.mean(v)) for g, v in quality.items()},
         "cost": {"generation_s_per_answer": seconds.get(GENERATION, 0.0) / n,
+                 "generation_median_batch_s_per_answer": float(np.median(
+                     [t.get(GENERATION, 0.0) / size for size, t in batches])) if batches else None,
+                 "note": "s_per_answer: total seconds / answers (every process's first-batch "
+                         "warm-up included); median_batch_s_per_answer: the median over batches",
                  "estimators": cost,
                  "calculator_seconds": {k: round(v, 3) for k, v in sorted(seconds.items())},
                  "machine": machine_label()},

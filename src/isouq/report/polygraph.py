@@ -193,19 +193,29 @@ def estimator_rows(doc: Mapping, metric: str, st: Mapping) -> list[dict]:
             "PRR (LM-Polygraph)": m.get("prr"), "normalized PRR": m.get("prr_normalized"),
             "PRR@50%": m.get("prr_0.5"), "ECE": m.get("ece"),
             "s / answer": cost.get(e, {}).get("s_per_answer"),
+            "median batch s / answer": cost.get(e, {}).get("median_batch_s_per_answer"),
         })
     return rows
 
 
+def _seconds(total, median) -> str:
+    if total is None:
+        return format_value(None)
+    return format_value(total) + ("" if median is None else f" ({format_value(median)})")
+
+
 def cost_rows(docs: Sequence[Mapping]) -> list[dict]:
-    """Seconds per answer beyond LM-Polygraph's shared greedy generation, per estimator."""
+    """Seconds per answer beyond LM-Polygraph's shared greedy generation, per estimator:
+    total / answers, and in brackets the median over batches."""
     rows = []
     for d in docs:
         c = d.get("cost", {})
         row = {"model": d["model"], "dataset": d["dataset"],
-               "greedy generation (shared)": c.get("generation_s_per_answer")}
+               "greedy generation (shared)": _seconds(c.get("generation_s_per_answer"),
+                                                      c.get("generation_median_batch_s_per_answer"))}
         for e in d["estimators"]:
-            row[e] = c.get("estimators", {}).get(e, {}).get("s_per_answer")
+            ce = c.get("estimators", {}).get(e, {})
+            row[e] = _seconds(ce.get("s_per_answer"), ce.get("median_batch_s_per_answer"))
         rows.append(row)
     return rows
 
@@ -284,8 +294,9 @@ def polygraph_section(found: Sequence[tuple[Path, Mapping]], taken: set[str], *,
         "LM-Polygraph's own numbers. ★ marks isouq's estimators. The rank of isouq's best "
         "counts it among LM-Polygraph's estimators only.",
         "Cost: seconds per answer of the calculators each estimator needs beyond LM-Polygraph's "
-        "shared greedy generation, plus its own, from the same run (log_time); isouq's four "
-        "scores share one calculator (one backward per batch).",
+        "shared greedy generation, plus its own, from the same run (log_time): total over "
+        "answers, every process's first-batch warm-up included, and in brackets the median "
+        "over batches; isouq's four scores share one calculator (one backward per batch).",
     ]
     left_out = next((d.get("left_out") for d in docs if d.get("left_out")), None)
     if left_out:
