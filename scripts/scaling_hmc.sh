@@ -15,8 +15,11 @@
 # resumes from the last committed one. Commit it (and the progress row) now and then, with the
 # run stopped for the moment git reads the files:
 #   .venv/bin/isouq experiment scaling --out results/scaling --progress
-#   scripts/hmc_pause.sh run git commit -m "scaling: MLP(1028,1028) HMC checkpoint" -- \
-#       results/scaling/compact_checkpoints results/scaling/results.json results/scaling/tables.md
+#   .venv/bin/python -m isouq.report.docs_tables --write
+#   scripts/hmc_pause.sh run bash -c 'git add -- results/scaling/compact_checkpoints &&
+#     git commit -m "scaling: MLP(1028,1028) HMC checkpoint" -- results/scaling/compact_checkpoints \
+#       results/scaling/results.json results/scaling/tables.md results/scaling/hmc_background.log \
+#       docs/scaling.md'
 # Smaller sizes checkpoint their draws under $OUT/checkpoints/hmc_w<width>/ (git-ignored); a
 # size with no live checkpoint starts from its snapshot in git,
 # $OUT/checkpoint_snapshot/hmc_w<width>/, if any (docs/scaling.md).
