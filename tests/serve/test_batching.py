@@ -294,3 +294,50 @@ def test_a_memory_budget_cuts_the_batch_and_refuses_what_cannot_fit(lm, monkeypa
     long = ScoreJob([Pair("cat " * 12, prompt="the cat " * 30)])
     (o,) = engine.run([long])
     assert o.error is not None and o.error.status == 413 and "--memory-budget" in str(o.error)
+
+
+def test_clients_answered_by_a_batch_join_the_next_one():
+    """Clients that send again as soon as they are answered join the next batch: the worker
+    waits max_wait_ms after a batch ends. Without it, a group queued during a long batch (its
+    wait long over) runs alone as soon as the batch ends, and two groups take turns, each
+    batch half full."""
+    from dataclasses import dataclass
+
+    from isouq.serve.batcher import Batcher
+    from isouq.serve.config import ServeSettings
+
+    @dataclass
+    class Work:
+        name: str
+        units: int = 1
+
+    class Slow:
+        def __init__(self):
+            self.sizes: list[int] = []
+
+        def run(self, works):
+            self.sizes.append(len(works))
+            time.sleep(0.4)  # a batch takes far longer than max_wait_ms
+            return [w.name for w in works]
+
+    engine = Slow()
+    b = Batcher(engine, ServeSettings(max_batch=8, max_wait_ms=100, max_queue=16)).start()
+
+    def client(i):
+        for r in range(3):
+            assert b.submit(Work(f"{i}-{r}")).result(timeout=30) == f"{i}-{r}"
+
+    first = [threading.Thread(target=client, args=(i,)) for i in range(4)]
+    second = [threading.Thread(target=client, args=(i,)) for i in range(4, 8)]
+    try:
+        for t in first:
+            t.start()
+        time.sleep(0.2)  # the first group's batch is running: the second group queues
+        for t in second:
+            t.start()
+        for t in first + second:
+            t.join(60)
+    finally:
+        b.stop(10)
+    assert sum(engine.sizes) == 24
+    assert engine.sizes[0] == 4 and 8 in engine.sizes[1:3], engine.sizes

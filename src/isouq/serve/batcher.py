@@ -2,7 +2,9 @@
 
 Requests are queued as jobs (``engine.ScoreJob`` / ``engine.GenerateJob``). The worker takes
 the first waiting job, waits until ``max_batch`` answers are queued or ``max_wait_ms`` have
-passed since that job arrived, takes the jobs at the front that fit in ``max_batch`` answers
+passed since that job arrived or the last batch ended, whichever is later (the clients a batch
+just answered send again within it: without it, concurrent clients split into groups that take
+turns, each batch half full), takes the jobs at the front that fit in ``max_batch`` answers
 (always at least one) and runs them as one batch (``Engine.run``: one ``score_sequences`` call
 over the batch). Each job's answer comes back through a ``concurrent.futures.Future``.
 
@@ -52,6 +54,7 @@ class Batcher:
         self._stopping = False
         self._running = 0  # jobs in the batch being run
         self._batch_seconds = 0.0  # moving average, for Retry-After
+        self._last_end = 0.0  # when the last batch ended (perf_counter)
         self._thread = threading.Thread(target=self._work, name="isouq-serve-worker",
                                         daemon=True)
         self.batches = 0
@@ -130,7 +133,7 @@ class Batcher:
                 if self._stopping:
                     return None
                 self._cond.wait()
-            deadline = self._queue[0].submitted + s.max_wait_ms / 1000
+            deadline = max(self._queue[0].submitted, self._last_end) + s.max_wait_ms / 1000
             while (sum(j.units for j in self._queue) < s.max_batch and not self._stopping
                    and (left := deadline - time.perf_counter()) > 0):
                 self._cond.wait(left)
@@ -173,4 +176,5 @@ class Batcher:
                     j.future.set_result(o)
             with self._cond:
                 self._running = 0
+                self._last_end = time.perf_counter()
                 self._cond.notify_all()
