@@ -62,7 +62,7 @@ def _require_for(args) -> None:
         require_extras("report", f"isouq {cmd}")
     elif cmd == "serve":
         require_extras("llm,serve", "isouq serve")
-    elif cmd == "qa" and args.qa_command in ("run", "mc", "short"):
+    elif cmd == "qa" and args.qa_command in ("run", "mc", "short", "long"):
         require_extras("llm,report", f"isouq qa {args.qa_command}")
 
 
@@ -388,6 +388,23 @@ def cmd_qa_short(args) -> int:
     return 0
 
 
+def cmd_qa_long(args) -> int:
+    from .qa.long import run_long, write_long_results
+
+    configure()
+    if args.evaluate_only:
+        path = write_long_results(args.out, n_bootstrap=args.n_bootstrap, seed=args.seed)
+    else:
+        path = run_long(args.model, args.out, settings=tuple(args.settings),
+                        questions=args.questions, answers=args.answers, seed=args.seed,
+                        short_dir=None if args.short == "none" else args.short,
+                        max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
+                        device=args.device, dtype=args.dtype, n_bootstrap=args.n_bootstrap,
+                        say=print)
+    print(f"qa long: tables in {path}")
+    return 0
+
+
 def cmd_qa_label(args) -> int:
     import getpass
 
@@ -607,6 +624,33 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
                    help="samples for naive entropy, P(True) and semantic entropy")
     q.add_argument("--batch-size", type=positive_int, default=8)
     q.set_defaults(func=cmd_qa_short)
+    q = qsub.add_parser("long", help="long answers (5 TriviaQA questions per prompt), every "
+                                     "sentence labelled by alias match: span scores vs baselines")
+    q.add_argument("--model", nargs="+", default=["smollm2"],
+                   help="registry names, folders or hub ids, run one after the other")
+    q.add_argument("--settings", nargs="+", choices=["composed", "generated"],
+                   default=["composed", "generated"],
+                   help="composed: the model's own short answers as the sentences; generated: "
+                        "its answer to the prompt, lines aligned by number")
+    q.add_argument("--out", type=out_dir, required=True, help="output folder (resumable)")
+    q.add_argument("--short", default="results/qa_short",
+                   help="the kept `qa short` rows ('none': answer every question here)")
+    q.add_argument("--questions", type=positive_int, default=1050,
+                   help="TriviaQA questions (the seeded subset of `qa short`), 5 per prompt")
+    q.add_argument("--answers", type=positive_int, default=None,
+                   help="at most this many prompts per model and setting (default: all)")
+    q.add_argument("--seed", type=int, default=0, help="the subset's seed (as `qa short`)")
+    q.add_argument("--max-new-tokens", type=positive_int, default=64,
+                   help="the generated answers' length cap")
+    q.add_argument("--batch-size", type=positive_int, default=2,
+                   help="answers per scoring pass (each is 6 rows)")
+    q.add_argument("--n-bootstrap", type=positive_int, default=1000,
+                   help="resamples of the answers for the intervals")
+    q.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps")
+    q.add_argument("--dtype", default=None, help="float32 (default on CPU), bfloat16, …")
+    q.add_argument("--evaluate-only", action="store_true",
+                   help="only rewrite results.json, tables.md and the figure from the rows")
+    q.set_defaults(func=cmd_qa_long)
     q = qsub.add_parser("label", help="hand-label answers of a QA run (gold labels)")
     q.add_argument("rows", help="a QA rows file, e.g. results/qa/qa_truthfulqa__smollm2.jsonl")
     q.add_argument("--out", type=out_file, required=True,

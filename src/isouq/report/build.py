@@ -18,6 +18,7 @@ from .document import Section
 from .evidence_section import evidence_section, split_evidence_rows
 from .html import render_html
 from .inputs import REPORT_HTML, REPORT_JSON, Inputs, collect
+from .long_section import is_long, long_section
 from .paper_qa import paper_qa_tables
 from .polygraph import polygraph_section
 from .preview import qa_preview_section
@@ -127,7 +128,8 @@ def build_report(
     out.mkdir(parents=True, exist_ok=True)
     taken: set[str] = set()
     names = Counter(e.name for e in found.experiments)
-    sections = [experiment_section(e, out, taken, names) for e in found.experiments]
+    sections = [long_section(e, out, taken) if is_long(e)  # qa long: its own section
+                else experiment_section(e, out, taken, names) for e in found.experiments]
     if preview:
         sections.append(qa_preview_section(found.qa_rows, found.qa_files, taken,
                                            left_out=left_out))
