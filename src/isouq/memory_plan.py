@@ -159,7 +159,10 @@ def shape_of(model: nn.Module, dtype: torch.dtype | None = None) -> Shape:
     floats = [p for p in model.parameters() if p.is_floating_point()]
     want = dtype or (floats[0].dtype if floats else torch.float32)
     elt = torch.empty((), dtype=want).element_size()
-    n = sum(t.numel() for t in [*model.parameters(), *model.buffers()] if t.is_floating_point())
+    # what the process holds: an offloaded weight (accelerate, on meta) not at all, a sharded
+    # one (FSDP2) as its local shard; plus what is materialized for one module's forward
+    n = sum(_resident_numel(t) for t in [*model.parameters(), *model.buffers()]
+            if t.is_floating_point()) + _transient_numel(model)
     emb, out = model.get_input_embeddings(), None
     try:
         out = model.get_output_embeddings()
@@ -171,6 +174,36 @@ def shape_of(model: nn.Module, dtype: torch.dtype | None = None) -> Shape:
     return Shape(hidden=d, kv_hidden=d * kv // heads, intermediate=inter, layers=layers,
                  heads=heads, vocab=vocab, param_bytes=n * elt, tied=bool(tied), dtype=want,
                  small_param_bytes=small)
+
+
+def _is_dtensor(t: torch.Tensor) -> bool:
+    return hasattr(t, "to_local") and hasattr(t, "device_mesh")
+
+
+def _resident_numel(t: torch.Tensor) -> int:
+    if t.device.type == "meta":
+        return 0
+    return t.to_local().numel() if _is_dtensor(t) else t.numel()
+
+
+def _transient_numel(model: nn.Module) -> int:
+    """Weights held only around a forward: accelerate's largest offloaded module (loaded on its
+    forward, one at a time); FSDP2's root unit (gathered through the whole forward) and two
+    layer units (the one running and the next, prefetched)."""
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # a torch without distributed
+        FSDPModule = ()  # noqa: N806
+    units = [m for m in model.modules() if FSDPModule and isinstance(m, FSDPModule)]
+    if units:
+        inner = {id(p) for u in units if u is not model for p in u.parameters()}
+        root = sum(p.numel() for p in model.parameters() if id(p) not in inner)
+        sizes = sorted((sum(p.numel() for p in u.parameters()) for u in units if u is not model),
+                       reverse=True)
+        return root + sum(sizes[:2])
+    offloaded = [sum(p.numel() for p in m.parameters(recurse=False) if p.device.type == "meta")
+                 for m in model.modules()]
+    return max(offloaded, default=0)
 
 
 def _split(sizes: Iterable[tuple[float, float]]) -> tuple[float, float]:
@@ -480,3 +513,140 @@ def plan_batch_size(
         else:
             hi = mid - 1
     return lo
+
+
+def _floor_size(n: int) -> str:
+    """A size accelerate reads, rounded down: "1536MiB", "700KiB"."""
+    return f"{n // 2**20}MiB" if n >= 2**20 else f"{max(1, n // 2**10)}KiB"
+
+
+def _size(n: float) -> str:
+    return f"{n / 2**20:.1f} MiB" if n < 2**30 else _gib(n)
+
+
+#: the ways a model can be held for scoring, smallest change first
+PLACEMENTS = ("memory", "fsdp", "device_map")
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a model must live to be scored within a memory budget (:func:`plan_placement`).
+
+    Attributes:
+        kind: ``"memory"`` (the whole model in one process), ``"fsdp"`` (its weights sharded
+            over ``ranks`` processes, one device each: ``torchrun --nproc-per-node W isouq
+            score --shard fsdp``) or ``"device_map"`` (accelerate keeps what does not fit on
+            the device in CPU memory or on disk: ``--device-map auto --max-memory``).
+        ranks: W for ``"fsdp"``; the fewest ranks whose share fits, if any does (else None).
+        max_memory: for ``"device_map"``: bytes the weights may take on the device (the rest
+            of the budget is the scoring's own), None when not even one layer fits.
+        need: predicted peak bytes of one process with the whole model in memory.
+        per_rank: predicted peak bytes of one rank under FSDP over ``ranks`` (None: no W fits).
+        budget: the budget, in bytes.
+        advice: one line saying what to run.
+    """
+
+    kind: str
+    ranks: int | None
+    max_memory: int | None
+    need: int
+    per_rank: int | None
+    budget: int
+    advice: str
+
+
+def _root_layer_bytes(s: Shape) -> tuple[float, float]:
+    """(embedding + head + final norm, one decoder layer) weight bytes of an unplaced model."""
+    e = torch.empty((), dtype=s.dtype).element_size()
+    root = s.vocab * s.hidden * e * (1 if s.tied else 2) + s.hidden * e
+    return root, max(0.0, (s.param_bytes - root) / max(1, s.layers))
+
+
+def fsdp_rank_bytes(s: Shape, ranks: int, *, batch: int = 1, length: int = 64,
+                    answer_length: int = 16, method: Method = "ghost") -> int:
+    """Predicted peak bytes of one of ``ranks`` FSDP2 processes (``--shard fsdp``): its 1/W
+    shard of the weights, the root unit (embeddings, head) gathered through the forward, two
+    decoder layers gathered (the one running, the next prefetched), and the scoring's own
+    peak, which sharding does not divide (activations and output gradients are per row)."""
+    est = estimate(s, batch=batch, length=length, answer_length=answer_length, method=method)
+    root, layer = _root_layer_bytes(s)
+    gathered = root * (ranks - 1) / ranks + 2 * layer
+    return int(s.param_bytes / ranks + gathered + est.runtime + est.working)
+
+
+def plan_placement(model: nn.Module | Shape, budget: int | str, *, batch: int = 1,
+                   length: int = 64, answer_length: int = 16, devices: int = 1,
+                   max_ranks: int = 64, method: Method = "ghost",
+                   dtype: torch.dtype | None = None, device: str = "cpu") -> Placement:
+    """Which way of holding ``model`` lets one process stay within ``budget`` while it scores
+    a batch of ``batch`` rows of ``length`` tokens: in memory, FSDP over W ranks, or a device
+    map offloading to CPU memory / disk.
+
+    In memory when the predicted peak (:func:`peak_bytes`) fits. Otherwise FSDP over the
+    fewest W ranks whose share fits (:func:`fsdp_rank_bytes`), when ``devices`` ≥ W processes
+    (GPUs, or CPU processes) are available; otherwise a device map whose ``max_memory`` leaves
+    room for the scoring and one offloaded layer loaded at a time. The budget is per process
+    (a device's memory under torchrun).
+
+    Args:
+        model: the causal LM held in memory (or its :class:`Shape`).
+        budget: bytes, or text such as ``"8GB"`` (:func:`parse_bytes`).
+        batch, length, answer_length: the batch planned for (rows, padded tokens, answer
+            tokens).
+        devices: processes (one device each) a run may use: FSDP is chosen only if W ≤ it.
+        max_ranks: the largest W considered.
+        method: ``"ghost"`` (FSDP and offloading score with it) or ``"loop"``.
+        dtype: the dtype scored in; default the model's.
+        device: the device scored on (``cpu``, ``cuda:N``): names it in ``--max-memory``.
+
+    Returns:
+        A :class:`Placement`, with a one-line ``advice``.
+
+    Raises:
+        MemoryBudgetError: no placement fits: even one offloaded layer and the scoring's own
+            memory exceed the budget.
+    """
+    b = parse_bytes(budget)
+    s = model if isinstance(model, Shape) else shape_of(model, dtype)
+    est = estimate(s, batch=batch, length=length, answer_length=answer_length, method=method)
+    need = est.total
+    if need <= b:
+        return Placement("memory", None, None, need, None, b,
+                         f"the model fits in memory: {_size(need)} predicted within "
+                         f"{_size(b)}; no placement needed")
+    ranks = per_rank = None
+    for w in range(2, max(2, max_ranks) + 1):
+        got = fsdp_rank_bytes(s, w, batch=batch, length=length, answer_length=answer_length,
+                              method=method)
+        if got <= b:
+            ranks, per_rank = w, got
+            break
+    # accelerate loads one offloaded module at a time: a decoder layer, or the embedding/head
+    _, layer = _root_layer_bytes(s)
+    layer = max(layer, s.vocab * s.hidden * torch.empty((), dtype=s.dtype).element_size())
+    room = int(b - est.runtime - est.working - layer)
+    max_memory = room if room > 0 else None
+    key = "cpu" if not str(device).startswith("cuda") else (str(device).partition(":")[2] or "0")
+    offload = (f"--device-map auto --max-memory {key}={_floor_size(room)} (accelerate keeps "
+               "the other layers in CPU memory or on disk and loads each for its forward)"
+               ) if max_memory else None
+    fsdp = (f"torchrun --nproc-per-node {ranks} -m isouq score ... --shard fsdp (each rank "
+            f"holds 1/{ranks} of the weights: {_size(per_rank)} per rank)") if ranks else None
+    head = (f"the model needs about {_size(need)} in memory (weights {_size(s.param_bytes)}), more "
+            f"than the budget of {_size(b)}")
+    if ranks is not None and ranks <= devices:
+        return Placement("fsdp", ranks, max_memory, need, per_rank, b,
+                         f"{head}: shard it, {fsdp}" + (f"; or offload: {offload}"
+                                                        if offload else ""))
+    if max_memory is not None:
+        more = f"; or, with {ranks} processes, {fsdp}" if fsdp else ""
+        return Placement("device_map", ranks, max_memory, need, per_rank, b,
+                         f"{head}: offload it, {offload}{more}")
+    if ranks is not None:  # not enough devices for FSDP and nothing to offload into
+        return Placement("fsdp", ranks, None, need, per_rank, b,
+                         f"{head}, and one layer with the scoring does not fit either: "
+                         f"{fsdp}")
+    raise MemoryBudgetError(
+        f"{head}; even one layer loaded at a time with the scoring ({_size(b - room)}) does not "
+        f"fit, nor a share of it on up to {max_ranks} ranks: raise the budget, shorten the "
+        "rows, or score in a smaller dtype")

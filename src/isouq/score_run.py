@@ -434,7 +434,7 @@ def score_file(input: str | Path, out: str | Path, *, model: str, load: dict | N
         from .memory_plan import parse_bytes
 
         memory_budget = parse_bytes(memory_budget)
-    check_shard(shard, env, method=method, load=load)
+    check_shard(shard, env, method=method, load=load, spans=spans)
     with exclusive(shard_path(out, env.rank, env.world) if env.world > 1 else out):
         load["device"] = device_for(env, load.get("device", "cpu"))
         init_process_group(env, load["device"])
@@ -446,6 +446,8 @@ def score_file(input: str | Path, out: str | Path, *, model: str, load: dict | N
             from .distributed import shard_model
 
             shard_model(lm, env, target)
+        elif memory_budget is not None and load.get("device_map") is None:
+            check_placement(lm, memory_budget, env, method=method, device=target)
         if params not in ("last-layer", "last_layer"):  # a set that cannot be: one line now
             from .params import select_params
 
@@ -480,7 +482,8 @@ def score_file(input: str | Path, out: str | Path, *, model: str, load: dict | N
     return lines
 
 
-def check_shard(shard: str | None, env: DistEnv, *, method: str, load: dict) -> None:
+def check_shard(shard: str | None, env: DistEnv, *, method: str, load: dict,
+                spans: str | None = None) -> None:
     """InputError, before the model loads, for a ``shard`` mode that cannot run here."""
     if shard is None:
         return
@@ -492,10 +495,26 @@ def check_shard(shard: str | None, env: DistEnv, *, method: str, load: dict) -> 
     if method != "ghost":
         raise InputError(f"--shard fsdp scores with --method ghost (one backward per batch, the "
                          f"same on every rank); --method {method} is not sharded")
+    if spans is not None:
+        raise InputError("--shard fsdp scores whole answers: span scores run a backward per "
+                         "span, a number that differs between ranks; drop --spans or --shard")
     for opt in ("device_map", "quantize"):
         if load.get(opt) is not None:
             raise InputError(f"--shard fsdp and --{opt.replace('_', '-')} do not combine: FSDP "
                              "already splits the weights over the ranks; drop one")
+
+
+def check_placement(model, budget: int, env: DistEnv, *, method: str, device: str) -> None:
+    """MemoryBudgetError naming what to run when the model held whole in this process does not
+    fit ``budget`` with one short row (``memory_plan.plan_placement``): FSDP over W ranks, or a
+    device map offloading to CPU memory or disk."""
+    from .errors import MemoryBudgetError
+    from .memory_plan import plan_placement
+
+    plan = plan_placement(model, budget, devices=env.world, device=device,
+                          method=method if method in ("ghost", "loop") else "ghost")
+    if plan.kind != "memory":
+        raise MemoryBudgetError(f"--memory-budget: {plan.advice}; or raise --memory-budget")
 
 
 def _filler(model, tokenizer, method: str, params) -> None:

@@ -26,7 +26,7 @@ from .engines import engine_name
 from .errors import InputError, check_finite
 from .estimators import eval_mode
 from .ghost.engine import GhostNorms
-from .ghost.weights import execution_device, is_offloaded
+from .ghost.weights import execution_device, is_offloaded, is_sharded
 from .params import ParamSpec, param_info, select_params
 from .quantized import autograd_ready, is_quantized
 from .scores import SequenceScores
@@ -349,11 +349,17 @@ def score_sequences(
             f"method={method!r} differentiates the weights themselves, and quantized (4/8-bit) "
             "weights cannot be; use method='ghost' (exact for them) or params='trainable'")
     if method == "per_example" and any(is_offloaded(q) or type(q).__name__ == "DTensor"
-                                for q in sel.values()):
+                                       for q in sel.values()):
         raise InputError(
-            "method='per_example' differentiates the weights themselves, and this model's are offloaded "
-            "(accelerate keeps them on 'meta') or sharded (FSDP2); use method='ghost' (exact "
-            "for them)")
+            "method='per_example' differentiates the weights themselves, and this model's are "
+            "offloaded (accelerate keeps them on 'meta') or sharded (FSDP2); use method='ghost' "
+            "(exact for them)")
+    sharded = is_sharded(model)
+    if sharded and (method != "ghost" or _on_probs is not None):
+        raise InputError(
+            "a model sharded with FSDP2 runs collectives in every forward and backward, so every "
+            "rank must run as many of them: score it with method='ghost' and without spans (one "
+            "backward per batch)")
     n = len(enc)
     epi = torch.zeros(n)
     alea, mean, T = torch.zeros(n), torch.zeros(n), torch.zeros(n, dtype=torch.long)
@@ -366,7 +372,12 @@ def score_sequences(
     # one set of hooks for every batch (set up once: milliseconds per call on an LLM)
     hooks = GhostNorms(model, sel) if method != "per_example" else nullcontext()
     with eval_mode(model), autograd_ready(model), hooks as ghost:
-        for s in range(0, n, batch_size):
+        starts = range(0, n, batch_size)
+        for k in range(_lockstep(len(starts)) if sharded else len(starts)):
+            if k >= len(starts):  # FSDP2: another rank's batch needs this rank's collectives
+                _filler_batch(model, ghost, collate(enc[:1], pad, padding_side))
+                continue
+            s = starts[k]
             rows = slice(s, min(s + batch_size, n))
             batch = collate(enc[rows], pad, padding_side)
             if method == "per_example":
@@ -403,6 +414,25 @@ def score_sequences(
         covariance=getattr(covariance, "name", "custom"),
         per_param=per if per_param else None,
     )
+
+
+def _lockstep(n_batches: int) -> int:
+    """The most batches any rank runs (a model sharded with FSDP2: every rank runs as many)."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        return n_batches
+    from .distributed import DistEnv, lockstep_steps
+
+    return lockstep_steps(n_batches, DistEnv(dist.get_rank(), dist.get_world_size()))
+
+
+def _filler_batch(model: nn.Module, ghost: GhostNorms, batch: Batch) -> None:
+    """One forward and backward whose scores are dropped (a rank short of batches)."""
+    ghost.seq_len = batch.input_ids.shape[1]
+    with torch.enable_grad():
+        p, mask = token_probs(model, batch)
+        ghost.backward_detailed(summarize(p, mask)[0])
 
 
 def _per_token(ghost: GhostNorms, p: torch.Tensor, mask: torch.Tensor):
