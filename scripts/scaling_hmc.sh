@@ -3,6 +3,7 @@
 #
 #   setsid nohup scripts/scaling_hmc.sh > /dev/null 2>&1 < /dev/null &   # MLP(256,256), MLP(512,512)
 #   WIDTHS=1028 setsid nohup scripts/scaling_hmc.sh > /dev/null 2>&1 < /dev/null &
+#   scripts/scaling_hmc.sh commit [MESSAGE]   # keep MLP(1028,1028)'s progress in git (below)
 #
 # Runs `isouq experiment scaling --study hmc --sizes $WIDTHS` at the kept study's settings
 # (1000 warmup + 1000 draws per chain, 2 chains, 50x50 grid, seed 0) at the lowest priority
@@ -10,16 +11,14 @@
 # again to resume exactly where the last checkpoint left off.
 #
 # Checkpoints. MLP(1028,1028) (above 500,000 parameters) runs compact: no draws, running sums
-# of the predictive statistics, ~40 MB in $OUT/compact_checkpoints/hmc_w1028/, written
+# of the predictive statistics, under 50 MB in $OUT/compact_checkpoints/hmc_w1028/, written
 # atomically after every segment (2 iterations, a few minutes) and KEPT IN GIT: a new checkout
-# resumes from the last committed one. Commit it (and the progress row) now and then, with the
-# run stopped for the moment git reads the files:
-#   .venv/bin/isouq experiment scaling --out results/scaling --progress
-#   .venv/bin/python -m isouq.report.docs_tables --write
-#   scripts/hmc_pause.sh run bash -c 'git add -- results/scaling/compact_checkpoints &&
-#     git commit -m "scaling: MLP(1028,1028) HMC checkpoint" -- results/scaling/compact_checkpoints \
-#       results/scaling/results.json results/scaling/tables.md results/scaling/hmc_background.log \
-#       docs/scaling.md'
+# resumes from the last committed one. `scripts/scaling_hmc.sh commit` keeps it: it refreshes
+# the progress row (`isouq experiment scaling --out $OUT --progress`), the hmc_in_progress
+# table and the "How far it is" paragraph of docs/scaling.md, then, with the run stopped for
+# the moment git reads the files (hmc_pause.sh), adds the checkpoint folder and commits it with
+# $OUT/results.json, tables.md, hmc_background.log and docs/scaling.md (those paths only).
+# Each commit adds the checkpoint files that changed (16-50 MB): every few hours is enough.
 # Smaller sizes checkpoint their draws under $OUT/checkpoints/hmc_w<width>/ (git-ignored); a
 # size with no live checkpoint starts from its snapshot in git,
 # $OUT/checkpoint_snapshot/hmc_w<width>/, if any (docs/scaling.md).
@@ -34,28 +33,102 @@
 #
 # A finished size becomes one row of $OUT/sizes.jsonl and results.json, tables.md and
 # scaling.png are rebuilt.
+#
+# The whole script is one function, read before it runs: editing this file while a run uses it
+# does not change what that run does.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-# its own process group (hmc_pause.sh signals the whole group, never the caller's shell)
-if [ "$(ps -o pgid= $$ | tr -d ' ')" != "$$" ]; then
-  exec setsid bash "$0" "$@"
-fi
-OUT=${OUT:-results/scaling}
-WIDTHS=${WIDTHS:-256 512}
-PIDFILE=${PIDFILE:-runs/scaling_hmc.pid}
-mkdir -p "$OUT" "$(dirname "$PIDFILE")"
-echo $$ > "$PIDFILE"
-trap 'rm -f "$PIDFILE"' EXIT
-for w in $WIDTHS; do
-  snap="$OUT/checkpoint_snapshot/hmc_w$w" live="$OUT/checkpoints/hmc_w$w"
-  if [ -f "$snap/meta.json" ] && [ ! -f "$live/meta.json" ]; then
-    mkdir -p "$OUT/checkpoints" && rm -rf "$live" && cp -r "$snap" "$live"
-    echo "== $(date -u +%FT%TZ) hmc_w$w: no live checkpoint; resuming from the snapshot in git" \
-      >> "$OUT/hmc_background.log"
+
+docs_progress() {  # docs/scaling.md: the hmc_in_progress table and the "How far it is" paragraph
+  .venv/bin/python - "$OUT" <<'PY'
+import json, sys
+from pathlib import Path
+
+from isouq.report import docs_tables as dt
+
+out, doc = Path(sys.argv[1]), Path("docs/scaling.md")
+text, _ = dt.replace_blocks(doc.read_text(), lambda name: dt.render(name, "."), str(doc))
+meta_file = out / "compact_checkpoints/hmc_w1028/meta.json"
+rows = json.loads((out / "results.json").read_text())["tables"].get("hmc_in_progress", [])
+row = next((r for r in rows if r["n_params"] == 1_065_012), None)
+if row is None or not meta_file.exists() or not json.loads(meta_file.read_text())["log"]:
+    doc.write_text(text)
+    sys.exit(print("scaling_hmc.sh: MLP(1028,1028) is not in progress; docs tables only"))
+meta = json.loads(meta_file.read_text())
+log = meta["log"][-10:]
+its = sum(s["stop"] - s["start"] for s in log)
+timed = [s for s in log if "cpu_seconds" in s]
+cpu_s = sum(s["cpu_seconds"] for s in timed)
+wall, cpu = sum(s["seconds"] for s in log) / its, cpu_s / sum(s["stop"] - s["start"] for s in timed)
+steps = sum(s["leapfrog_steps"] for s in log) / its / 2
+ms = 1e3 * cpu_s / sum(s["leapfrog_steps"] for s in timed)
+done, total = meta["done"], meta["total"]
+phase = "warmup runs to 1,000" if done < 1000 else "sampling since 1,000"
+para = f"""How far it is, from that record (`results.json`, row `hmc_in_progress`, and the
+checkpoint's `meta.json`): **{done:,} of {total:,} iterations** per chain ({phase}),
+{row['hours_so_far']} wall hours and {row['cpu_hours_so_far']} CPU-hours of sampling so far; the
+checkpoint is {row['checkpoint_mb']} MB. Over the last {len(log)} segments ({its} iterations) an
+iteration took {wall:,.0f} s of wall time and {cpu:,.0f} s of CPU time, {steps:,.0f} leapfrog
+steps a chain at {ms:.0f} ms of CPU a step: at that rate **about
+{row['hours_left_at_recent_rate']:,} wall hours ({row['cpu_hours_left_at_recent_rate']:,}
+CPU-hours) are left**. That rate moves while the warmup adapts the step size (the first
+iterations took from 1 to 900 leapfrog steps a chain; `results/scaling/cost.json` expects about
+200 once adapted); the whole run is projected there at **about 200 CPU-hours, 100 wall hours
+on 2 idle cores**. At nice 19 beside other work this run got {cpu / wall:.2f} CPU-seconds per
+wall second (2 would be both cores).
+
+"""
+a = text.find("How far it is, from that record")
+b = text.find("### The compact checkpoint of MLP(1028,1028)")
+if a < 0 or b < a:
+    print("scaling_hmc.sh: docs/scaling.md has no 'How far it is' paragraph; table only")
+else:
+    text = text[:a] + para + text[b:]
+doc.write_text(text)
+PY
+}
+
+commit() {
+  local msg=${1:-"scaling: MLP(1028,1028) HMC progress and compact checkpoint"}
+  nice -n 19 .venv/bin/isouq experiment scaling --out "$OUT" --progress
+  docs_progress
+  MSG=$msg OUT=$OUT scripts/hmc_pause.sh run bash -c '
+    git add -- "$OUT/compact_checkpoints" &&
+    git commit -q -m "$MSG" -- "$OUT/compact_checkpoints" "$OUT/results.json" "$OUT/tables.md" \
+        "$OUT/hmc_background.log" docs/scaling.md'
+  git log --oneline -1
+}
+
+main() {
+  cd "$(dirname "$0")/.."
+  OUT=${OUT:-results/scaling}
+  if [ "${1:-}" = commit ]; then
+    shift
+    commit "$@"
+    return
   fi
-done
-echo "== $(date -u +%FT%TZ) start: widths $WIDTHS (pid $$, process group $$)" >> "$OUT/hmc_background.log"
-# shellcheck disable=SC2086
-nice -n 19 .venv/bin/isouq experiment scaling --study hmc --sizes $WIDTHS --out "$OUT" \
-    >> "$OUT/hmc_background.log" 2>&1
-echo "== $(date -u +%FT%TZ) finished" >> "$OUT/hmc_background.log"
+  # its own process group (hmc_pause.sh signals the whole group, never the caller's shell)
+  if [ "$(ps -o pgid= $$ | tr -d ' ')" != "$$" ]; then
+    exec setsid bash "scripts/scaling_hmc.sh" "$@"
+  fi
+  WIDTHS=${WIDTHS:-256 512}
+  PIDFILE=${PIDFILE:-runs/scaling_hmc.pid}
+  mkdir -p "$OUT" "$(dirname "$PIDFILE")"
+  echo $$ > "$PIDFILE"
+  trap 'rm -f "$PIDFILE"' EXIT
+  for w in $WIDTHS; do
+    snap="$OUT/checkpoint_snapshot/hmc_w$w" live="$OUT/checkpoints/hmc_w$w"
+    if [ -f "$snap/meta.json" ] && [ ! -f "$live/meta.json" ]; then
+      mkdir -p "$OUT/checkpoints" && rm -rf "$live" && cp -r "$snap" "$live"
+      echo "== $(date -u +%FT%TZ) hmc_w$w: no live checkpoint; resuming from the snapshot in git" \
+        >> "$OUT/hmc_background.log"
+    fi
+  done
+  echo "== $(date -u +%FT%TZ) start: widths $WIDTHS (pid $$, process group $$)" >> "$OUT/hmc_background.log"
+  # shellcheck disable=SC2086
+  nice -n 19 .venv/bin/isouq experiment scaling --study hmc --sizes $WIDTHS --out "$OUT" \
+      >> "$OUT/hmc_background.log" 2>&1
+  echo "== $(date -u +%FT%TZ) finished" >> "$OUT/hmc_background.log"
+}
+
+main "$@"
+exit $?
