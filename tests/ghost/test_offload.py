@@ -48,11 +48,15 @@ def _offload(model, how, tmp_path):
 def test_offloaded_model_scores_as_in_memory(family, how, tmp_path):
     if how == "map" and family == "gpt2":
         pytest.skip("the device map names Llama-style modules")
+    from isouq.models.info import has_tied_embeddings
+
     model = tiny.causal_lm(family)
+    tied = has_tied_embeddings(model)
     ref = score_sequences(copy.deepcopy(model), tiny.tokenizer(), PROMPTS, ANSWERS,
                           params="all", per_param=True, batch_size=3)
     off, n_meta = _offload(model, how, tmp_path)
     assert n_meta > 0
+    assert has_tied_embeddings(off) == tied  # the model's provenance says so after offloading
     got = score_sequences(off, tiny.tokenizer(), PROMPTS, ANSWERS, params="all",
                           per_param=True, batch_size=3)
     assert got.params.names == ref.params.names  # a tie split by offloading is one weight

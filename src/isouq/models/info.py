@@ -68,7 +68,11 @@ def has_tied_embeddings(model: torch.nn.Module) -> bool:
     emb, out = get_in(), get_out()
     if emb is None or out is None or getattr(out, "weight", None) is None:
         return False
-    return emb.weight is out.weight or emb.weight.data_ptr() == out.weight.data_ptr()
+    w, v = emb.weight, out.weight
+    if "meta" in (w.device.type, v.device.type):  # offloaded by accelerate: the config's tie
+        return w.shape == v.shape and bool(getattr(getattr(model, "config", None),
+                                                   "tie_word_embeddings", False))
+    return w is v or w.data_ptr() == v.data_ptr()
 
 
 def has_chat_template(tokenizer) -> bool:
