@@ -22,7 +22,7 @@ from .long_section import is_long, long_section
 from .paper_qa import paper_qa_tables
 from .polygraph import polygraph_section
 from .preview import qa_preview_section
-from .sections import experiment_section, qa_section
+from .sections import experiment_section, portable, qa_section
 from .tables import sections_latex, sections_markdown
 
 
@@ -49,7 +49,7 @@ def report_json(
     for exp, sec in zip(inputs.experiments, sections, strict=False):
         doc["sections"].append({
             "id": sec.id, "kind": "experiment", "title": sec.title, "source": str(exp.path),
-            "settings": exp.doc.get("settings"), "seed": exp.doc.get("seed"),
+            "settings": portable(exp.doc.get("settings")), "seed": exp.doc.get("seed"),
             "tables": exp.doc.get("tables") or {}, "paper": exp.doc.get("paper") or {},
             "figures": [f.path.as_posix() for f in sec.figures],
         })

@@ -18,7 +18,7 @@ IMAGE_SUFFIXES: tuple[str, ...] = (".png", ".svg", ".jpg", ".jpeg", ".gif", ".we
 SKIP_META: tuple[str, ...] = ("tables", "paper", "figures", "settings", "versions", "experiment")
 
 
-def _portable(v):
+def portable(v):
     """``v`` with every absolute path of this machine shown without it: relative to the working
     directory when inside it, else as ``…/<folder>/<name>`` (a report travels)."""
     if isinstance(v, str):
@@ -30,14 +30,14 @@ def _portable(v):
                 return "…/" + "/".join(path.parts[-2:])
         return v
     if isinstance(v, Mapping):
-        return {k: _portable(x) for k, x in v.items()}
+        return {k: portable(x) for k, x in v.items()}
     if isinstance(v, list | tuple):
-        return [_portable(x) for x in v]
+        return [portable(x) for x in v]
     return v
 
 
 def _scalar(v) -> str:
-    v = _portable(v)
+    v = portable(v)
     return v if isinstance(v, str) else json.dumps(v, ensure_ascii=False, default=str)
 
 
