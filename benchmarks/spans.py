@@ -59,6 +59,9 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--loop-repeats", type=int, default=1)
     ap.add_argument("--rows-batch", type=int, default=4, help="answers per pass of spans_rows")
+    ap.add_argument("--methods", nargs="+", default=None,
+                    help="run only these (whole, spans_retain, spans_rows, spans_loop, "
+                         "whole_loop); alone in a process, its peak RSS is its own")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
@@ -88,11 +91,18 @@ def main(argv=None) -> int:
                                           batch_size=args.rows_batch, engine="rows"),
         "spans_loop": lambda: score_sequences(model, tok, prompts, answers, batch_size=n,
                                               spans="sentences", method="per_example"),
+        # the whole answers' own loop, for the loop/ghost ratio of this machine
+        "whole_loop": lambda: score_sequences(model, tok, prompts, answers, batch_size=n,
+                                              method="per_example"),
     }
+    if args.methods:
+        runs = {k: v for k, v in runs.items() if k in args.methods}
+    else:
+        runs.pop("whole_loop")
     seconds, cpu, results = {}, {}, {}
     for name, fn in runs.items():
         reps = args.loop_repeats if name == "spans_loop" else args.repeats
-        if name == "whole":
+        if name == next(iter(runs)):
             fn()  # warm-up (first calls of a process are slower)
         times, cpus = [], []
         for _ in range(reps):
@@ -102,6 +112,16 @@ def main(argv=None) -> int:
             cpus.append(time.process_time() - c0)
         seconds[name], cpu[name] = statistics.median(times), statistics.median(cpus)
         print(f"{name:13s} {seconds[name]:8.3f} s wall, {cpu[name]:8.3f} s CPU", flush=True)
+
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # GiB (Linux: KiB)
+    print(f"peak RSS of the process: {peak:.2f} GiB")
+    if args.methods:
+        save_json(args.out, {"model": args.model, "benchmark": "spans",
+                             "rows_batch": args.rows_batch, "methods": args.methods},
+                  seconds=seconds, cpu_seconds=cpu, peak_rss_gib=peak)
+        return 0
 
     def epi(name):
         return [[s.epistemic for s in sp] for sp in results[name].spans]

@@ -41,6 +41,10 @@ def texts(text, ranges):
     ("J. K. Rowling wrote it. The U.S. agreed.", ["J. K. Rowling wrote it.", "The U.S. agreed."]),
     ("Steps:\n1. Boil water.\n2. Add tea.", ["Steps:", "1. Boil water.", "2. Add tea."]),
     ("He was born in 1564. He died later.", ["He was born in 1564.", "He died later."]),
+    ("Made in the U.S. It sold. The U.S. dollar fell, etc. and No. 5 won at 5 p.m. Then a fig. "
+     "Fig. 3 shows it.", ["Made in the U.S.", "It sold.",
+                          "The U.S. dollar fell, etc. and No. 5 won at 5 p.m.", "Then a fig.",
+                          "Fig. 3 shows it."]),
     ('She said "no." Then she left.', ['She said "no."', "Then she left."]),
     ("no final stop", ["no final stop"]),
     ("  \n ", []),

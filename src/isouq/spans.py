@@ -52,11 +52,13 @@ from .sequences import Encoded, check_lengths, encode, score_sequences, summariz
 SPLITTERS = ("sentences", "lines")
 
 # ------------------------------------------------------------------ splitting
-#: words that end with a period without ending a sentence (compared lower-case, without the dot)
-ABBREVIATIONS = frozenset(
-    "e.g i.e etc vs cf al approx ca fig figs eq eqs vol pp mr mrs ms dr prof sr jr st "
-    "mt inc ltd co corp dept univ jan feb mar apr jun jul aug sep sept oct nov dec u.s u.k "
-    "a.m p.m".split())
+#: words after which a period never ends a sentence (titles, Latin; lower-case, no final dot)
+ABBREVIATIONS = frozenset("mr mrs ms dr prof sr jr st mt e.g i.e cf vs al approx ca".split())
+#: words whose period ends a sentence only when a capital letter follows ("made in the U.S. It
+#: was" splits, "the U.S. dollar" and "No. 5" do not)
+ENDING_ABBREVIATIONS = frozenset(
+    "etc u.s u.k u.n a.m p.m inc ltd co corp no nos fig figs eq eqs vol pp dept univ jan feb "
+    "mar apr jun jul aug sep sept oct nov dec".split())
 _END = re.compile(r"[.!?…]+[\"'”’)\]]*(?=\s|$)|\n")
 
 
@@ -65,18 +67,23 @@ def split_sentences(text: str) -> list[tuple[int, int]]:
 
     A sentence ends at ``.``, ``!``, ``?`` or ``…`` (repeated, then optional closing quotes or
     brackets) followed by a blank or the end of the text, and at every line break (list items and
-    paragraphs are sentences of their own). A period does not end a sentence after a known
-    abbreviation (:data:`ABBREVIATIONS`: "e.g.", "Dr.", "etc.", …), a single letter (an initial:
-    "J. K. Rowling"), or digits that begin a line (a numbered item: "1. "). Decimals ("3.14") and
-    dotted names have no blank after the dot and never split. Blank text gives no sentence.
+    paragraphs are sentences of their own). A period does not end a sentence after a title or
+    Latin abbreviation (:data:`ABBREVIATIONS`: "Dr.", "Mr.", "e.g.", "i.e.", "vs.", …), a single
+    letter (an initial: "J. K. Rowling") or digits that begin a line (a numbered item: "1. "); after
+    an abbreviation that can end a sentence (:data:`ENDING_ABBREVIATIONS`: "etc.", "U.S.",
+    "p.m.", "Inc.", "No.", months, …) it ends one only when the next word begins with a capital
+    letter. Decimals ("3.14") and dotted names have no blank after the dot and never split. Blank
+    text gives no sentence.
     """
     cuts, start = [], 0
     for m in _END.finditer(text):
         if m.group().rstrip("\"'”’)]") == ".":  # a lone period: maybe not an end
             begin = max(text.rfind(" ", 0, m.start()), text.rfind("\n", 0, m.start())) + 1
             word = text[begin:m.start()].lstrip("\"'“‘([").lower()
+            after = text[m.end():m.end() + 80].lstrip().lstrip("\"'“‘([")
             if (word in ABBREVIATIONS or (len(word) == 1 and word.isalpha())
-                    or (word.isdigit() and not text[text.rfind("\n", 0, begin) + 1:begin].strip())):
+                    or (word.isdigit() and not text[text.rfind("\n", 0, begin) + 1:begin].strip())
+                    or (word in ENDING_ABBREVIATIONS and not after[:1].isupper())):
                 continue
         cuts.append((start, m.end()))
         start = m.end()
@@ -504,6 +511,6 @@ def add_spans(model: nn.Module, tokenizer, prompts: Sequence, answer_ids: Sequen
         rows[i].setdefault("seconds", {})["spans"] = share
 
 
-__all__ = ["ABBREVIATIONS", "SPLITTERS", "AnswerSpans", "SpanScore", "SpanSequenceScores",
-           "add_spans", "answer_offsets", "least_trusted", "resolve_spans", "score_spans",
-           "split_lines", "split_sentences"]
+__all__ = ["ABBREVIATIONS", "ENDING_ABBREVIATIONS", "SPLITTERS", "AnswerSpans", "SpanScore",
+           "SpanSequenceScores", "add_spans", "answer_offsets", "least_trusted", "resolve_spans",
+           "score_spans", "split_lines", "split_sentences"]
