@@ -241,6 +241,10 @@ def verdict(ranks: Sequence[Mapping]) -> str:
     if skipped:
         parts.append(f"{len(skipped)} setting(s) could not be ranked (too few correct answers "
                      "for PRR to order anything).")
+    small = min(r["n"] for r in ok)
+    if small < 200:
+        parts.append(f"The smallest setting has {small} questions: intervals that wide separate "
+                     "only large differences, so 'within noise' here is weak evidence of a tie.")
     parts.append("Choosing isouq's best of its four scores after the fact flatters it; the "
                  "full tables give each score's own rank.")
     return " ".join(parts)
