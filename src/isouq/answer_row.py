@@ -23,7 +23,10 @@ read alike by :func:`scores_of`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from .errors import DataError
 
 #: fields every answer row has
 FIELDS: tuple[str, ...] = ("key", "question", "answer", "scores", "seconds", "n_answer_tokens")
@@ -37,3 +40,41 @@ def scores_of(row: Mapping) -> Mapping:
 
 
 __all__ = ["FIELDS", "scores_of"]
+
+
+# ------------------------------------------------ the short-answer study's rows (``qa short``)
+#: the ``label_source`` of a row labelled by alias match (``isouq qa short``)
+LABEL = "alias_match"
+#: before a row's key: the open study (``qa run``) asks the same TriviaQA questions
+KEY_PREFIX = "short-"
+#: what a user with rows written before ``KEY_PREFIX`` runs once (``{folder}``: their folder)
+MIGRATE = "python scripts/migrate_qa_short.py {folder}"
+
+
+def short_key(key: str) -> str:
+    """The key of a TriviaQA question's row in this study: ``tqa-val-00051`` ->
+    ``short-tqa-val-00051``."""
+    return KEY_PREFIX + str(key)
+
+
+def source_key(key: str) -> str:
+    """The question's TriviaQA key of a row key of this study (``short_key`` undone)."""
+    return str(key).removeprefix(KEY_PREFIX)
+
+
+def is_short_row(row: Mapping) -> bool:
+    """Whether ``row`` is a row of this study (labelled by alias match)."""
+    return row.get("label_source") == LABEL
+
+
+def check_keys(rows: Iterable[Mapping], where: str | Path, *, error: type = DataError) -> None:
+    """``error`` (one line naming the fix) when a row of this study in ``rows`` (read from the
+    file ``where``) has a key without ``KEY_PREFIX``: written before the prefix, its key and
+    hand labels would collide with the open study's rows of the same question."""
+    bad = next((r for r in rows if is_short_row(r)
+                and not str(r.get("key", "")).startswith(KEY_PREFIX)), None)
+    if bad is not None:
+        fix = MIGRATE.format(folder=Path(where).parent)
+        raise error(f"{where}: `qa short` rows keyed as the open QA study's questions "
+                    f"({bad.get('key')!r}, written before keys had the prefix {KEY_PREFIX!r}); "
+                    f"run `{fix}` once")

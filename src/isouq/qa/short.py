@@ -33,55 +33,27 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from ..errors import DataError, InputError
+from ..answer_row import (  # noqa: F401  (the short-answer rows' keys, defined with the row schema)
+    KEY_PREFIX,
+    LABEL,
+    MIGRATE,
+    check_keys,
+    is_short_row,
+    short_key,
+    source_key,
+)
+from ..errors import InputError
 from ..runio import read_jsonl
 from .runner import DEFAULT_JUDGE_MODEL, QAConfig, QARunner
 
 PROMPT_NAME = "kuhn2023-fewshot-10"
 HEADER = "This is a bot that correctly answers questions. \n"
 N_SHOTS = 10
-LABEL = "alias_match"
 STOP = ("\n", "Question:", "Answer:", "Context:")
 #: the questions' dataset (``data.qa.load_dataset``), as rows and run.json name it
 SOURCE_DATASET = "triviaqa"
-#: before a row's key: the open study (``qa run``) asks the same TriviaQA questions
-KEY_PREFIX = "short-"
-#: what a user with rows written before ``KEY_PREFIX`` runs once (``{folder}``: their folder)
-MIGRATE = "python scripts/migrate_qa_short.py {folder}"
-
-
-def short_key(key: str) -> str:
-    """The key of a TriviaQA question's row in this study: ``tqa-val-00051`` ->
-    ``short-tqa-val-00051``."""
-    return KEY_PREFIX + str(key)
-
-
-def source_key(key: str) -> str:
-    """The question's TriviaQA key of a row key of this study (``short_key`` undone)."""
-    return str(key).removeprefix(KEY_PREFIX)
-
-
-def is_short_row(row: Mapping) -> bool:
-    """Whether ``row`` is a row of this study (labelled by alias match)."""
-    return row.get("label_source") == LABEL
-
-
-def check_keys(rows: Iterable[Mapping], where: str | Path, *, error: type = DataError) -> None:
-    """``error`` (one line naming the fix) when a row of this study in ``rows`` (read from the
-    file ``where``) has a key without ``KEY_PREFIX``: written before the prefix, its key and
-    hand labels would collide with the open study's rows of the same question."""
-    bad = next((r for r in rows if is_short_row(r)
-                and not str(r.get("key", "")).startswith(KEY_PREFIX)), None)
-    if bad is not None:
-        fix = MIGRATE.format(folder=Path(where).parent)
-        raise error(f"{where}: `qa short` rows keyed as the open QA study's questions "
-                    f"({bad.get('key')!r}, written before keys had the prefix {KEY_PREFIX!r}); "
-                    f"run `{fix}` once")
-
-
 def _counts(aliases: list[str]) -> list[tuple[str, str, int]]:
     """(alias, normalized, how many aliases contain it as whole normalized words) of the ASCII
     aliases of at most five words without parentheses."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+from ..answer_row import is_short_row
 from ..errors import DataError
 from ..evaluation.evidence import (
     MC_BASELINES,
@@ -17,7 +18,6 @@ from ..evaluation.evidence import (
     subset_rows,
     verdict,
 )
-from ..qa.short import is_short_row
 from .document import Block, Figure, Section, unique_slug
 from .figures import raw_auroc_forest
 from .tables import format_p, format_value, make_table

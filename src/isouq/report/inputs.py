@@ -11,10 +11,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..answer_row import check_keys
 from ..errors import DataError
 from ..evaluation.labels import is_gold_row
 from ..evaluation.rows import REQUIRED_FIELDS
-from ..qa.short import check_keys
 from ..runio import latest_by_key, read_jsonl
 from .polygraph import load_polygraph, polygraph_files
 
@@ -146,7 +146,7 @@ def collect(paths: Iterable[str | os.PathLike]) -> Inputs:
     ``reports``. Each file is read once however often it is reached, and named as first reached
     (``shown``). DataError when an input holds neither a results.json nor QA rows, when no
     paths (but report folders) are given, or when rows of ``isouq qa short`` predate its key
-    prefix (``qa.short.check_keys``: the error names the fix).
+    prefix (``answer_row.check_keys``: the error names the fix).
     """
     paths = [Path(p) for p in paths]
     reports = [f"skipped {p}: a report's output ({REPORT_HTML}, {REPORT_JSON}), not results"
