@@ -293,7 +293,10 @@ def test_score_cli_writes_a_spans_list_per_row(tiny_llama_dir, tmp_path, capsys)
     out = tmp_path / "out.jsonl"
     argv = ["score", str(inp), "--out", str(out), "--model", str(tiny_llama_dir),
             "--spans", "sentences"]
-    assert main(argv) == 0
+    html = tmp_path / "answers.html"
+    assert main([*argv, "--html", str(html)]) == 0
+    page = html.read_text()
+    assert page.count('class="s') == 7 and "paris is the capital.</span> <span" in page
     got = {r["key"]: r for r in read_jsonl(out)}
     assert [s["text"] for s in got["a"]["spans"]] == ["paris is the capital.",
                                                      "the cat sat on the mat!", "why no"]
@@ -339,10 +342,14 @@ def test_ask_spans_prints_each_sentence_and_writes_html(tiny_llama_dir, tmp_path
     assert page.count('class="s') >= 2 and "<script" not in page
 
 
-def test_ask_html_needs_spans(capsys):
+def test_html_needs_spans(capsys, tmp_path):
     from isouq.cli import main
 
     assert main(["ask", "--html", "x.html", "who wrote hamlet"]) == 2
+    assert "add --spans" in capsys.readouterr().err
+    (tmp_path / "in.jsonl").write_text('{"prompt": "who", "answer": "yes"}\n')
+    assert main(["score", str(tmp_path / "in.jsonl"), "--out", str(tmp_path / "o.jsonl"),
+                 "--html", "x.html"]) == 2
     assert "add --spans" in capsys.readouterr().err
 
 

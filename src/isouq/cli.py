@@ -283,6 +283,8 @@ def cmd_score(args) -> int:
 
     configure()
     params = _params_value(args)
+    if args.html is not None and args.spans is None:
+        raise InputError("--html writes the answers shaded span by span; add --spans")
     for line in score_file(args.input, args.out, model=args.model, load=_load_kw(args),
                            method=args.method, params=params, batch_size=args.batch_size,
                            max_tokens_per_batch=args.max_tokens_per_batch,
@@ -291,6 +293,16 @@ def cmd_score(args) -> int:
                            calibration=_calibration(args), spans=args.spans,
                            shard=args.shard):
         print(line)
+    if args.html is not None:
+        from .distributed import dist_env
+
+        if dist_env().is_main:
+            from .report.spans import spans_page
+            from .runio import read_jsonl
+
+            rows = [r for r in read_jsonl(args.out) if "spans" in r]
+            Path(args.html).write_text(spans_page(rows), encoding="utf-8")
+            print(f"{len(rows)} answers shaded span by span -> {args.html}")
     return 0
 
 
@@ -511,6 +523,9 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     p.add_argument("--spans", choices=SPAN_SPLITTERS, default=None,
                    help="also score each answer's sentences (or lines): a `spans` list per row "
                         "(docs: Span scores)")
+    p.add_argument("--html", default=None, metavar="FILE",
+                   help="with --spans: also write the scored answers, each span shaded by its "
+                        "score, to FILE")
     p.add_argument("--shard", choices=SHARD_MODES, default=None,
                    help="under torchrun: split the weights over the ranks with FSDP2, each "
                         "rank holding 1/W of the model and scoring its own rows (docs: "
