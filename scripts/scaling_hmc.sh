@@ -62,19 +62,31 @@ wall, cpu = sum(s["seconds"] for s in log) / its, cpu_s / sum(s["stop"] - s["sta
 steps = sum(s["leapfrog_steps"] for s in log) / its / 2
 ms = 1e3 * cpu_s / sum(s["leapfrog_steps"] for s in timed)
 done, total = meta["done"], meta["total"]
-phase = "warmup runs to 1,000" if done < 1000 else "sampling since 1,000"
+warmup = int(meta["fingerprint"]["num_warmup"])
+phase = f"warmup runs to {warmup:,}" if done < warmup else f"sampling since {warmup:,}"
+cost = json.loads((out / "cost.json").read_text())
+model = next(r for r in cost["projection"] if r["n_params"] == 1_065_012)
+# CPU left at the measured CPU ms a step and cost.json's steps an iteration once adapted, the
+# warmup's iterations longer by its factor (1.15 over the run: 1.3 for a warmup iteration)
+per_it = 2 * model["steps_per_iteration"] * ms / 1e3
+w_left, s_left = max(warmup - done, 0), min(total - done, total - warmup)
+cpu_left = per_it * (w_left * (2 * cost["warmup_factor"] - 1) + s_left) / 3600
+share = cpu / wall
 para = f"""How far it is, from that record (`results.json`, row `hmc_in_progress`, and the
 checkpoint's `meta.json`): **{done:,} of {total:,} iterations** per chain ({phase}),
 {row['hours_so_far']} wall hours and {row['cpu_hours_so_far']} CPU-hours of sampling so far; the
 checkpoint is {row['checkpoint_mb']} MB. Over the last {len(log)} segments ({its} iterations) an
-iteration took {wall:,.0f} s of wall time and {cpu:,.0f} s of CPU time, {steps:,.0f} leapfrog
-steps a chain at {ms:.0f} ms of CPU a step: at that rate **about
+iteration took {wall:,.0f} s of wall time and {cpu:,.0f} s of CPU time (the process's, both
+chains), {steps:,.0f} leapfrog steps a chain at {ms:.0f} ms of CPU a step. At that rate **about
 {row['hours_left_at_recent_rate']:,} wall hours ({row['cpu_hours_left_at_recent_rate']:,}
-CPU-hours) are left**. That rate moves while the warmup adapts the step size (the first
-iterations took from 1 to 900 leapfrog steps a chain; `results/scaling/cost.json` expects about
-200 once adapted); the whole run is projected there at **about 200 CPU-hours, 100 wall hours
-on 2 idle cores**. At nice 19 beside other work this run got {cpu / wall:.2f} CPU-seconds per
-wall second (2 would be both cores).
+CPU-hours) are left**. The steps an iteration fall while the warmup adapts the step size (from
+up to 900 a chain in the first iterations); at {ms:.0f} ms a step and the
+{model['steps_per_iteration']:.0f} steps an adapted iteration takes in the cost model of
+`results/scaling/cost.json` (which undershot the finished w = 256 and 512 runs by 15–42 %),
+**about {cpu_left:,.0f} CPU-hours are left, {cpu_left / share:,.0f} wall hours** at the
+{share:.2f} CPU-seconds per wall second this run got at nice 19 beside other work (2 would be
+both cores). The projection in that file, 200 CPU-hours for the whole run, counts 2 cores'
+wall time on the loaded machine, not CPU time.
 
 """
 a = text.find("How far it is, from that record")
@@ -130,5 +142,4 @@ main() {
   echo "== $(date -u +%FT%TZ) finished" >> "$OUT/hmc_background.log"
 }
 
-main "$@"
-exit $?
+main "$@"; exit $?  # one line: bash has read it all before main runs
