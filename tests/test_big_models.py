@@ -221,7 +221,7 @@ def test_memory_budget_names_the_placement_and_it_runs(tmp_path, capsys, monkeyp
     inp = write_input(tmp_path / "in.jsonl", 5)
     out = tmp_path / "o.jsonl"
     code = main(["score", str(inp), "--out", str(out), "--model", str(model),
-                 "--memory-budget", "7MB"])
+                 "--memory-budget", "2MB"])
     err = capsys.readouterr().err
     assert code == 2 and "--device-map auto --max-memory cpu=" in err and "Traceback" not in err
     flags = err.split("--device-map auto --max-memory ")[1].split()[0]

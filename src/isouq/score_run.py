@@ -511,7 +511,10 @@ def check_placement(model, budget: int, env: DistEnv, *, method: str, device: st
     from .errors import MemoryBudgetError
     from .memory_plan import plan_placement
 
-    plan = plan_placement(model, budget, devices=env.world, device=device,
+    # the model itself with the least scoring there is (two tokens): rows too long for the
+    # budget are the batches' business (error rows naming it), not a reason to place the model
+    plan = plan_placement(model, budget, devices=env.world, device=device, length=2,
+                          answer_length=1,
                           method=method if method in ("ghost", "loop") else "ghost")
     if plan.kind != "memory":
         raise MemoryBudgetError(f"--memory-budget: {plan.advice}; or raise --memory-budget")

@@ -75,8 +75,10 @@ def test_report_puts_mc_and_short_rows_in_their_own_sections(tmp_path):
     from isouq.report.build import build_report
 
     short = _rows(n=80, seed=1, model="s")
+    from isouq.answer_row import short_key
+
     for r in short:
-        r |= {"dataset": "triviaqa", "label_source": "alias_match"}
+        r |= {"dataset": "triviaqa", "label_source": "alias_match", "key": short_key(r["key"])}
         del r["option_mean_prob"]
         r["scores"] = {k: r["scores"][k] for k in ("epistemic", "epistemic_log", "aleatoric",
                                                    "mean_prob", "p_true")}

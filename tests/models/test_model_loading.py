@@ -98,8 +98,10 @@ def test_gpu_only_options_fail_early_on_cpu(save_tiny):
     folder = save_tiny("llama")
     with pytest.raises(ModelError, match="sees no CUDA"):
         load_model(folder, device="cuda")
-    with pytest.raises(ModelError, match="needs a CUDA GPU"):
-        load_model(folder, quantize="4bit")
+    from isouq.models.options import bnb_config
+
+    with pytest.raises(ModelError, match="runs on a CUDA GPU or the CPU"):
+        bnb_config("4bit", "mps", None)  # CPU and CUDA are bitsandbytes' devices
     with pytest.raises(InputError, match="'4bit' or '8bit'"):
         load_model(folder, quantize="3bit")
 
