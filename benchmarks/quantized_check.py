@@ -20,10 +20,10 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     a = ap.parse_args()
     import transformers as tf
-    from random_weights import quantize_4bit
 
     import isouq
     from isouq.quantized import dequantized
+    from random_weights import quantize_4bit
 
     torch.manual_seed(0)
     cfg = tf.LlamaConfig(hidden_size=128, intermediate_size=256, num_hidden_layers=2,
