@@ -219,7 +219,8 @@ def _sentences(n_answers: int, seed: int = 0) -> list[dict]:
 
 def test_evaluation_tables_shape():
     t = long_spans.long_tables(_sentences(30), n_bootstrap=50)
-    assert set(t) == {"counts", "auroc", "paired", "within"}
+    assert set(t) == {"counts", "auroc", "paired", "within", "pooled", "paired_pooled"}
+    assert not t["pooled"]  # one model per setting
     assert len(t["counts"]) == 2 and t["counts"][0]["sentences"] == 150
     assert len(t["auroc"]) == 2 * len(long_spans.SCORES)
     n_ours = sum(s.family == long_spans.SPAN_SCORE for s in long_spans.SCORES)
@@ -233,6 +234,20 @@ def test_evaluation_tables_shape():
                                                  if s.source == "span"}
     lines = long_spans.verdict(t)
     assert len(lines) == 2 and "span epistemic" in lines[0]
+
+
+def test_pooled_over_models():
+    rows = _sentences(20) + [{**r, "model": "m2"} for r in _sentences(20, seed=1)]
+    t = long_spans.long_tables(rows, n_bootstrap=50)
+    assert len(t["pooled"]) == 2 * len(long_spans.SCORES)
+    single = {(r["setting"], r["model"], r["score"]): r["auroc"] for r in t["auroc"]}
+    for r in t["pooled"]:
+        assert r["models"] == 2
+        assert r["auroc"] == pytest.approx((single[(r["setting"], "m", r["score"])]
+                                            + single[(r["setting"], "m2", r["score"])]) / 2)
+    n_ours = sum(s.family == long_spans.SPAN_SCORE for s in long_spans.SCORES)
+    assert len(t["paired_pooled"]) == 2 * n_ours * (len(long_spans.SCORES) - n_ours)
+    assert any(line.startswith("Pooled over the 2 models") for line in long_spans.verdict(t))
 
 
 def test_cluster_resamples_keep_answers_whole():

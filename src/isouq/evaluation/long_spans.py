@@ -15,7 +15,10 @@ and the whole-answer scores, so resampling sentences alone would give intervals 
 Paired: each span score against each baseline, ΔAUROC over the same resamples, two-sided
 bootstrap p, Benjamini–Hochberg adjusted over the table. Within answers (those with wrong and
 correct sentences): how often the sentence a score ranks highest is a wrong one, against the
-share of wrong sentences in those answers (what a random pick gets).
+share of wrong sentences in those answers (what a random pick gets). Pooled over the models of a
+setting (two or more), each model weighing the same: the mean AUROC over the models, resample r
+of the mean being the mean of every model's resample r (independent draws), and the mean paired
+ΔAUROC likewise, BH-adjusted over the pooled table.
 """
 
 from __future__ import annotations
@@ -137,8 +140,8 @@ def _ci(v: np.ndarray) -> tuple[float | None, float | None]:
 
 def long_tables(rows: Sequence[Mapping], *, n_bootstrap: int = 1000, seed: int = 0,
                 alpha: float = 0.05, scores: Sequence[Score] = SCORES) -> dict[str, list[dict]]:
-    """Sentence rows -> {"counts", "auroc", "paired", "within"} (module doc), per (setting,
-    model).
+    """Sentence rows -> {"counts", "auroc", "paired", "within", "pooled", "paired_pooled"}
+    (module doc), per (setting, model) and pooled over the models of a setting.
 
     Args:
         rows: :func:`sentence_rows` output.
@@ -151,10 +154,13 @@ def long_tables(rows: Sequence[Mapping], *, n_bootstrap: int = 1000, seed: int =
         ``counts``: {setting, model, answers, sentences, wrong, correct}; ``auroc``: {setting,
         model, score, family, n, auroc, ci_low, ci_high, direction}; ``paired``: {setting,
         model, score, baseline, delta_auroc, ci_low, ci_high, p, p_bh, significant};
-        ``within``: {setting, model, score, answers, top_is_wrong, chance}. A (setting, model)
-        whose sentences are all wrong or all correct gets counts only.
+        ``within``: {setting, model, score, answers, top_is_wrong, chance}; ``pooled`` and
+        ``paired_pooled``: the same per setting over its models (two or more), each model
+        weighing the same (:func:`_pooled`). A (setting, model) whose sentences are all wrong
+        or all correct gets counts only.
     """
     counts, table, paired, within = [], [], [], []
+    kept: dict[str, dict[str, tuple[float, np.ndarray]]] = {}  # setting -> "model|score" -> …
     for (setting, model), rs in _groups(rows).items():
         y = np.array([int(r["wrong"]) for r in rs])
         answers = [r["answer"] for r in rs]
@@ -173,6 +179,7 @@ def long_tables(rows: Sequence[Mapping], *, n_bootstrap: int = 1000, seed: int =
                 continue
             a = point[s.name] = auroc(y[ok], x[ok])
             boots[s.name] = _boot_aurocs(y, x, draws)
+            kept.setdefault(setting, {})[f"{model}|{s.name}"] = (a, boots[s.name])
             lo, hi = _ci(boots[s.name])
             table.append({"setting": setting, "model": model, "score": s.name,
                           "family": s.family, "n": int(ok.sum()), "auroc": to_float(a),
@@ -190,10 +197,49 @@ def long_tables(rows: Sequence[Mapping], *, n_bootstrap: int = 1000, seed: int =
                                "ci_low": to_float(lo), "ci_high": to_float(hi),
                                "p": _p_two_sided(d)})
         within += _within(setting, model, rs, y, cols, scores)
-    reject, p_adj = bh_adjust([r["p"] for r in paired], alpha)
-    for r, rej, pa in zip(paired, reject, p_adj, strict=True):
-        r["p_bh"], r["significant"] = to_float(pa), bool(rej)
-    return {"counts": counts, "auroc": table, "paired": paired, "within": within}
+    pooled, paired_pooled = _pooled(kept, scores)
+    for t in (paired, paired_pooled):
+        reject, p_adj = bh_adjust([r["p"] for r in t], alpha)
+        for r, rej, pa in zip(t, reject, p_adj, strict=True):
+            r["p_bh"], r["significant"] = to_float(pa), bool(rej)
+    return {"counts": counts, "auroc": table, "paired": paired, "within": within,
+            "pooled": pooled, "paired_pooled": paired_pooled}
+
+
+def _pooled(kept: Mapping[str, Mapping[str, tuple[float, np.ndarray]]],
+            scores: Sequence[Score]) -> tuple[list[dict], list[dict]]:
+    """Per setting with two or more models, each model weighing the same: the mean over the
+    models of each score's AUROC (resample r of the mean = the mean of every model's resample
+    r, drawn independently), and each span score's mean ΔAUROC against each baseline."""
+    pooled, paired = [], []
+    for setting, by in kept.items():
+        models = list(dict.fromkeys(k.split("|", 1)[0] for k in by))
+        if len(models) < 2:
+            continue
+        mean: dict[str, tuple[float, np.ndarray]] = {}
+        for s in scores:
+            vals = [by.get(f"{m}|{s.name}") for m in models]
+            if any(v is None for v in vals):
+                continue
+            mean[s.name] = (float(np.mean([a for a, _ in vals])),
+                            np.mean([b for _, b in vals], axis=0))
+            lo, hi = _ci(mean[s.name][1])
+            pooled.append({"setting": setting, "models": len(models), "score": s.name,
+                           "family": s.family, "auroc": to_float(mean[s.name][0]),
+                           "ci_low": lo, "ci_high": hi, "direction": _direction(lo, hi)})
+        for s in (s for s in scores if s.family == SPAN_SCORE and s.name in mean):
+            for b in (b for b in scores if b.family != SPAN_SCORE and b.name in mean):
+                d = mean[s.name][1] - mean[b.name][1]
+                d = d[np.isfinite(d)]
+                if not d.size:
+                    continue
+                lo, hi = np.percentile(d, [2.5, 97.5])
+                paired.append({"setting": setting, "models": len(models), "score": s.name,
+                               "baseline": b.name,
+                               "delta_auroc": to_float(mean[s.name][0] - mean[b.name][0]),
+                               "ci_low": to_float(lo), "ci_high": to_float(hi),
+                               "p": _p_two_sided(d)})
+    return pooled, paired
 
 
 def _within(setting, model, rs, y, cols, scores) -> list[dict]:
@@ -264,7 +310,30 @@ def verdict(tables: Mapping[str, list[dict]]) -> list[str]:
         if wrong_way:
             line += "; pointing the wrong way (interval below 0.5): " + ", ".join(wrong_way)
         lines.append(line + ".")
+    for st in dict.fromkeys(r["setting"] for r in tables.get("pooled", [])):
+        rs = {r["score"]: r for r in tables["pooled"] if r["setting"] == st
+              and r["auroc"] is not None}
+        if not rs:
+            continue
+        n = next(iter(rs.values()))["models"]
+        best = max(rs.values(), key=lambda r: r["auroc"])
+        pr = [p for p in tables.get("paired_pooled", []) if p["setting"] == st]
+        up = sorted(f"{p['score']} > {p['baseline']}" for p in pr
+                    if p["significant"] and p["delta_auroc"] > 0)
+        down = sorted(f"{p['score']} < {p['baseline']}" for p in pr
+                      if p["significant"] and p["delta_auroc"] < 0)
+        shown = ", ".join(f"{k} {r['auroc']:.3f} [{_f(r['ci_low'])}, {_f(r['ci_high'])}]"
+                          for k, r in rs.items() if k in POOLED_SHOWN)
+        lines.append(f"Pooled over the {n} models, {st} answers: best {best['score']} "
+                     f"{best['auroc']:.3f}; {shown}; "
+                     + ("significantly above a baseline (BH): " + ", ".join(up) if up
+                        else "no span score significantly above any baseline")
+                     + ("; significantly below: " + ", ".join(down) if down else "") + ".")
     return lines
+
+
+POOLED_SHOWN = ("span epistemic", "span epistemic_log", "span aleatoric", "span 1 − p̄",
+                "span 1 − min p", "whole 1 − p̄")
 
 
 def _f(v) -> str:

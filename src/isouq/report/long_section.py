@@ -118,6 +118,16 @@ def long_section(exp: Experiment, out_dir: Path, taken: set[str]) -> Section:
             "long_paired", tables["paired"],
             title="Span scores vs baselines: ΔAUROC [95% interval], BH-adjusted",
             formatters={"p": format_p, "p_bh": format_p})))
+    if tables.get("pooled"):
+        blocks.append(Block(ours=make_table(
+            "long_pooled", tables["pooled"],
+            title="Pooled over the models (each weighing the same): mean AUROC for the wrong "
+                  "sentences [95% interval]")))
+    if tables.get("paired_pooled"):
+        blocks.append(Block(ours=make_table(
+            "long_paired_pooled", tables["paired_pooled"],
+            title="Pooled over the models: span scores vs baselines, mean ΔAUROC, BH-adjusted",
+            formatters={"p": format_p, "p_bh": format_p})))
     if tables.get("within"):
         blocks.append(Block(ours=make_table(
             "long_within", tables["within"],
