@@ -19,7 +19,6 @@ from .scores import ParamInfo
 ParamSpec = None | str | Sequence[str] | Sequence[nn.Parameter]
 
 
-
 def trainable(model: nn.Module) -> dict[str, nn.Parameter]:
     """Parameters that require grad, by name (shared tensors listed once, first name wins)."""
     return {n: p for n, p in model.named_parameters() if p.requires_grad}
