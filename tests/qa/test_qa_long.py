@@ -76,6 +76,20 @@ def test_cut_after_the_last_item(tok):
     assert long.cut_after_last(tok, short) == (short, 0)
 
 
+def test_echo_of_the_question():
+    q, aliases = "Which US state is known as the Palmetto State?", ["South Carolina",
+                                                                    "Palmetto State"]
+    assert long.echo_only("The Palmetto State", q, aliases)
+    assert not long.echo_only("South Carolina, the Palmetto State", q, aliases)
+    assert not long.echo_only("Georgia", q, aliases)  # wrong, not an echo
+    assert long.echo_only("Beograd", "Which capital is known as Beograd?", ["Beograd"])
+    rows = [{"setting": "generated", "model": "m", "key": "g0", "whole": {},
+             "sentences": [{"index": 1, "correct": 1, "echo": True, "scores": {"x": 1}},
+                           {"index": 2, "correct": 1, "echo": False, "scores": {"x": 1}}]}]
+    assert [r["wrong"] for r in long_spans.sentence_rows(rows)] == [0, 0]
+    assert [r["wrong"] for r in long_spans.sentence_rows(rows, label="no_echo")] == [1, 0]
+
+
 def test_question_pool_is_the_short_study_subset_kept_first():
     for n in (5, 12, 30):
         pool = long.question_pool(n, 0, ITEMS)
@@ -119,6 +133,8 @@ def test_composed_run_carries_labels_to_their_sentences(tok, tiny_lm, tmp_path):
     assert len(read_jsonl(tmp_path / "out" / "short__tiny.jsonl")) == 10
     doc = json.loads((tmp_path / "out" / "results.json").read_text())
     assert doc["experiment"] == "qa-long" and doc["figures"] == [long.FIGURE]
+    assert doc["tables"]["auroc_no_echo"] and doc["tables"]["counts_no_echo"]
+    assert all(s["echo"] is False for r in rows for s in r["sentences"])
     assert (tmp_path / "out" / long.FIGURE).is_file()
     assert (tmp_path / "out" / "tables.md").is_file()
 

@@ -71,16 +71,24 @@ SCORES: tuple[Score, ...] = (
 same AUROC, not repeated."""
 
 
-def sentence_rows(answer_rows: Iterable[Mapping]) -> list[dict]:
+LABELS = ("alias_match", "no_echo")
+
+
+def sentence_rows(answer_rows: Iterable[Mapping], label: str = "alias_match") -> list[dict]:
     """One row per labelled sentence of ``qa.long`` answer rows (``setting``, ``model``,
-    ``answer``, ``index``, ``wrong``, ``span``, ``whole``)."""
+    ``answer``, ``index``, ``wrong``, ``span``, ``whole``). ``label``: ``alias_match`` (the
+    sentence's ``correct``) or ``no_echo`` (a sentence correct only through an alias the
+    question itself contains, ``echo``, counted wrong)."""
+    if label not in LABELS:
+        raise ValueError(f"label={label!r}: use one of {LABELS}")
     out = []
     for a in answer_rows:
         for s in a.get("sentences") or []:
             if s.get("correct") is None or not s.get("scores"):
                 continue
+            ok = int(s["correct"]) and not (label == "no_echo" and s.get("echo"))
             out.append({"setting": a["setting"], "model": a["model"], "answer": a["key"],
-                        "index": s["index"], "wrong": 1 - int(s["correct"]),
+                        "index": s["index"], "wrong": 1 - int(ok),
                         "span": s["scores"], "whole": a.get("whole") or {}})
     return out
 
@@ -340,5 +348,5 @@ def _f(v) -> str:
     return "–" if v is None else f"{v:.3f}"
 
 
-__all__ = ["SCORES", "SPAN_BASELINE", "SPAN_SCORE", "WHOLE", "Score", "cluster_resamples",
+__all__ = ["LABELS", "SCORES", "SPAN_BASELINE", "SPAN_SCORE", "WHOLE", "Score", "cluster_resamples",
            "long_tables", "sentence_rows", "verdict"]

@@ -45,6 +45,11 @@ Two settings:
   number (or only an empty one) has no sentence; lines without a number, with a repeated one or
   one outside 1..5 are dropped; both are counted.
 
+A small model often repeats the question, and an alias can be a phrase of the question ("The
+Palmetto State" to "Which US state is known as the Palmetto State?"): such a sentence is
+labelled correct by alias match and flagged ``echo`` (``echo_only``); the tables are computed
+with the alias-match labels and again with echoes counted wrong (``*_no_echo``).
+
 Scores of each sentence: the span scores of ``score_sequences(spans=ranges)`` (p̄, aleatoric,
 epistemic ‖∇θ p̄_span‖², epistemic_log, normalized_epistemic) plus ``min_prob``, the span's
 lowest token probability, from one forward without gradients of the same (prompt, answer)
@@ -187,6 +192,20 @@ def cut_after_last(tok, ids: list[int], k: int = K) -> tuple[list[int], int]:
         return ids, 0
     m = sum(1 for a, _ in offsets if a < end)
     return ids[:max(m, 1)], len(ids) - max(m, 1)
+
+
+def echo_only(text: str, question: str, aliases: Sequence[str]) -> bool:
+    """Whether ``text`` matches the aliases (``short.alias_match``) only through aliases the
+    question itself contains (as whole normalized words): "The Palmetto State" to "Which US
+    state is known as the Palmetto State?" (an alias of South Carolina). Such a sentence echoes
+    the question; the label counts it correct, ``no_echo`` evaluations count it wrong."""
+    from .judge import normalize_answer
+
+    if not alias_match(text, list(aliases)):
+        return False
+    q = f" {normalize_answer(question)} "
+    rest = [a for a in aliases if normalize_answer(a) and f" {normalize_answer(a)} " not in q]
+    return not (rest and alias_match(text, rest))
 
 
 # ------------------------------------------------------------------ questions
@@ -464,7 +483,9 @@ class LongRunner:
             _, tok, _ = self.load()
             ok = usable_ranges(tok, text, ranges)
             sents = [{"index": j, "question_key": it.key, "text": text[a:b], "start": a,
-                      "end": b, "correct": s["correct"]}
+                      "end": b, "correct": s["correct"],
+                      "echo": bool(s["correct"]) and echo_only(text[a:b], it.question,
+                                                               it.answers)}
                      for j, (it, s, (a, b), good) in enumerate(zip(qs, sh, ranges, ok,
                                                                     strict=True), 1) if good]
             row.update(answer=text, sentences=sents,
@@ -511,7 +532,8 @@ class LongRunner:
                 if good:
                     sents.append({"index": j, "question_key": it.key, "text": text[a:b],
                                   "start": a, "end": b,
-                                  "correct": int(alias_match(text[a:b], list(it.answers)))})
+                                  "correct": int(alias_match(text[a:b], list(it.answers))),
+                                  "echo": echo_only(text[a:b], it.question, it.answers)})
             row.update(answer=text, answer_token_ids=ids, stop_reason=g.stop_reason,
                        tokens_cut_after_last_item=cut,
                        sentences=sents,
@@ -547,12 +569,24 @@ class LongRunner:
 
 
 # ------------------------------------------------------------------ results
-def answer_rows(out: str | Path) -> list[dict]:
-    """Every answer row under ``out`` (``<setting>__<model>.jsonl``)."""
+def answer_rows(out: str | Path, items=None) -> list[dict]:
+    """Every answer row under ``out`` (``<setting>__<model>.jsonl``); a sentence written
+    without ``echo`` gets it (``echo_only``, the question and aliases from ``items``, default
+    the shipped TriviaQA)."""
     rows = []
     for setting in SETTINGS:
         for p in sorted(Path(out).glob(f"{setting}__*.jsonl")):
             rows += latest_by_key(read_jsonl(p))
+    lack = [s for r in rows for s in r.get("sentences") or [] if "echo" not in s]
+    if lack:
+        if items is None:
+            from ..data.qa import load_dataset
+
+            items = load_dataset(SOURCE_DATASET, limit=None, seed=None)
+        by = {it.key: it for it in items}
+        for s in lack:
+            it = by[s["question_key"]]
+            s["echo"] = bool(s["correct"]) and echo_only(s["text"], it.question, it.answers)
     return rows
 
 
@@ -598,13 +632,16 @@ def _mean(v) -> float | None:
 
 
 def write_long_results(out: str | Path, *, n_bootstrap: int = 1000, seed: int = 0,
-                       started: float | None = None) -> Path:
+                       started: float | None = None, items=None) -> Path:
     """Evaluate every answer row under ``out``: ``results.json`` (tables ``progress``,
-    ``counts``, ``auroc``, ``paired``, ``within``; ``verdict`` lines), ``tables.md`` and the
-    figure (one process at a time). Returns the results.json path."""
+    ``counts``, ``auroc``, ``paired``, ``within``, ``pooled``, ``paired_pooled``, and
+    ``counts_no_echo``, ``auroc_no_echo`` with the sentences that only echo the question
+    counted wrong; ``verdict`` lines), ``tables.md`` and the figure (one process at a time).
+    ``items``: the questions (default: the shipped TriviaQA). Returns the results.json path."""
     out = Path(out)
     with _results_lock(out):
-        return _write_long_results(out, n_bootstrap=n_bootstrap, seed=seed, started=started)
+        return _write_long_results(out, n_bootstrap=n_bootstrap, seed=seed, started=started,
+                                   items=items)
 
 
 @contextlib.contextmanager
@@ -626,15 +663,19 @@ def _results_lock(out: Path):
             fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
 
-def _write_long_results(out: Path, *, n_bootstrap: int, seed: int, started: float | None
-                        ) -> Path:
+def _write_long_results(out: Path, *, n_bootstrap: int, seed: int, started: float | None,
+                        items=None) -> Path:
     from ..evaluation.long_spans import long_tables, sentence_rows, verdict
     from ..report.long_section import auroc_figure
     from ..runio import write_results
 
-    rows = answer_rows(out)
+    rows = answer_rows(out, items)
     tables = {"progress": progress_table(out, rows)}
-    tables.update(long_tables(sentence_rows(rows), n_bootstrap=n_bootstrap, seed=seed))
+    sents = sentence_rows(rows)
+    tables.update(long_tables(sents, n_bootstrap=n_bootstrap, seed=seed))
+    strict = long_tables(sentence_rows(rows, label="no_echo"), n_bootstrap=n_bootstrap,
+                         seed=seed)
+    tables.update({"counts_no_echo": strict["counts"], "auroc_no_echo": strict["auroc"]})
     figures = []
     if tables["auroc"]:
         auroc_figure(tables["auroc"], out / FIGURE)
@@ -684,9 +725,11 @@ def run_long(models: Sequence[str], out: str | Path, *, settings: Sequence[str] 
                             generator=generator, items=items, progress=progress, say=say)
         for setting in settings:
             runner.run([setting])
-            path = write_long_results(out, n_bootstrap=n_bootstrap, seed=seed, started=started)
+            path = write_long_results(out, n_bootstrap=n_bootstrap, seed=seed, started=started,
+                                      items=items)
             say(f"qa long {setting}/{name}: rows in {runner.path(setting)}; tables in {path}")
-    return write_long_results(out, n_bootstrap=n_bootstrap, seed=seed, started=started)
+    return write_long_results(out, n_bootstrap=n_bootstrap, seed=seed, started=started,
+                              items=items)
 
 
 __all__ = ["EXPERIMENT", "HEADER", "K", "PROMPT_NAME", "SETTINGS", "STOP", "Alignment",

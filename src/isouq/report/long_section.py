@@ -113,6 +113,11 @@ def long_section(exp: Experiment, out_dir: Path, taken: set[str]) -> Section:
         blocks.append(Block(ours=make_table(
             "long_auroc", wide_auroc(tables["auroc"]),
             title="AUROC for the wrong sentences [95% interval, bootstrap over answers]")))
+    if tables.get("auroc_no_echo"):
+        blocks.append(Block(ours=make_table(
+            "long_auroc_no_echo", wide_auroc(tables["auroc_no_echo"]),
+            title="The same with the sentences that only echo the question (an alias the "
+                  "question itself contains) counted wrong")))
     if tables.get("paired"):
         blocks.append(Block(ours=make_table(
             "long_paired", tables["paired"],
