@@ -231,10 +231,12 @@ def verdict(ranks: Sequence[Mapping]) -> str:
     below = [r for r in ok if r["_hi"] < 0]
     tie = [r for r in ok if r not in below]
     worst = max(ok, key=lambda r: r["_rank"] / r["_of"])
+    ahead = [r for r in ok if r["_lo"] > 0]
     parts = [f"Verdict: over {len(ok)} rankable setting(s) (model × dataset × quality metric), "
-             f"isouq's best estimator ranks first in {len(first)}, is within bootstrap noise of "
-             f"the best LM-Polygraph estimator in {len(tie)} and below it (95% interval of the "
-             f"PRR difference under 0) in {len(below)}."]
+             f"isouq's best estimator has the highest PRR in {len(first)}; against the best "
+             f"LM-Polygraph estimator its PRR is ahead beyond bootstrap noise (95% interval of "
+             f"the difference above 0) in {len(ahead)}, within noise in "
+             f"{len(tie) - len(ahead)} and below (interval under 0) in {len(below)}."]
     if below:
         parts.append(f"Its weakest place: {worst['rank (of estimators)']} "
                      f"({worst['model']}, {worst['dataset']}, {worst['quality']}).")
