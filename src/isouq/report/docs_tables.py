@@ -734,5 +734,61 @@ def _qa_evidence_raw_auroc(root: Path) -> str:
     return _grid(["score", *columns], rows)
 
 
+# --------------------------------------------------------------------------- qa long
+# (docs/qa-evidence.md, "Long answers: every sentence labelled")
+
+QA_LONG = "results/qa_long/results.json"
+QA_LONG_SETTINGS = ("composed", "generated")
+
+
+def _long_order(rows: Iterable[Mapping]) -> list[tuple[str, str]]:
+    """(setting, model) pairs of ``rows`` in the settings' and the models' order."""
+    models = list(EVIDENCE_MODELS)
+    have = {(r["setting"], r["model"]) for r in rows}
+    return sorted(have, key=lambda k: (QA_LONG_SETTINGS.index(k[0]) if k[0] in QA_LONG_SETTINGS
+                                       else 9, models.index(k[1]) if k[1] in models else 9,
+                                       k[1]))
+
+
+@register("qa_long_counts", QA_LONG)
+def _qa_long_counts(root: Path) -> str:
+    """Answers written of those planned, labelled sentences and wrong ones, per setting and
+    model of ``isouq qa long``."""
+    t = _json(root, QA_LONG)["tables"]
+    counts = {(c["setting"], c["model"]): c for c in t.get("counts", [])}
+    prog = {(p["setting"], p["model"]): p for p in t.get("progress", [])}
+    rows = []
+    for key in _long_order(t.get("progress", [])):
+        p, c = prog[key], counts.get(key, {})
+        rows.append([p["setting"], EVIDENCE_MODELS.get(p["model"], (p["model"],))[0],
+                     f"{p['written']} of {p['planned']}" + (" (partial)" if p["partial"] else ""),
+                     str(c.get("sentences", 0)), str(c.get("wrong", 0)),
+                     str(p["sentences_dropped"])])
+    return _grid(["setting", "model", "answers", "labelled sentences", "wrong",
+                  "sentences dropped"], rows)
+
+
+@register("qa_long_auroc", QA_LONG)
+def _qa_long_auroc(root: Path) -> str:
+    """AUROC of each score for the wrong sentences [95% interval, bootstrap over answers], per
+    setting and model of ``isouq qa long``, and pooled over the models of a setting."""
+    t = _json(root, QA_LONG)["tables"]
+    cells, columns = {}, []
+    for st, m in _long_order(t.get("auroc", [])):
+        columns.append(f"{EVIDENCE_MODELS.get(m, (m, m))[1]} {st}")
+        for r in t["auroc"]:
+            if (r["setting"], r["model"]) == (st, m):
+                cells[(r["score"], columns[-1])] = interval(r)
+    for st in QA_LONG_SETTINGS:
+        pooled = [r for r in t.get("pooled", []) if r["setting"] == st]
+        if pooled:
+            columns.append(f"pooled {st}")
+            for r in pooled:
+                cells[(r["score"], columns[-1])] = interval(r)
+    scores = list(dict.fromkeys(r["score"] for r in t.get("auroc", [])))
+    rows = [[s, *(cells.get((s, c), MISSING) for c in columns)] for s in scores]
+    return _grid(["score", *columns], rows)
+
+
 if __name__ == "__main__":
     sys.exit(main())
