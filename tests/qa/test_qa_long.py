@@ -249,7 +249,9 @@ def test_evaluation_tables_shape():
     assert {w["score"] for w in t["within"]} == {s.name for s in long_spans.SCORES
                                                  if s.source == "span"}
     lines = long_spans.verdict(t)
-    assert len(lines) == 2 and "span epistemic" in lines[0]
+    assert len(lines) == 2 + 3 and "span epistemic" in lines[0]
+    assert lines[2].startswith("In sum, span epistemic over the 2 (setting, model) groups: "
+                               "higher on the wrong sentences (interval above 0.5) in 2")
 
 
 def test_pooled_over_models():

@@ -318,6 +318,7 @@ def verdict(tables: Mapping[str, list[dict]]) -> list[str]:
         if wrong_way:
             line += "; pointing the wrong way (interval below 0.5): " + ", ".join(wrong_way)
         lines.append(line + ".")
+    lines += _summary(tables)
     for st in dict.fromkeys(r["setting"] for r in tables.get("pooled", [])):
         rs = {r["score"]: r for r in tables["pooled"] if r["setting"] == st
               and r["auroc"] is not None}
@@ -338,6 +339,32 @@ def verdict(tables: Mapping[str, list[dict]]) -> list[str]:
                         else "no span score significantly above any baseline")
                      + ("; significantly below: " + ", ".join(down) if down else "") + ".")
     return lines
+
+
+def _summary(tables: Mapping[str, list[dict]]) -> list[str]:
+    """One plain line per span score over every (setting, model): in how many its interval
+    lies above 0.5 (flags wrong sentences) or below (points the wrong way), and in how many it
+    is significantly above or below each span baseline (BH)."""
+    groups = {(r["setting"], r["model"]) for r in tables["auroc"]}
+    if not groups:
+        return []
+    out = []
+    for name in dict.fromkeys(r["score"] for r in tables["auroc"] if r["family"] == SPAN_SCORE):
+        rs = [r for r in tables["auroc"] if r["score"] == name]
+        up = sum(r["direction"] == "higher = wrong" for r in rs)
+        down = sum(r["direction"] == "higher = correct" for r in rs)
+        parts = []
+        for base in ("span 1 − p̄", "span 1 − min p", "whole 1 − p̄"):
+            pr = [p for p in tables["paired"] if p["score"] == name and p["baseline"] == base]
+            if pr:
+                a = sum(p["significant"] and p["delta_auroc"] > 0 for p in pr)
+                b = sum(p["significant"] and p["delta_auroc"] < 0 for p in pr)
+                parts.append(f"significantly above {base} in {a}, below it in {b}")
+        out.append(f"In sum, {name} over the {len(rs)} (setting, model) groups: higher on the "
+                   f"wrong sentences (interval above 0.5) in {up}, pointing the wrong way "
+                   f"(interval below 0.5) in {down}, no direction in {len(rs) - up - down}; "
+                   + "; ".join(parts) + ".")
+    return out
 
 
 POOLED_SHOWN = ("span epistemic", "span epistemic_log", "span aleatoric", "span 1 − p̄",
