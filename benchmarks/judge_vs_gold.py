@@ -34,9 +34,9 @@ def main() -> None:
     import torch
 
     from isouq.models import load_model
-    from isouq.qa.hand_labels import sample_rows
-    from isouq.qa.judge import LLMJudge, cohen_kappa
     from isouq.runio import read_jsonl
+    from isouq.study.qa.hand_labels import sample_rows
+    from isouq.study.qa.judge import LLMJudge, cohen_kappa
 
     if a.threads:
         torch.set_num_threads(a.threads)

@@ -31,9 +31,9 @@ def main() -> None:
     import torch
 
     from isouq.data.qa import load_dataset
+    from isouq.llm.generation import sample_completions
     from isouq.models import load_model
-    from isouq.qa.generation import sample_completions
-    from isouq.qa.short import STOP, few_shot_prefix, short_prompt
+    from isouq.study.qa.short import STOP, few_shot_prefix, short_prompt
 
     torch.set_num_threads(a.threads)
     m, tok, _ = load_model(a.model)

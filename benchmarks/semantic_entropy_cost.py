@@ -33,7 +33,7 @@ from pathlib import Path
 
 def both_directions(questions, answers, judge, strict=True):
     """Greedy clustering asking both directions of each pair, every round batched."""
-    from isouq.qa.baselines.semantic_entropy import equivalent
+    from isouq.study.qa.baselines.semantic_entropy import equivalent
 
     uniq = [list(dict.fromkeys(a)) for a in answers]
     cid = [[None] * len(u) for u in uniq]
@@ -80,9 +80,9 @@ def main() -> None:
     import torch
 
     from isouq.models import load_model
-    from isouq.qa.baselines.semantic_entropy import LLMEntailment, semantic_clusters
-    from isouq.qa.runner import _sampled_from
     from isouq.runio import read_jsonl
+    from isouq.study.qa.baselines.semantic_entropy import LLMEntailment, semantic_clusters
+    from isouq.study.qa.runner import _sampled_from
 
     if a.threads:
         torch.set_num_threads(a.threads)

@@ -68,8 +68,8 @@ def main(argv=None) -> int:
 
     import torch
 
+    from isouq.llm.prompts import qa_prompts
     from isouq.models import load_model
-    from isouq.qa.prompts import qa_prompts
     from isouq.runtime import configure
     from isouq.sequences import encode, score_sequences
     from isouq.spans import score_spans

@@ -37,7 +37,7 @@ def gradient_seconds(specs: dict, X, y, rounds: int = 5) -> dict[int, float]:
     import jax
     from numpyro.infer.util import initialize_model
 
-    from isouq.reference.model import bnn_model
+    from isouq.study.reference.model import bnn_model
 
     fns = {}
     for w, spec in specs.items():
@@ -81,12 +81,12 @@ def main() -> None:
     ap.add_argument("--out", default="results/scaling/cost.json")
     args = ap.parse_args()
 
-    import isouq.reference as R  # noqa: I001  (first: float64, one JAX device per core)
+    import isouq.study.reference as R  # noqa: I001  (first: float64, one JAX device per core)
     import jax.numpy as jnp
 
     from isouq.data.synthetic import make_problem
-    from isouq.experiments.scaling import spec_for_width
-    from isouq.reference.checkpoint import read_meta
+    from isouq.study.experiments.scaling import spec_for_width
+    from isouq.study.reference.checkpoint import read_meta
     from isouq.runio import machine_label, read_jsonl
 
     p = make_problem("multiclass_rings", seed=0, grid_n=10)

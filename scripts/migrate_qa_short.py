@@ -5,7 +5,7 @@
 Until then a short-answer row was keyed by its TriviaQA question (``tqa-val-00051``), as the
 open QA study's row of the same question is, so the two studies' rows and hand labels shared a
 (dataset, model, key) and could not be reported together. Now the key is
-``isouq.qa.short.short_key`` of it (``short-tqa-val-00051``); ``isouq qa short`` and
+``isouq.study.qa.short.short_key`` of it (``short-tqa-val-00051``); ``isouq qa short`` and
 ``isouq report`` refuse the old rows and name this script.
 
 In FOLDER, in place (each file written atomically; a second run changes nothing):
@@ -30,9 +30,9 @@ from pathlib import Path
 
 from isouq.errors import IsouqError
 from isouq.evaluation.labels import is_gold_row
-from isouq.qa.runner import dataset_sha
-from isouq.qa.short import KEY_PREFIX, is_short_row, short_key, source_key
 from isouq.runio import dumps, read_jsonl
+from isouq.study.qa.runner import dataset_sha
+from isouq.study.qa.short import KEY_PREFIX, is_short_row, short_key, source_key
 
 
 def _rekey(path: Path, old: set[tuple[str, str, str]] | None) -> set[tuple[str, str, str]]:

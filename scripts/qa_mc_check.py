@@ -14,8 +14,8 @@ import sys
 
 import torch
 
+from isouq.llm.prompts import encode_prompt
 from isouq.models import load_model
-from isouq.qa.prompts import encode_prompt
 from isouq.runio import latest_by_key, read_jsonl
 from isouq.runtime import configure
 from isouq.sequences import score_sequences

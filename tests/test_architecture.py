@@ -1,9 +1,10 @@
 """The house reads one way: every module imports, and no lower layer imports a higher one.
 
-Layers, lowest first (docs/architecture.md): foundation → models and data (the edges) →
-estimators (the library core) → reference posteriors → experiments → evaluation → reports →
-the application (CLI, ask, demo, runners, the QA pipeline). A module may import its own layer
-and the ones below. ``from isouq import __version__`` is allowed anywhere.
+Layers, lowest first (docs/architecture.md): the library — foundation → models and data (the
+edges) → estimators (the core) → LLM prompts and generation → evaluation metrics and
+calibration —, then the study wing (``isouq.study``: reference posteriors → experiments →
+analysis → reports → QA pipelines), then the application (CLI, ask, serve, runners). A module
+may import its own layer and the ones below. ``from isouq import __version__`` is allowed anywhere.
 """
 
 import ast
@@ -19,13 +20,17 @@ LAYERS = [
     ("edges", ("models", "data")),
     ("estimators", ("scores", "params", "per_example", "covariance", "engines", "ghost", "estimators",
                     "sequences", "spans", "memory_plan")),
-    ("reference", ("reference",)),
-    ("experiments", ("experiments",)),
+    ("llm", ("llm",)),
     ("evaluation", ("evaluation", "calibration")),
-    ("report", ("report",)),
-    ("application", ("qa", "ask", "demo", "cli", "score_run", "calibrate_run", "serve", "__main__",
+    ("study: reference posteriors", ("study", "study.reference")),
+    ("study: experiments", ("study.experiments",)),
+    ("study: analysis", ("study.analysis",)),
+    ("study: reports", ("study.report",)),
+    ("study: QA pipelines", ("study.qa",)),
+    ("application", ("ask", "demo", "cli", "score_run", "calibrate_run", "serve", "__main__",
                      "integrations", "")),
 ]
+LIBRARY = {"foundation", "edges", "estimators", "llm", "evaluation"}
 RANK = {top: i for i, (_, tops) in enumerate(LAYERS) for top in tops}
 
 
@@ -40,7 +45,11 @@ def modules() -> list[tuple[str, Path]]:
 
 
 def top(module: str) -> str:
+    """The room a module lives in: ``isouq.ghost.linear`` → ``ghost``, ``isouq.study.qa.mc`` →
+    ``study.qa``."""
     parts = module.split(".")
+    if len(parts) > 2 and parts[1] == "study":
+        return f"study.{parts[2]}"
     return parts[1] if len(parts) > 1 else ""
 
 
@@ -84,4 +93,12 @@ def test_no_lower_layer_imports_a_higher_one():
             if RANK[top(target)] > RANK[top(name)]:
                 wrong.append(f"{name} ({LAYERS[RANK[top(name)]][0]}) imports {target} "
                              f"({LAYERS[RANK[top(target)]][0]})")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_library_never_imports_the_study_wing():
+    """What users import (the library layers) stands without the paper's study apparatus."""
+    wrong = [f"{name} imports {target}" for name, path in modules()
+             if LAYERS[RANK[top(name)]][0] in LIBRARY
+             for target in imports(name, path) if top(target).startswith("study")]
     assert not wrong, "\n".join(wrong)

@@ -12,8 +12,8 @@ from isouq.answer_row import FIELDS
 from isouq.ask import answer_and_score
 from isouq.cli import main
 from isouq.errors import InputError
-from isouq.qa.generation import generate_greedy
-from isouq.qa.prompts import qa_prompts
+from isouq.llm.generation import generate_greedy
+from isouq.llm.prompts import qa_prompts
 
 QUESTIONS = ["what is the capital of france", "who wrote hamlet", "why is the sky blue"]
 

@@ -282,7 +282,7 @@ def test_cli_calibrate_writes_every_file(tmp_path, capsys, monkeypatch):
     assert cal.doc["labels"]["source"] == "hand" and "risk_control" in doc["tables"]
     assert all((out / f).is_file() for f in ("reliability.png", "risk_coverage.png"))
     # `isouq report` shows it: a section with the tables and both figures
-    from isouq.report import build_report
+    from isouq.study.report import build_report
 
     build_report([out], tmp_path / "report")
     md = (tmp_path / "report" / "tables.md").read_text(encoding="utf-8")

@@ -16,7 +16,7 @@ from isouq.methods import (
 
 @pytest.mark.parametrize("name", list(METHODS))
 def test_each_method_runs_through_a_function_and_writes_known_scores(name):
-    import isouq.qa.methods as run
+    import isouq.study.qa.methods as run
 
     m = METHODS[name]
     fn = run.RUNNERS[name]  # registered by the QA pipeline, one per method
@@ -71,7 +71,7 @@ def test_settings_of_methods_that_do_not_sample_are_not_checked():
 
 
 def test_a_batch_without_a_sampler_says_so():
-    from isouq.qa.methods import AnswerBatch, run_methods
+    from isouq.study.qa.methods import AnswerBatch, run_methods
 
     batch = AnswerBatch(None, None, ["q"], ["q"], ["a"], [[1]])
     with pytest.raises(InputError, match="need sampled answers"):

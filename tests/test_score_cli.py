@@ -74,8 +74,8 @@ def test_score_matches_library_and_resumes(model_dir, tmp_path):
     assert meta["params"]["n_params"] == rows[0]["n_params"]
     assert all(set(FIELDS) <= set(r) for r in rows)  # the one answer-row schema
     # the same numbers straight from the library
+    from isouq.llm.prompts import qa_prompt
     from isouq.models import load_model
-    from isouq.qa.prompts import qa_prompt
 
     model, tok, _ = load_model(str(model_dir))
     src = [json.loads(line) for line in open(inp)]
@@ -238,7 +238,7 @@ def test_quantize_adapter_and_parameter_sets_on_the_command_line(model_dir, tmp_
     from isouq.models import load_model
 
     _, tok, _ = load_model(str(model_dir))
-    from isouq.qa.prompts import qa_prompt
+    from isouq.llm.prompts import qa_prompt
 
     prompts = [r["prompt"] if r.get("prompt") is not None else qa_prompt(tok, r["question"])
                for r in got]

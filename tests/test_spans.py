@@ -355,8 +355,8 @@ def test_html_needs_spans(capsys, tmp_path):
 
 def test_ask_rows_carry_the_span_scores_of_their_tokens():
     from isouq.ask import answer_and_score
-    from isouq.qa.generation import generate_greedy
-    from isouq.qa.prompts import qa_prompts
+    from isouq.llm.generation import generate_greedy
+    from isouq.llm.prompts import qa_prompts
 
     model, tok = tiny.causal_lm("llama-tied"), tiny.tokenizer()
     rows = answer_and_score(model, tok, PROMPTS, max_new_tokens=6, batch_size=2,
@@ -375,7 +375,7 @@ def test_ask_rows_carry_the_span_scores_of_their_tokens():
 
 
 def test_spans_page_shades_spans_by_epistemic_log():
-    from isouq.report.spans import shades, spans_page
+    from isouq.study.report.spans import shades, spans_page
 
     def sp(text, start, v):
         return {"text": text, "start": start, "end": start + len(text), "n_tokens": 1,

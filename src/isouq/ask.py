@@ -1,6 +1,6 @@
 """Answer questions with a causal LM and say how far to trust each answer (``isouq ask``).
 
-Each question is wrapped in the documented QA prompt (``qa.prompts.qa_prompt``: the chat
+Each question is wrapped in the documented QA prompt (``llm.prompts.qa_prompt``: the chat
 template when the model has one), answered greedily, and the answer's tokens are scored with
 ``score_sequences``: p̄ (mean token probability), aleatoric (1/T) Σₜ pₜ(1 − pₜ) and epistemic
 ‖∇θ p̄‖², every answer of the batch from one backward pass.
@@ -75,7 +75,7 @@ def answer_and_score(model, tokenizer, questions: Sequence[str], *,
 
     Args:
         model, tokenizer: a causal LM and its tokenizer.
-        questions: (N,) questions, wrapped in the QA prompt (``qa.prompts.qa_prompt``).
+        questions: (N,) questions, wrapped in the QA prompt (``llm.prompts.qa_prompt``).
         baselines: sampling baselines to add.
         judge: semantic entropy's entailment judge.
         k, k_p_true, temperature, seed: sampling settings (as ``isouq qa run``).
@@ -94,9 +94,9 @@ def answer_and_score(model, tokenizer, questions: Sequence[str], *,
         with semantic entropy, ``semantic_clusters`` (one id per sample). An empty answer gets
         NaN gradient scores.
     """
-    from .qa.generation import generate_greedy, sample_completions
-    from .qa.methods import AnswerBatch, run_methods
-    from .qa.prompts import qa_prompts
+    from .llm.generation import generate_greedy, sample_completions
+    from .llm.prompts import qa_prompts
+    from .study.qa.methods import AnswerBatch, run_methods
 
     questions = check_questions(questions)
     baselines = check_baselines(baselines, k=k, k_p_true=k_p_true, temperature=temperature)
@@ -182,7 +182,7 @@ def ask(questions: Sequence[str], *, model: str, load: dict | None = None,
         calibration.check_model(model, getattr(info, "files", None))
     judge = None
     if "semantic_entropy" in baselines:
-        from .qa.baselines.semantic_entropy import entailment_judge
+        from .study.qa.baselines.semantic_entropy import entailment_judge
 
         jm, jt, _ = load_classifier_or_lm(entailment_model, **(entailment_load or {}))
         judge = entailment_judge(jm, jt, name=entailment_model,
@@ -199,7 +199,7 @@ def ask(questions: Sequence[str], *, model: str, load: dict | None = None,
 def reference_rows(path, model: str) -> list[dict]:
     """The QA study rows of ``model`` (its name as ``isouq qa run --model`` had it) in ``path``,
     a rows file or a folder of them, that carry the gradient scores."""
-    from .report.inputs import collect
+    from .study.report.inputs import collect
 
     rows = collect([path]).qa_rows
     mine = [r for r in rows if r["model"] == model and "epistemic" in r["scores"]]

@@ -70,7 +70,7 @@ def read_inputs(paths: Sequence[str | os.PathLike], *, model: str | None = None,
     """
     from .evaluation.labels import is_gold_row
     from .models.files import sha256_file
-    from .report.inputs import is_qa_file, read_rows
+    from .study.report.inputs import is_qa_file, read_rows
 
     files: list[Path] = []
     for p in map(Path, paths):

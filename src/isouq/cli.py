@@ -14,21 +14,21 @@ from pathlib import Path
 
 from .distributed import SHARD_MODES
 from .errors import InputError, IsouqError, require
+from .llm.prompts import JUDGE_STYLES
 from .methods import BASELINES, METHODS
 from .models.options import DEVICE_MAPS
 from .param_sets import PARAM_SETS
-from .qa.prompts import JUDGE_STYLES
-from .qa.runner import DEFAULT_JUDGE_MODEL, DEFAULT_JUDGE_PROMPT
 from .runtime import configure
+from .study.qa.runner import DEFAULT_JUDGE_MODEL, DEFAULT_JUDGE_PROMPT
 
 SPAN_SPLITTERS = ("sentences", "lines")  # isouq.spans.SPLITTERS (not imported: torch-free)
 
 EXPERIMENTS = {
-    "validation": "isouq.experiments.validation",
-    "scaling": "isouq.experiments.scaling",
-    "proxy-bias-2d": "isouq.experiments.proxy_bias_2d",
-    "proxy-bias-text": "isouq.experiments.proxy_bias_text",
-    "classifiers": "isouq.experiments.classifiers",
+    "validation": "isouq.study.experiments.validation",
+    "scaling": "isouq.study.experiments.scaling",
+    "proxy-bias-2d": "isouq.study.experiments.proxy_bias_2d",
+    "proxy-bias-text": "isouq.study.experiments.proxy_bias_text",
+    "classifiers": "isouq.study.experiments.classifiers",
 }
 
 
@@ -257,7 +257,7 @@ def cmd_ask(args) -> int:
         if args.spans is not None:
             print_spans(rows)
     if args.html is not None:
-        from .report.spans import spans_page
+        from .study.report.spans import spans_page
 
         Path(args.html).write_text(spans_page(rows), encoding="utf-8")
         print(f"answers shaded {args.spans[:-1]} by {args.spans[:-1]} -> {args.html}",
@@ -297,8 +297,8 @@ def cmd_score(args) -> int:
         from .distributed import dist_env
 
         if dist_env().is_main:
-            from .report.spans import spans_page
             from .runio import read_jsonl
+            from .study.report.spans import spans_page
 
             rows = [r for r in read_jsonl(args.out) if "spans" in r]
             Path(args.html).write_text(spans_page(rows), encoding="utf-8")
@@ -362,7 +362,7 @@ def cmd_experiment(args) -> int:
 
 def cmd_qa_run(args) -> int:
     from .distributed import device_for, dist_env, init_process_group
-    from .qa.runner import QAConfig, QARunner
+    from .study.qa.runner import QAConfig, QARunner
 
     configure()
     env = dist_env()
@@ -381,7 +381,7 @@ def cmd_qa_run(args) -> int:
 
 
 def cmd_qa_mc(args) -> int:
-    from .qa.mc import run_mc
+    from .study.qa.mc import run_mc
 
     configure()
     path = run_mc(args.model, args.out, limit=args.limit, data=args.data, **_load_kw(args))
@@ -390,7 +390,7 @@ def cmd_qa_mc(args) -> int:
 
 
 def cmd_qa_short(args) -> int:
-    from .qa.short import run_short
+    from .study.qa.short import run_short
 
     configure()
     path = run_short(args.model, args.out, limit=args.limit, seed=args.seed,
@@ -401,7 +401,7 @@ def cmd_qa_short(args) -> int:
 
 
 def cmd_qa_long(args) -> int:
-    from .qa.long import run_long, write_long_results
+    from .study.qa.long import run_long, write_long_results
 
     configure()
     if args.evaluate_only:
@@ -420,7 +420,7 @@ def cmd_qa_long(args) -> int:
 def cmd_qa_label(args) -> int:
     import getpass
 
-    from .qa.hand_labels import label_file
+    from .study.qa.hand_labels import label_file
 
     n = label_file(args.rows, args.out, labeler=args.labeler or f"human: {getpass.getuser()}",
                    sample=args.sample, seed=args.seed, data=args.data)
@@ -439,7 +439,7 @@ def cmd_calibrate(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from .report.build import build_report
+    from .study.report.build import build_report
 
     path = build_report([Path(p) for p in args.inputs], Path(args.out), **(
         {"n_bootstrap": args.n_bootstrap} if args.n_bootstrap else {}))

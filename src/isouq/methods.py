@@ -12,7 +12,7 @@ A method is what a user asks for by name (``isouq qa run --methods``, ``isouq as
 
 ``SCORES`` holds what each score key means (units, and whether higher means more or less
 certain). The registry holds data only: how a method runs is a function of the QA pipeline
-(``isouq.qa.methods``, a layer above), registered there under the method's name with
+(``isouq.study.qa.methods``, a layer above), registered there under the method's name with
 ``@runs(name)``. A new method is one ``Method`` entry here and one run function there.
 """
 

@@ -47,7 +47,7 @@ def prompt_of(row: PairRow, tokenizer) -> str | list:
     """The row's prompt, or the documented QA prompt built from its question."""
     if row.prompt is not None:
         return row.prompt
-    from .qa.prompts import qa_prompt
+    from .llm.prompts import qa_prompt
 
     return qa_prompt(tokenizer, row.question)
 

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 from scipy.stats import spearmanr
 
-from isouq.evaluation import correlation_table, spearman
+from isouq.study.analysis import correlation_table, spearman
 
 
 def test_spearman_matches_scipy_and_drops_nan():

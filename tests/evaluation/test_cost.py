@@ -1,7 +1,7 @@
 import pytest
 
 from isouq.errors import DataError
-from isouq.evaluation import cost_table, speedup
+from isouq.study.analysis import cost_table, speedup
 
 
 def test_speedup():

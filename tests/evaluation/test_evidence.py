@@ -9,7 +9,7 @@ import pytest
 from sklearn.metrics import roc_auc_score
 
 from isouq.errors import DataError
-from isouq.evaluation.evidence import MC_BASELINES, evidence_tables, raw_auroc_ci, verdict
+from isouq.study.analysis.evidence import MC_BASELINES, evidence_tables, raw_auroc_ci, verdict
 
 
 def _rows(n=120, seed=0, model="m"):
@@ -72,7 +72,7 @@ def test_one_class_is_an_error():
 
 
 def test_report_puts_mc_and_short_rows_in_their_own_sections(tmp_path):
-    from isouq.report.build import build_report
+    from isouq.study.report.build import build_report
 
     short = _rows(n=80, seed=1, model="s")
     from isouq.answer_row import short_key
@@ -116,8 +116,8 @@ def test_report_puts_mc_and_short_rows_in_their_own_sections(tmp_path):
 
 def test_pooled_tables_average_the_models():
     from isouq.evaluation.auroc import method_runs
-    from isouq.evaluation.evidence import paired_pooled_rows
     from isouq.evaluation.rows import group_rows
+    from isouq.study.analysis.evidence import paired_pooled_rows
 
     rows = _rows(n=150, seed=1, model="a") + _rows(n=150, seed=2, model="b")
     t = evidence_tables(rows, MC_BASELINES, n_bootstrap=100, n_raw_bootstrap=100)
@@ -148,7 +148,7 @@ def test_pooled_tables_average_the_models():
 def test_a_baseline_on_the_first_questions_gets_its_own_tables_on_those_rows(tmp_path):
     """Semantic entropy on a nested subset: the main tables leave it out, the subset tables
     refit every method on the rows that carry it (raw AUROC as sklearn's on those rows)."""
-    from isouq.report.evidence_section import evidence_section
+    from isouq.study.report.evidence_section import evidence_section
 
     rows = _rows(n=150, seed=4, model="s")
     rng = np.random.default_rng(5)

@@ -3,8 +3,8 @@ import copy
 import pytest
 
 from isouq.errors import DataError
-from isouq.evaluation import common_rows_tables, study_tables
 from isouq.runio import markdown_table
+from isouq.study.analysis import common_rows_tables, study_tables
 
 FAST = {"n_bootstrap": 10, "n_splits": 4, "n_paired_bootstrap": 300}
 TABLES = {"auroc", "prr", "aurac", "auroc_per_model", "metrics_per_model", "significance",

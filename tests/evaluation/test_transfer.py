@@ -5,7 +5,7 @@ from sklearn.metrics import roc_auc_score
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from isouq.evaluation import leave_one_model_out, lomo_table
+from isouq.study.analysis import leave_one_model_out, lomo_table
 
 
 def _reference_model():

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from isouq.errors import InputError
-from isouq.experiments import classifiers as C
+from isouq.study.experiments import classifiers as C
 
 
 def test_unknown_or_bad_options_are_refused(tmp_path):

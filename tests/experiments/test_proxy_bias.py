@@ -17,10 +17,10 @@ from torch import nn
 from isouq.covariance import Dense
 from isouq.data import newsgroups as ng
 from isouq.errors import DataError, InputError
-from isouq.experiments import proxy_bias_2d as p2
-from isouq.experiments import proxy_bias_text as pt
-from isouq.experiments.proxy_bias_text import training as pt_training
 from isouq.models import toy as tm
+from isouq.study.experiments import proxy_bias_2d as p2
+from isouq.study.experiments import proxy_bias_text as pt
+from isouq.study.experiments.proxy_bias_text import training as pt_training
 
 
 def _head(H: int = 5, C: int = 4, seed: int = 0) -> nn.Linear:

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from isouq.errors import InputError
-from isouq.experiments import scaling as sc
 from isouq.runio import read_jsonl, write_results
+from isouq.study.experiments import scaling as sc
 
 # --------------------------------------------------------------------------- pure functions
 

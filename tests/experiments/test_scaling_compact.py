@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from isouq.experiments import scaling as sc
 from isouq.runio import read_jsonl
+from isouq.study.experiments import scaling as sc
 
 
 def test_only_the_largest_hmc_size_runs_compact(tmp_path):
@@ -42,7 +42,7 @@ def test_progress_rows_show_a_compact_checkpoint_its_size_and_cpu_time(tmp_path,
 
 
 def test_a_compact_size_is_cut_resumed_and_finished(tmp_path, monkeypatch):
-    from isouq.reference import hmc as hmc_mod
+    from isouq.study.reference import hmc as hmc_mod
 
     monkeypatch.setattr(sc, "COMPACT_CHECKPOINT_ABOVE", 100)  # MLP(8,8) runs compact
     kw = dict(quick=True, study="hmc", sizes=[8], num_warmup=40, num_samples=40, grid_n=8)

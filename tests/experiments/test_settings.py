@@ -8,9 +8,9 @@ import dataclasses
 import pytest
 
 from isouq.errors import InputError
-from isouq.experiments import scaling as sc
-from isouq.experiments import validation as V
-from isouq.experiments.settings import (
+from isouq.study.experiments import scaling as sc
+from isouq.study.experiments import validation as V
+from isouq.study.experiments.settings import (
     HMCSettings,
     VISettings,
     add_options,
@@ -82,8 +82,8 @@ def test_unknown_or_bad_experiment_options_are_errors(tmp_path):
 
 
 def test_proxy_bias_options_honour_zero_and_refuse_unknown(tmp_path):
-    from isouq.experiments import proxy_bias_2d as p2
-    from isouq.experiments import proxy_bias_text as pt
+    from isouq.study.experiments import proxy_bias_2d as p2
+    from isouq.study.experiments import proxy_bias_text as pt
 
     cfg = resolve(p2.PRESETS["quick"], {"prior_precision": 0.0, "width": None})
     assert cfg.prior_precision == 0.0 and cfg.width == p2.PRESETS["quick"].width

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from isouq.errors import InputError
-from isouq.experiments import validation as V
+from isouq.study.experiments import validation as V
 
 
 def _row(problem, cls, seed, **vals):

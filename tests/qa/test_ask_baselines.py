@@ -7,7 +7,7 @@ import pytest
 
 from isouq.ask import answer_and_score
 from isouq.cli import main
-from isouq.qa.prompts import qa_prompts
+from isouq.llm.prompts import qa_prompts
 
 QUESTIONS = ["What is the capital of France?", "Who wrote Hamlet?", "What colour is the sky?"]
 
@@ -24,7 +24,7 @@ class ConstantJudge:
     """An entailment judge that gives every pair the same NLI label."""
 
     def __new__(cls, label):
-        from isouq.qa.baselines.semantic_entropy import EntailmentJudge
+        from isouq.study.qa.baselines.semantic_entropy import EntailmentJudge
 
         class Judge(EntailmentJudge):
             name = f"constant-{label}"
@@ -36,9 +36,9 @@ class ConstantJudge:
 
 
 def test_baselines_come_from_one_seeded_sample_set(tiny_lm, tok):
-    from isouq.qa.baselines.p_true import p_true
-    from isouq.qa.baselines.semantic_entropy import CONTRADICTION, ENTAILMENT
-    from isouq.qa.generation import sample_completions
+    from isouq.llm.generation import sample_completions
+    from isouq.study.qa.baselines.p_true import p_true
+    from isouq.study.qa.baselines.semantic_entropy import CONTRADICTION, ENTAILMENT
 
     model = tiny_lm
     kw = dict(k=4, k_p_true=2, max_new_tokens=5, seed=3)

@@ -11,8 +11,8 @@ import pytest
 from isouq.cli import main
 from isouq.errors import InputError
 from isouq.evaluation.labels import gold_index, is_gold_row
-from isouq.qa.hand_labels import describe, label_rows, parse_verdict, sample_rows
 from isouq.runio import read_jsonl
+from isouq.study.qa.hand_labels import describe, label_rows, parse_verdict, sample_rows
 
 
 def _rows(n=5, dataset="truthfulqa"):

@@ -7,8 +7,8 @@ import random
 import pytest
 import torch
 
-from isouq.qa import packed_logits as pl
-from isouq.qa.generation import option_probs
+from isouq.llm.generation import option_probs
+from isouq.study.qa import packed_logits as pl
 
 FAMILIES = ["llama", "llama-tied", "gpt2", "gpt_neox", "qwen2", "gemma3"]
 
@@ -125,7 +125,7 @@ def test_a_model_that_packs_wrongly_is_found_and_padded_instead():
 
 @pytest.mark.parametrize("family", ["qwen2", "gemma3"])
 def test_option_probs_same_packed_or_padded(family):
-    from isouq.qa.prompts import entailment_prompt
+    from isouq.llm.prompts import entailment_prompt
     from tiny import causal_lm, tokenizer
 
     tk, lm = tokenizer(chat=False), causal_lm(family)

@@ -6,9 +6,11 @@ import numpy as np
 import pytest
 
 from isouq.errors import InputError, ModelError
-from isouq.qa.baselines.naive_entropy import naive_entropy, naive_entropy_value
-from isouq.qa.baselines.p_true import p_true
-from isouq.qa.baselines.semantic_entropy import (
+from isouq.llm.generation import Generation, Sampled, option_token_ids, sample_completions
+from isouq.llm.prompts import qa_prompts
+from isouq.study.qa.baselines.naive_entropy import naive_entropy, naive_entropy_value
+from isouq.study.qa.baselines.p_true import p_true
+from isouq.study.qa.baselines.semantic_entropy import (
     CONTRADICTION,
     ENTAILMENT,
     NEUTRAL,
@@ -23,8 +25,6 @@ from isouq.qa.baselines.semantic_entropy import (
     semantic_clusters,
     semantic_entropy,
 )
-from isouq.qa.generation import Generation, Sampled, option_token_ids, sample_completions
-from isouq.qa.prompts import qa_prompts
 
 
 def fake_sampled(texts, mean_lps, seconds=0.1):

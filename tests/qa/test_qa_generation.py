@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from isouq.errors import InputError, ModelError
-from isouq.qa.generation import (
+from isouq.llm.generation import (
     _decode,
     _greedy_pick,
     filter_logits,
@@ -16,7 +16,7 @@ from isouq.qa.generation import (
     option_token_ids,
     sample_completions,
 )
-from isouq.qa.prompts import encode_prompt, qa_prompts
+from isouq.llm.prompts import encode_prompt, qa_prompts
 
 from .conftest import scripted
 
@@ -163,8 +163,8 @@ def test_samples_of_one_prompt_share_one_prefill(family):
 
 @pytest.mark.parametrize("family", ["llama", "qwen2", "gemma3"])
 def test_shared_prefix_gives_the_logits_of_each_prompt_alone(family):
-    from isouq.qa import generation
-    from isouq.qa.prompts import entailment_prompt
+    from isouq.llm.prompts import entailment_prompt
+    from isouq.study.qa import generation
     from tiny import causal_lm, tokenizer
 
     tk, lm = tokenizer(chat=False), causal_lm(family)

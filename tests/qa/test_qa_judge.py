@@ -7,8 +7,8 @@ import pytest
 from sklearn.metrics import cohen_kappa_score
 
 from isouq.errors import InputError
-from isouq.qa.generation import option_token_ids
-from isouq.qa.judge import (
+from isouq.llm.generation import option_token_ids
+from isouq.study.qa.judge import (
     LLMJudge,
     cohen_kappa,
     contains_answer,

@@ -11,10 +11,10 @@ import pytest
 
 from isouq.data.qa import QAItem, pick
 from isouq.errors import InputError
-from isouq.evaluation import long_spans
-from isouq.qa import long
-from isouq.qa.generation import Generation
+from isouq.llm.generation import Generation
 from isouq.runio import read_jsonl
+from isouq.study.analysis import long_spans
+from isouq.study.qa import long
 
 ITEMS = [QAItem(f"tqa-val-{i:05d}", f"What is the capital of France {i}?", ["Paris", f"p{i}"])
          for i in range(40)]
@@ -284,7 +284,7 @@ def test_one_class_gets_counts_only():
 
 
 def test_report_section(tok, tiny_lm, tmp_path):
-    from isouq.report import build_report
+    from isouq.study.report import build_report
 
     kw, _ = _kw(tok, tiny_lm, tmp_path)
     out = tmp_path / "out"

@@ -10,9 +10,9 @@ from scipy.stats import entropy
 
 from isouq.data.qa import MCItem, load_truthfulqa_mc, read_truthfulqa_mc
 from isouq.errors import DataError, InputError
-from isouq.qa import mc
-from isouq.qa.prompts import encode_prompt
+from isouq.llm.prompts import encode_prompt
 from isouq.runio import read_jsonl
+from isouq.study.qa import mc
 
 QUESTION = "What is the capital of France?"
 OPTIONS = ["Paris", "London is the capital", "blue", "William Shakespeare wrote it"]
@@ -109,7 +109,7 @@ def test_gradient_scores_of_the_chosen_option(tiny_lm, tok):
 
 
 def test_p_true_reads_the_meta_prompt(tiny_lm, tok):
-    from isouq.qa.baselines.p_true import p_true_given
+    from isouq.study.qa.baselines.p_true import p_true_given
 
     item = MCItem("k", QUESTION, OPTIONS, [1, 0, 0, 0])
     row = mc.score_question(tiny_lm, tok, item)
@@ -165,8 +165,8 @@ def test_bad_mc_file(tmp_path):
 
 
 def test_semgrad_of_the_chosen_option_and_backfill(tiny_lm, tok, tmp_path):
-    from isouq.qa.semgrad import semgrad_scores
     from isouq.runio import JsonlWriter, latest_by_key
+    from isouq.study.qa.semgrad import semgrad_scores
 
     path = _mc_file(tmp_path, [(QUESTION, OPTIONS, 0)])
     item = read_truthfulqa_mc(path)[0]

@@ -7,9 +7,9 @@ import torch
 
 from isouq.answer_row import FIELDS
 from isouq.errors import DataError, InputError, ModelError
-from isouq.evaluation import study_tables
-from isouq.qa.runner import QAConfig, QARunner, agreement
 from isouq.runio import machine_label, read_jsonl
+from isouq.study.analysis import study_tables
+from isouq.study.qa.runner import QAConfig, QARunner, agreement
 
 
 @pytest.fixture
@@ -165,7 +165,7 @@ def test_contrast_prompt_rejudges_only_items_with_incorrect_answers(tmp_path, ti
 
 
 def test_needs_verdict_rules():
-    from isouq.qa.runner import needs_verdict
+    from isouq.study.qa.runner import needs_verdict
 
     v = {"judge": "j", "prompt": "strict"}
     assert needs_verdict(None, "j", "strict")
@@ -181,7 +181,7 @@ def test_needs_verdict_rules():
 
 def test_gradient_score_matches_score_sequences(tmp_path, dataset, tiny_lm, tok):
     from isouq import score_sequences
-    from isouq.qa.prompts import qa_prompts
+    from isouq.llm.prompts import qa_prompts
 
     runner, _ = make_runner(tmp_path, dataset, tiny_lm, tok)
     runner.cfg.methods = ("gradient",)
@@ -264,8 +264,8 @@ def test_two_ranks_equal_one(tmp_path, dataset, tiny_lm, tok):
 def test_nli_entailment_model_from_a_folder(tmp_path, dataset, tiny_lm, tiny_nli, tok):
     """--entailment-model naming an MNLI-style classifier: loaded as one (no injected loader,
     the path a hub id takes too) and used for semantic entropy, exactly as NLIEntailment."""
-    from isouq.qa.baselines.semantic_entropy import NLIEntailment, semantic_entropy
-    from isouq.qa.runner import _sampled_from
+    from isouq.study.qa.baselines.semantic_entropy import NLIEntailment, semantic_entropy
+    from isouq.study.qa.runner import _sampled_from
 
     lm_dir, nli_dir = tmp_path / "lm", tmp_path / "nli"
     for model, folder in ((tiny_lm, lm_dir), (tiny_nli, nli_dir)):
@@ -289,9 +289,9 @@ def test_nli_entailment_model_from_a_folder(tmp_path, dataset, tiny_lm, tiny_nli
 
 def test_progress_names_each_step_and_counts_entailment_pairs(tmp_path, dataset, tiny_lm,
                                                               tiny_nli, tok):
-    from isouq.qa.baselines.semantic_entropy import NLIEntailment
-    from isouq.qa.prompts import qa_prompts
-    from isouq.qa.runner import _step_reporter
+    from isouq.llm.prompts import qa_prompts
+    from isouq.study.qa.baselines.semantic_entropy import NLIEntailment
+    from isouq.study.qa.runner import _step_reporter
 
     class Bar:
         def __init__(self):

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from isouq.errors import InputError
-from isouq.qa.prompts import encode_prompt
-from isouq.qa.semgrad import default_token_offset, semgrad_scores
+from isouq.llm.prompts import encode_prompt
+from isouq.study.qa.semgrad import default_token_offset, semgrad_scores
 
 PROMPT, ANSWER = "Question: What is the capital of France?\nAnswer:", " Paris"
 

@@ -8,9 +8,9 @@ import pytest
 
 from isouq.data.qa import QAItem
 from isouq.errors import DataError, InputError
-from isouq.qa import short
-from isouq.qa.runner import QAConfig
 from isouq.runio import read_jsonl
+from isouq.study.qa import short
+from isouq.study.qa.runner import QAConfig
 
 from .conftest import scripted
 
@@ -116,8 +116,8 @@ def test_semantic_entropy_on_a_nested_subset_keeps_the_other_rows(tmp_path, tok,
     """The costly baseline on the first `limit` questions, into the same folder: those rows gain
     semantic entropy from the cached samples (as computed directly from them), the others stay
     as they were."""
-    from isouq.qa.baselines.semantic_entropy import NLIEntailment, semantic_entropy
-    from isouq.qa.runner import _sampled_from
+    from isouq.study.qa.baselines.semantic_entropy import NLIEntailment, semantic_entropy
+    from isouq.study.qa.runner import _sampled_from
 
     lm = rule_lm(scripted(tok, " Paris", eos=True))
     models = {"rule": (lm, tok, {"name": "rule"}), "nli": (tiny_nli, tok, {"name": "nli"})}
@@ -157,7 +157,7 @@ def test_rows_keyed_before_the_prefix_are_refused_then_migrated(tmp_path, tok, r
                                                                shipped_shots):
     """Rows as `qa short` wrote them before keys had the prefix: a resume names the fix, which
     gives rows and hand labels the prefix (nothing else) and the run resumes as complete."""
-    from isouq.qa.runner import dataset_sha
+    from isouq.study.qa.runner import dataset_sha
 
     lm = rule_lm(scripted(tok, " Paris", eos=True))
     out = tmp_path / "out"

@@ -7,12 +7,18 @@ import json
 import numpy as np
 import pytest
 
-import isouq.reference as R
+import isouq.study.reference as R
 from isouq.data.synthetic import make_problem
 from isouq.errors import InputError
 from isouq.models import toy as tm
-from isouq.reference import hmc as hmc_mod
-from isouq.reference.checkpoint import copy_checkpoint, kept_indices, progress_summary, read_meta, segments
+from isouq.study.reference import hmc as hmc_mod
+from isouq.study.reference.checkpoint import (
+    copy_checkpoint,
+    kept_indices,
+    progress_summary,
+    read_meta,
+    segments,
+)
 
 # 2 warmup + 3 sampling segments of 7 iterations (one compiled length), thinning 4 (21 % 4 = 1)
 KW = dict(num_warmup=14, num_samples=21, num_chains=2, seed=3, thinning=4, keep_samples=True,
@@ -129,7 +135,7 @@ def test_thinning_keeps_what_numpyro_mcmc_keeps(problem):
     import jax.numpy as jnp
     from numpyro.infer import HMC, MCMC, init_to_sample
 
-    from isouq.reference.model import bnn_model
+    from isouq.study.reference.model import bnn_model
 
     p, spec = problem
     X, y = jnp.asarray(p.X.numpy(), jnp.float64), jnp.asarray(p.y.numpy())

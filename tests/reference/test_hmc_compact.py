@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 from numpyro.diagnostics import effective_sample_size, split_gelman_rubin
 
-import isouq.reference as R
+import isouq.study.reference as R
 from isouq.data.synthetic import make_problem
 from isouq.errors import InputError
 from isouq.models import toy as tm
-from isouq.reference import hmc as hmc_mod
-from isouq.reference.checkpoint import (
+from isouq.study.reference import hmc as hmc_mod
+from isouq.study.reference.checkpoint import (
     Checkpoint,
     Progress,
     RunningPredictive,
@@ -29,7 +29,7 @@ from isouq.reference.checkpoint import (
     read_meta,
     segments,
 )
-from isouq.reference.predictive import predictive_moments
+from isouq.study.reference.predictive import predictive_moments
 
 # warmup 30: windows [0,3] [4,26] [27,29], so segments of 7 cut the middle (Welford) window;
 # sampling 21 thinned by 2: 10 kept draws a chain, every lag within ess_max_lag
@@ -256,8 +256,8 @@ def test_the_compact_checkpoint_of_mlp_1028_fits_50_mb(tmp_path):
     import jax.numpy as jnp
     from numpyro.infer import HMC, init_to_sample
 
-    from isouq.experiments.scaling import COMPACT_THINNING, PROBLEM, spec_for_width
-    from isouq.reference.model import bnn_model
+    from isouq.study.experiments.scaling import COMPACT_THINNING, PROBLEM, spec_for_width
+    from isouq.study.reference.model import bnn_model
 
     spec = spec_for_width(1028)
     prob = make_problem(PROBLEM["hmc"], grid_n=50)

@@ -31,8 +31,8 @@ def test_resolver_sees_relative_imports():
 
 def test_reference_and_toy_never_import_experiments():
     files = [*sorted((SRC / "reference").glob("*.py")), SRC / "models" / "toy.py"]
-    bad = {f.name: sorted(m for m in _imported(f) if m.startswith("isouq.experiments"))
+    bad = {f.name: sorted(m for m in _imported(f) if m.startswith("isouq.study.experiments"))
            for f in files}
     assert not {k: v for k, v in bad.items() if v}
     toy = _imported(SRC / "models" / "toy.py")
-    assert not any(m.startswith("isouq.reference") for m in toy)
+    assert not any(m.startswith("isouq.study.reference") for m in toy)

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-import isouq.reference as R
+import isouq.study.reference as R
 from isouq.data.synthetic import make_problem
 from isouq.errors import InputError, MemoryBudgetError
 from isouq.models import toy as tm
-from isouq.reference.predictive import ess_per_param
+from isouq.study.reference.predictive import ess_per_param
 
 
 def _blr_data(n: int = 40, seed: int = 0):

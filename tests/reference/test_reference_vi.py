@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-import isouq.reference as R
+import isouq.study.reference as R
 from isouq.data.synthetic import make_problem
 from isouq.errors import InputError
 from isouq.models import toy as tm

@@ -7,12 +7,12 @@ import pytest
 import torch
 from numpyro.infer.util import potential_energy
 
-import isouq.reference as R
+import isouq.study.reference as R
 from isouq.data.synthetic import make_problem
 from isouq.errors import InputError, ModelError
 from isouq.models import toy as tm
-from isouq.reference.jax_models import forward
-from isouq.reference.model import bnn_model
+from isouq.study.reference.jax_models import forward
+from isouq.study.reference.model import bnn_model
 
 
 def test_parameter_counts():

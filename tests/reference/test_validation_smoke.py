@@ -7,7 +7,7 @@ import json
 import pytest
 
 from isouq.errors import InputError
-from isouq.experiments import validation
+from isouq.study.experiments import validation
 
 
 def test_validation_quick_smoke_and_resume(tmp_path, monkeypatch):

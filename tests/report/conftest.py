@@ -16,8 +16,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from isouq.report import build_report  # noqa: E402
 from isouq.runio import write_results  # noqa: E402
+from isouq.study.report import build_report  # noqa: E402
 from qa_rows import synth_rows as shared_synth_rows  # noqa: E402
 
 FAST = {"n_bootstrap": 10, "n_splits": 4, "n_paired_bootstrap": 200, "seed": 0}

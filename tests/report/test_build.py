@@ -7,9 +7,10 @@ import pytest
 from PIL import Image
 
 from isouq.errors import DataError
-from isouq.evaluation import label_tables, study_tables
-from isouq.report import build_report
-from isouq.report.sections import section_title
+from isouq.evaluation import label_tables
+from isouq.study.analysis import study_tables
+from isouq.study.report import build_report
+from isouq.study.report.sections import section_title
 
 from .conftest import FAST, gold_rows
 

@@ -7,16 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from isouq.report import docs_tables as dt
+from isouq.study.report import docs_tables as dt
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_every_marked_table_matches_its_kept_files():
     """CI fails here when a doc table and its file disagree: run
-    ``python -m isouq.report.docs_tables --write`` and commit the docs."""
+    ``python -m isouq.study.report.docs_tables --write`` and commit the docs."""
     stale = dt.check(ROOT)
-    assert not stale, "\n".join(stale) + "\nrun: python -m isouq.report.docs_tables --write"
+    assert not stale, "\n".join(stale) + "\nrun: python -m isouq.study.report.docs_tables --write"
 
 
 def test_every_marked_block_names_a_registered_table_and_the_docs_use_some():

@@ -3,8 +3,8 @@ import copy
 import numpy as np
 from PIL import Image
 
-from isouq.report.figures import metric_bars, score_distributions
-from isouq.report.paper_qa import paper_qa_tables
+from isouq.study.report.figures import metric_bars, score_distributions
+from isouq.study.report.paper_qa import paper_qa_tables
 
 from .conftest import synth_rows
 

@@ -4,8 +4,8 @@ import json
 import pytest
 
 from isouq.errors import DataError
-from isouq.report import build_report
-from isouq.report.inputs import collect, is_report_dir, load_results, read_rows
+from isouq.study.report import build_report
+from isouq.study.report.inputs import collect, is_report_dir, load_results, read_rows
 
 from .conftest import FAST, make_experiment_dir, make_qa_dir, synth_rows, write_jsonl
 
@@ -107,7 +107,7 @@ def _studies(root, *, prefixed: bool = True):
     """The open study's rows of questions tqa-val-0000i (judge labels) and the short-answer
     study's rows of the same questions (alias-match labels), each with hand labels that
     disagree with the other study's on every question."""
-    from isouq.qa.short import LABEL, short_key
+    from isouq.study.qa.short import LABEL, short_key
 
     open_rows = synth_rows(n=8, models=("smollm2",), datasets=("triviaqa",))
     for i, r in enumerate(open_rows):
@@ -125,7 +125,7 @@ def _studies(root, *, prefixed: bool = True):
 
 def test_rows_of_the_open_and_the_short_study_of_one_question_do_not_collide(tmp_path):
     from isouq.evaluation.labels import gold_index, label_agreement
-    from isouq.report.evidence_section import split_evidence_rows
+    from isouq.study.report.evidence_section import split_evidence_rows
 
     open_rows, short_rows = _studies(tmp_path)
     found = collect([tmp_path / "qa", tmp_path / "qa_short"])
@@ -152,7 +152,7 @@ def test_settings_show_no_absolute_path_of_this_machine():
     working directory, or as their last two components."""
     from pathlib import Path
 
-    from isouq.report.sections import _scalar
+    from isouq.study.report.sections import _scalar
 
     inside = str(Path.cwd() / "results" / "x.json")
     assert _scalar(inside) == "results/x.json"

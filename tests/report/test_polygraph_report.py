@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from isouq.errors import DataError
-from isouq.report import build_report
-from isouq.report.polygraph import (
+from isouq.study.report import build_report
+from isouq.study.report.polygraph import (
     load_polygraph,
     polygraph_files,
     polygraph_tables,

@@ -1,9 +1,9 @@
 import pytest
 
-from isouq.evaluation import study_tables
-from isouq.report.document import Table
-from isouq.report.paper_qa import paper_qa_tables
-from isouq.report.tables import (
+from isouq.study.analysis import study_tables
+from isouq.study.report.document import Table
+from isouq.study.report.paper_qa import paper_qa_tables
+from isouq.study.report.tables import (
     align_columns,
     format_p,
     format_std,

@@ -75,7 +75,7 @@ def test_stop_strings_cut_the_answer(client):
 
 def test_score_pairs_as_score_sequences_scores_them(client, lm):
     import isouq
-    from isouq.qa.prompts import qa_prompt
+    from isouq.llm.prompts import qa_prompt
 
     model, tok = lm
     pairs = [{"prompt": "what is the capital of france", "answer": "paris", "key": "a"},

@@ -69,7 +69,7 @@ def test_concurrent_scores_are_batched_and_equal_to_scoring_alone(batched, lm):
 
 
 def test_concurrent_chats_are_batched_and_equal_to_answering_alone(batched, lm):
-    from isouq.qa.generation import generate_greedy
+    from isouq.llm.generation import generate_greedy
 
     url, app = batched
     model, tok = lm

@@ -2,7 +2,7 @@
 
 Every model is an ``nn.Sequential`` of ``Linear`` layers with ``Tanh`` between them, described by
 an :class:`MLPSpec`. The parameter layout (names ``"0.weight"``, ``"0.bias"``, ``"2.weight"``, …,
-weights stored (out, in)) is the one :mod:`isouq.reference.jax_models` mirrors, so a flat
+weights stored (out, in)) is the one :mod:`isouq.study.reference.jax_models` mirrors, so a flat
 parameter vector moves between torch and the NumPyro references unchanged
 (``torch.nn.utils.parameters_to_vector`` order).
 

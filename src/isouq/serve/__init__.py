@@ -5,7 +5,7 @@ The parts, each in its own module (docs/serve.md is the user's guide):
 - :mod:`~isouq.serve.config`: :class:`ServeSettings`, the limits and batching settings (fixed at
   start; no request can change them or make the server load anything).
 - :mod:`~isouq.serve.engine`: the model-side work of one micro-batch: prompts built and
-  checked against the limits, greedy or sampled answers (``qa.generation``, the decoding of
+  checked against the limits, greedy or sampled answers (``llm.generation``, the decoding of
   ``isouq ask``), every answer of the batch scored by one ``score_sequences`` call, P(correct)
   from a calibration.
 - :mod:`~isouq.serve.batcher`: the bounded queue and the one worker thread that owns the model

@@ -385,7 +385,7 @@ def create_app(engine, settings: ServeSettings, *, batcher: Batcher | None = Non
 
     @app.post("/v1/ask", dependencies=[Depends(authorized)])
     async def ask(body: AskRequest, request: Request):
-        from ..qa.prompts import DEFAULT_STOP
+        from ..llm.prompts import DEFAULT_STOP
 
         max_tokens = body.max_tokens or min(settings.max_new_tokens, 50)
         if max_tokens > settings.max_new_tokens:

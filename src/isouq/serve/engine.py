@@ -7,7 +7,7 @@ A batch holds jobs of two kinds:
   ``score_sequences`` with the server's parameter set);
 - :class:`GenerateJob`: prompts to answer (chat messages through the model's chat template, a
   plain completion prompt, or a question in the QA prompt of ``isouq ask``), decoded by
-  ``qa.generation`` (greedy at temperature 0, else sampled with the request's seed), then
+  ``llm.generation`` (greedy at temperature 0, else sampled with the request's seed), then
   scored like ``isouq ask`` scores its answers (the prompt and the answer's token ids).
 
 :meth:`Engine.run` checks every job against the limits, decodes the generation jobs (jobs with
@@ -212,8 +212,8 @@ class Engine:
         return prompt, pair.answer, len(enc.prompt), len(enc.answer)
 
     def _prompt_text(self, kind: str, value, where: str) -> str:
+        from ..llm.prompts import qa_prompt
         from ..models.info import has_chat_template
-        from ..qa.prompts import qa_prompt
 
         if kind == "text":
             return str(value)
@@ -232,7 +232,7 @@ class Engine:
 
     def _prepare_generate(self, job: GenerateJob) -> list[tuple[str, int]]:
         """(prompt text, prompt tokens) of each of the job's prompts, or a RequestError."""
-        from ..qa.prompts import encode_prompt
+        from ..llm.prompts import encode_prompt
 
         out = []
         for i, (kind, value) in enumerate(job.prompts):
@@ -319,8 +319,8 @@ class Engine:
         return outcomes
 
     def _decode(self, jobs: list[GenerateJob], prepared: list[list[tuple[str, int]]]):
-        """Per job, per prompt, the job's n choices (``qa.generation.Generation``)."""
-        from ..qa.generation import generate_greedy, sample_completions
+        """Per job, per prompt, the job's n choices (``llm.generation.Generation``)."""
+        from ..llm.generation import generate_greedy, sample_completions
 
         first = jobs[0]
         prompts = [text for p in prepared for text, _ in p]

@@ -1,0 +1,794 @@
+"""The measured tables of the user docs, generated from the kept result files.
+
+A page of ``docs/`` (or ``README.md``) marks a generated table with two HTML comments, which the
+site does not show::
+
+    <!-- table: NAME -->
+    | generated | table |
+    |---|---|
+    <!-- /table -->
+
+Everything between the markers belongs to the generator: ``NAME`` is a key of :data:`TABLES`,
+a small function that reads kept JSON files (its ``sources``, relative to the repository root)
+and returns a Markdown table. So a number in such a table is the file's number, and a table
+cannot drift from its file unnoticed:
+
+    python -m isouq.study.report.docs_tables --write   # regenerate every marked block
+    python -m isouq.study.report.docs_tables --check   # exit 1, naming each stale block
+
+``tests/report/test_docs_tables.py`` runs the check on the real docs. Prose around a table is
+not generated: keep it to what the table shows, or cite the file.
+
+This module reads result files only; it never runs a model or an experiment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ...runio import latest_by_key, markdown_grid, read_jsonl
+
+OPEN = re.compile(r"^\s*<!--\s*table:\s*(?P<name>[A-Za-z0-9_.-]+)\s*-->\s*$")
+CLOSE = re.compile(r"^\s*<!--\s*/table\s*-->\s*$")
+MISSING = "–"
+
+
+@dataclass(frozen=True)
+class DocTable:
+    """One generated table: its name, the kept files it reads, and the function that renders it
+    (repository root → Markdown table)."""
+
+    name: str
+    sources: tuple[str, ...]
+    render: Callable[[Path], str]
+    doc: str = ""
+
+
+TABLES: dict[str, DocTable] = {}
+
+
+def register(name: str, *sources: str):
+    """Decorator: add ``fn(root) -> markdown`` to :data:`TABLES` under ``name``."""
+    def add(fn: Callable[[Path], str]) -> Callable[[Path], str]:
+        if name in TABLES:
+            raise ValueError(f"table {name!r} is registered twice")
+        TABLES[name] = DocTable(name, tuple(sources), fn, (fn.__doc__ or "").strip())
+        return fn
+    return add
+
+
+def render(name: str, root: str | Path = ".") -> str:
+    """The Markdown of table ``name`` from the files under ``root`` (ends with one newline)."""
+    if name not in TABLES:
+        raise KeyError(f"no generated table named {name!r}; known: {', '.join(sorted(TABLES))}")
+    return TABLES[name].render(Path(root)).rstrip("\n") + "\n"
+
+
+# --------------------------------------------------------------------------- number formats
+
+
+def sig(x, n: int = 3) -> str:
+    """``x`` to ``n`` significant digits, fixed-point, thousands separated (1,260; 0.0869;
+    200); None or NaN as ``–``."""
+    if x is None or isinstance(x, bool):
+        return MISSING
+    x = float(x)
+    if not math.isfinite(x):
+        return MISSING
+    if x == 0:
+        return "0"
+    e = math.floor(math.log10(abs(x)))
+    d = n - 1 - e
+    r = round(x, d)
+    if r != 0 and math.floor(math.log10(abs(r))) != e:  # 9.996 → 10.0: one digit fewer
+        d -= 1
+        r = round(x, d)
+    return f"{r:,.{max(d, 0)}f}".replace("-", "−")
+
+
+def fixed(x, digits: int) -> str:
+    """``x`` with ``digits`` decimals (a minus sign as −); None or NaN as ``–``."""
+    if x is None or not math.isfinite(float(x)):
+        return MISSING
+    return f"{float(x):,.{digits}f}".replace("-", "−")
+
+
+def interval(r: Mapping, digits: int = 3) -> str:
+    """``auroc [ci_low, ci_high]`` of a row."""
+    return (f"{fixed(r['auroc'], digits)} [{fixed(r['ci_low'], digits)}, "
+            f"{fixed(r['ci_high'], digits)}]")
+
+
+def _json(root: Path, rel: str):
+    path = root / rel
+    try:
+        return json.loads(path.read_text("utf-8"))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{rel}: the kept file a generated table reads is missing") from None
+
+
+def _grid(columns: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    return markdown_grid(list(columns), [list(r) for r in rows])
+
+
+# --------------------------------------------------------------------------- block markers
+
+
+@dataclass(frozen=True)
+class Block:
+    """A marked block of a page: the table's name, the 0-based line of its opening marker and
+    of its closing marker."""
+
+    name: str
+    open_line: int
+    close_line: int
+
+
+def find_blocks(text: str, where: str = "<text>") -> list[Block]:
+    """The marked blocks of a page, in order; a marker without its partner, or a block inside a
+    block, is a ``ValueError`` naming the line."""
+    blocks, start = [], None
+    for i, line in enumerate(text.splitlines()):
+        m = OPEN.match(line)
+        if m:
+            if start is not None:
+                raise ValueError(f"{where}:{i + 1}: table block opened inside the block of "
+                                 f"line {start[1] + 1}; close that one first (<!-- /table -->)")
+            start = (m["name"], i)
+        elif CLOSE.match(line):
+            if start is None:
+                raise ValueError(f"{where}:{i + 1}: <!-- /table --> with no <!-- table: NAME --> "
+                                 "before it")
+            blocks.append(Block(start[0], start[1], i))
+            start = None
+    if start is not None:
+        raise ValueError(f"{where}:{start[1] + 1}: <!-- table: {start[0]} --> is never closed "
+                         "(add <!-- /table --> after the table)")
+    return blocks
+
+
+def block_body(markdown: str) -> list[str]:
+    """The lines a block holds between its markers: the table's lines (an HTML comment line
+    next to a table is read apart from it, on the site and on GitHub)."""
+    return markdown.strip("\n").splitlines()
+
+
+def _trimmed(lines: list[str]) -> list[str]:
+    """``lines`` without blank lines at either end (a block may keep a blank line around its
+    table: the content is what counts)."""
+    lo, hi = 0, len(lines)
+    while lo < hi and not lines[lo].strip():
+        lo += 1
+    while hi > lo and not lines[hi - 1].strip():
+        hi -= 1
+    return lines[lo:hi]
+
+
+def replace_blocks(text: str, make: Callable[[str], str],
+                   where: str = "<text>") -> tuple[str, list[Block]]:
+    """``text`` with every marked block's content replaced by ``make(name)``, and the blocks
+    whose content changed (stale ones). Lines outside the blocks are kept byte for byte."""
+    lines = text.splitlines(keepends=True)
+    newline = "\r\n" if lines and lines[0].endswith("\r\n") else "\n"
+    out: list[str] = []
+    stale: list[Block] = []
+    at = 0
+    for b in find_blocks(text, where):
+        out += lines[at:b.open_line + 1]
+        body = lines[b.open_line + 1:b.close_line]
+        new = block_body(make(b.name))
+        if _trimmed([ln.rstrip("\r\n") for ln in body]) != new:
+            stale.append(b)
+            out += [ln + newline for ln in new]
+        else:
+            out += body
+        at = b.close_line
+    out += lines[at:]
+    return "".join(out), stale
+
+
+# --------------------------------------------------------------------------- pages
+
+
+def pages(root: str | Path = ".") -> list[Path]:
+    """The pages that may hold generated tables: README.md and docs/*.md."""
+    root = Path(root)
+    return [p for p in [root / "README.md", *sorted((root / "docs").glob("*.md"))] if p.exists()]
+
+
+def _sweep(root: Path, write: bool) -> list[str]:
+    cache: dict[str, str] = {}
+
+    def make(name: str) -> str:
+        if name not in cache:
+            cache[name] = render(name, root)
+        return cache[name]
+
+    messages = []
+    for page in pages(root):
+        rel = page.relative_to(root).as_posix()
+        text = page.read_text("utf-8")
+        new, stale = replace_blocks(text, make, rel)
+        for b in stale:
+            src = ", ".join(TABLES[b.name].sources)
+            messages.append(f"{rel}:{b.open_line + 1}: table {b.name} "
+                            f"{'rewritten' if write else 'differs from'} {src}")
+        if write and new != text:
+            page.write_text(new, "utf-8")
+    return messages
+
+
+def check(root: str | Path = ".") -> list[str]:
+    """One message per marked block whose content is not what its files give (empty: all
+    current)."""
+    return _sweep(Path(root), write=False)
+
+
+def write(root: str | Path = ".") -> list[str]:
+    """Regenerate every marked block in place; one message per block rewritten."""
+    return _sweep(Path(root), write=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m isouq.study.report.docs_tables",
+        description="Regenerate (--write) or verify (--check) the tables of README.md and "
+                    "docs/*.md marked <!-- table: NAME --> … <!-- /table -->.")
+    act = ap.add_mutually_exclusive_group(required=True)
+    act.add_argument("--check", action="store_true", help="exit 1 if a marked table is stale")
+    act.add_argument("--write", action="store_true", help="rewrite every marked table")
+    act.add_argument("--show", metavar="NAME", help="print one table (any registered name)")
+    act.add_argument("--list", action="store_true", help="the registered tables and their files")
+    ap.add_argument("--root", default=".", help="the repository root (default: .)")
+    a = ap.parse_args(argv)
+    try:
+        if a.list:
+            for t in TABLES.values():
+                print(f"{t.name}: {', '.join(t.sources)}")
+            return 0
+        if a.show:
+            print(render(a.show, a.root), end="")
+            return 0
+        messages = write(a.root) if a.write else check(a.root)
+    except (KeyError, ValueError, FileNotFoundError) as e:
+        print(f"docs_tables: {e.args[0] if e.args else e}", file=sys.stderr)
+        return 2
+    for m in messages:
+        print(m)
+    if a.check and messages:
+        print(f"{len(messages)} stale table(s): run python -m isouq.study.report.docs_tables --write",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+# =========================================================================== the tables
+# Speed and memory (docs/performance.md)
+
+SCORE_SEQUENCES = "benchmarks/results/score_sequences.json"
+
+
+def _rows_by(d: Mapping, *keys: str) -> dict:
+    return {tuple(r[k] for k in keys): r for r in d["rows"]}
+
+
+@register("score_sequences", SCORE_SEQUENCES)
+def _score_sequences(root: Path) -> str:
+    """Seconds per answer of every method, SmolLM2 on a 2-core CPU, median of the rounds."""
+    d = _json(root, SCORE_SEQUENCES)
+    by = _rows_by(d, "batch", "method")
+    ratios = {r["batch"]: r for r in d["ratios"]}
+    rows = []
+    for batch in sorted({b for b, _ in by}):
+        s = {m: by[(batch, m)] for b, m in by if b == batch}
+        rq = ratios[batch]
+        rows.append([
+            str(batch), *(f"{sig(s[m]['seconds_per_answer'])} s"
+                          for m in ("forward", "floor", "full_backward", "loop")),
+            f"**{sig(s['ghost']['seconds_per_answer'])} s**", f"**{sig(rq['loop/ghost'])}×**",
+            f"{sig(rq['ghost/floor'])} ({rq['ghost/floor by round']})",
+            f"{fixed(s['ghost']['peak_rss_gib'], 1)} GiB ({fixed(s['floor']['peak_rss_gib'], 1)})",
+        ])
+    return _grid(["batch", "forward only", "floor (fwd + activation-only bwd)", "fwd + full bwd",
+                  "loop (paper)", "**ghost (isouq)**", "loop / ghost", "ghost / floor (by round)",
+                  "peak RSS ghost (floor)"], rows)
+
+
+SCORE_SEQUENCES_WARM3 = "benchmarks/results/score_sequences_warm3.json"
+
+
+@register("score_sequences_warm3", SCORE_SEQUENCES_WARM3)
+def _score_sequences_warm3(root: Path) -> str:
+    """floor and ghost only, three untimed calls before seven timed ones per process."""
+    d = _json(root, SCORE_SEQUENCES_WARM3)
+    by = _rows_by(d, "batch", "method")
+    ratios = {r["batch"]: r for r in d["ratios"]}
+    rows = []
+    for batch in sorted({b for b, _ in by}):
+        f, g, rq = by[(batch, "floor")], by[(batch, "ghost")], ratios[batch]
+        rows.append([str(batch), f"{sig(f['seconds_per_answer'])} s",
+                     f"**{sig(g['seconds_per_answer'])} s**",
+                     f"**{sig(rq['ghost/floor'])}** ({rq['ghost/floor by round']})",
+                     f"{fixed(g['peak_rss_gib'], 1)} GiB ({fixed(f['peak_rss_gib'], 1)})"])
+    return _grid(["batch", "floor", "**ghost**", "ghost / floor (by round)",
+                  "peak RSS ghost (floor)"], rows)
+
+
+LONG_PROMPTS = tuple(f"benchmarks/results/score_sequences_t{t}.json" for t in (64, 256, 1024, 2048))
+
+
+@register("long_prompts", *LONG_PROMPTS)
+def _long_prompts(root: Path) -> str:
+    """Seconds per answer against the prompt length (few-shot context), SmolLM2, 2 threads."""
+    rows = []
+    for rel in LONG_PROMPTS:
+        d = _json(root, rel)
+        by = {r["method"]: r for r in d["rows"]}
+        rq = d["ratios"][0]
+        f, g, lo = by["floor"], by["ghost"], by["loop"]
+        rows.append([f"{g['tokens_padded']:,}", str(g["batch"]), f"{sig(f['seconds_per_answer'])} s",
+                     f"**{sig(g['seconds_per_answer'])} s**", f"{sig(lo['seconds_per_answer'])} s",
+                     f"**{sig(rq['loop/ghost'], 2)}×**", sig(rq["ghost/floor"]),
+                     " / ".join(fixed(r["peak_rss_gib"], 1) for r in (f, g, lo))])
+    return _grid(["tokens per row", "batch", "floor", "**ghost**", "loop", "loop / ghost",
+                  "ghost / floor", "peak RSS (GiB) floor / ghost / loop"], rows)
+
+
+CUDA = "benchmarks/results/score_sequences_cuda.json"
+CUDA_SYNC = "benchmarks/results/score_sequences_cuda_after_sync_fix.json"
+CUDA_BF16 = "benchmarks/results/score_sequences_cuda_bf16.json"
+
+
+def _ms(x: float) -> str:
+    return f"{sig(1000 * x)} ms"
+
+
+@register("score_sequences_cuda", CUDA, CUDA_SYNC)
+def _score_sequences_cuda(root: Path) -> str:
+    """H200, float32: forward and loop from the first file, floor and ghost from the second."""
+    first, ours = _rows_by(_json(root, CUDA), "batch", "method"), _rows_by(
+        _json(root, CUDA_SYNC), "batch", "method")
+    rows = []
+    for batch in sorted({b for b, _ in ours}):
+        fw, lo = first[(batch, "forward")], first[(batch, "loop")]
+        f, g = ours[(batch, "floor")], ours[(batch, "ghost")]
+        sf, sg, sl = f["seconds_per_answer"], g["seconds_per_answer"], lo["seconds_per_answer"]
+        rows.append([str(batch), _ms(fw["seconds_per_answer"]), _ms(sf), _ms(sl),
+                     f"**{_ms(sg)}**", f"**{sig(sl / sg, 2)}×**", sig(sg / sf),
+                     f"{fixed(g['peak_rss_gib'], 1)} ({fixed(f['peak_rss_gib'], 1)})"])
+    return _grid(["batch", "forward", "floor", "loop (paper)", "**ghost**", "loop / ghost",
+                  "ghost / floor", "peak GiB ghost (floor)"], rows)
+
+
+@register("score_sequences_cuda_bf16", CUDA_BF16, CUDA)
+def _score_sequences_cuda_bf16(root: Path) -> str:
+    """H200, bfloat16 beside float32 of the same engine (both files)."""
+    half, full = _rows_by(_json(root, CUDA_BF16), "batch", "method"), _rows_by(
+        _json(root, CUDA), "batch", "method")
+    rows = []
+    for batch in sorted({b for b, _ in half}):
+        for dtype, by in (("float32", full), ("bfloat16", half)):
+            f, g = by[(batch, "floor")], by[(batch, "ghost")]
+            rows.append([str(batch), dtype, _ms(f["seconds_per_answer"]),
+                         _ms(g["seconds_per_answer"]),
+                         sig(g["seconds_per_answer"] / f["seconds_per_answer"]),
+                         f"{fixed(g['peak_rss_gib'], 1)} ({fixed(f['peak_rss_gib'], 1)})"])
+    return _grid(["batch", "dtype", "floor", "ghost", "ghost / floor", "peak GiB ghost (floor)"],
+                 rows)
+
+
+PEER_OPACUS = "benchmarks/results/peer_opacus_b16_t128.json"
+
+
+@register("peer_opacus", PEER_OPACUS)
+def _peer_opacus(root: Path) -> str:
+    """isouq's GhostNorms beside Opacus's ghost and fast gradient clipping (CPU, 2 threads)."""
+    names = {"floor": "floor (fwd + activation-only bwd)", "isouq": "**isouq `GhostNorms`**",
+             "opacus_ghost": "Opacus ghost clipping", "opacus_fgc": "Opacus fast gradient clipping"}
+    rows = []
+    for r in _json(root, PEER_OPACUS)["rows"]:
+        bold = r["method"] == "isouq"
+        s = f"{r['seconds']:.3f}"
+        diff = r.get("max_rel_diff_vs_isouq")
+        rows.append([names.get(r["method"], r["method"]), f"**{s}**" if bold else s,
+                     f"**{r['over_floor']:.2f}**" if bold else f"{r['over_floor']:.2f}",
+                     f"{r['over_isouq']:.2f}", f"{r['peak_rss_gib']:.2f} GiB",
+                     f"{diff:.1e}" if diff else ""])
+    return _grid(["method", "s / batch", "× floor", "× isouq", "peak RSS",
+                  "‖gᵢ‖² vs isouq (max rel. diff.)"], rows)
+
+
+MEMORY_REPEAT = "benchmarks/results/memory_repeat_ghost.json"
+
+
+@register("memory_repeat", MEMORY_REPEAT)
+def _memory_repeat(root: Path) -> str:
+    """Resident memory after each of repeated ghost calls on the same answers."""
+    trace = _json(root, MEMORY_REPEAT)["trace"]
+    return _grid(["call", *(str(t["call"]) for t in trace)],
+                 [["RSS (GiB)", *(f"{t['rss_gib']:.2f}" for t in trace)],
+                  ["live tensors", *(str(t["live_tensors"]) for t in trace)]])
+
+
+MEMORY_PLAN = "benchmarks/results/memory_plan.json"
+
+
+@register("memory_plan", MEMORY_PLAN)
+def _memory_plan(root: Path) -> str:
+    """Predicted against measured working memory of ``score_sequences`` per configuration."""
+    rows = sorted(_json(root, MEMORY_PLAN)["rows"],
+                  key=lambda r: (r["role"] != "calibrate", r["model"], r["method"], r["dtype"],
+                                 r["batch"], r["length"]))
+    return _grid(["model", "role", "method", "dtype", "N", "L", "measured MiB", "predicted MiB",
+                  "ratio"],
+                 [[r["model"], r["role"], r["method"], r["dtype"], str(r["batch"]),
+                   str(r["length"]), f"{r['measured_mib']:,.1f}", f"{r['predicted_mib']:,.1f}",
+                   f"{r['ratio']:.2f}"] for r in rows])
+
+
+PAPER_SIZES = "benchmarks/results/paper_sizes_cuda_bf16.json"
+PAPER_SIZES_COLUMNS = ("model", "params_B", "batch", "floor s/answer", "full_backward s/answer",
+                       "ghost s/answer", "ghost/floor", "ghost/(fwd+full bwd)", "ghost peak GiB",
+                       "paper s/answer")
+
+
+@register("paper_sizes", PAPER_SIZES)
+def _paper_sizes(root: Path) -> str:
+    """The paper's four LLM architectures (random weights, bfloat16, one GPU): floor, forward +
+    full backward and ghost per batch size, 3 significant digits (``format(x, ".3g")``)."""
+    def cell(v) -> str:
+        if isinstance(v, str):
+            return v
+        if isinstance(v, int) and not isinstance(v, bool):
+            return str(v)
+        return MISSING if v is None else format(float(v), ".3g")
+
+    rows = [[cell(r.get(c)) for c in PAPER_SIZES_COLUMNS]
+            for r in _json(root, PAPER_SIZES)["table"]]
+    return _grid(PAPER_SIZES_COLUMNS, rows)
+
+
+# --------------------------------------------------------------------------- the scaling study
+
+HMC_COST = "results/scaling/cost.json"
+SCALING = "results/scaling/results.json"
+
+
+@register("hmc_cost_measured", HMC_COST)
+def _hmc_cost_measured(root: Path) -> str:
+    """Short HMC runs and bare gradients per width, as ``scripts/hmc_cost.py`` measured them."""
+    rows = [[f"MLP({m['width']},{m['width']})", f"{m['n_params']:,}", sig(m["gradient_ms"]),
+             sig(m["sampler_ms_per_step"]), sig(m["sampler_ms_per_step"] / m["gradient_ms"]),
+             sig(m["short_run_steps_per_iteration"])]
+            for m in _json(root, HMC_COST)["measured"]]
+    return _grid(["size", "D", "gradient ms", "sampler ms / leapfrog step",
+                  "step / gradient", "steps / iteration (30 warmup iterations)"], rows)
+
+
+@register("hmc_cost_projection", HMC_COST)
+def _hmc_cost_projection(root: Path) -> str:
+    """The projected cost of a full size (2,000 iterations, 2 chains) from the same file."""
+    rows = [[f"MLP({p['width']},{p['width']})", f"{p['n_params']:,}", sig(p["ms_per_step"]),
+             sig(p["steps_per_iteration"]), sig(p["wall_hours_2_cores"]), sig(p["cpu_hours"])]
+            for p in _json(root, HMC_COST)["projection"]]
+    return _grid(["size", "D", "ms / step", "steps / iteration", "wall hours (2 cores)",
+                  "CPU-hours"], rows)
+
+
+@register("hmc_in_progress", SCALING)
+def _hmc_in_progress(root: Path) -> str:
+    """The last progress record of an HMC size still sampling (``hmc_in_progress``)."""
+    rows = [[r["model"], f"{r['n_params']:,}", r["status"], r["iterations"],
+             sig(r["hours_so_far"]), sig(r["ms_per_leapfrog_step"]),
+             sig(r["hours_left_at_recent_rate"]), r["as_of"]]
+            for r in _json(root, SCALING)["tables"].get("hmc_in_progress", [])]
+    return _grid(["size", "D", "status", "iterations", "hours so far", "ms / leapfrog step",
+                  "hours left at the recent rate", "recorded"], rows)
+
+
+# --------------------------------------------------------------------------- results.md
+
+VALIDATION = "results/validation/results.json"
+VI_FAN_IN = "results/scaling_vi_fan_in/results.json"
+PROXY_2D = "results/proxy_bias_2d/results.json"
+PROXY_TEXT = "results/proxy_bias_text/results.json"
+QA_REPORT = "results/report/report.json"
+QA_ROWS = "results/qa"
+# The paper's Table 3 (tab:qa-results): mean AUROC over Llama 2 7B, Llama 3.2 3B, OLMo 1B and
+# Phi-4, 300 bootstrap runs. Not a kept file: the paper's own numbers, for comparison.
+PAPER_QA = {"truthfulqa": {"Epi. & Alea.": 0.63, "Alea.": 0.60, "Epi.": 0.55, "P(True)": 0.55,
+                           "Sem. Ent.": 0.54, "Naive Ent.": 0.51},
+            "triviaqa": {"Epi. & Alea.": 0.61, "Alea.": 0.60, "Epi.": 0.52, "P(True)": 0.69,
+                         "Sem. Ent.": 0.55, "Naive Ent.": 0.52}}
+QA_METHODS = ("Epi. & Alea.", "Alea.", "Epi.", "p̄", "P(True)", "Sem. Ent.", "Naive Ent.")
+QA_HEADERS = ("Epi. & Alea.", "Alea.", "Epi.", "p̄", "P(True)", "SE", "naive entropy")
+DATASETS = {"truthfulqa": "TruthfulQA", "triviaqa": "TriviaQA"}
+MODELS = {"smollm2": "SmolLM2-135M", "gemma3-270m": "Gemma 3 270M",
+          "qwen2.5-coder-0.5b": "Qwen2.5-Coder-0.5B"}
+
+
+def _by(rows: Iterable[Mapping], *keys: str) -> dict:
+    return {tuple(r[k] for k in keys) if len(keys) > 1 else r[keys[0]]: r for r in rows}
+
+
+def _paper(x) -> str:
+    return f"{x:g}".replace("-", "−")
+
+
+def _section(report: Mapping, sid: str) -> Mapping:
+    for s in report["sections"]:
+        if s["id"] == sid:
+            return s["tables"]
+    raise KeyError(f"{QA_REPORT} has no section {sid!r}")
+
+
+def _validation_rows(root: Path) -> tuple[dict, dict, dict, dict]:
+    v = _json(root, VALIDATION)
+    ours = _by([r for r in v["tables"]["epistemic"] if r["class"] in ("all", "overall")], "problem")
+    paper = _by(v["paper"]["epistemic"], "problem")
+    return ours, paper, _by(v["tables"]["hessian"], "problem"), _by(v["paper"]["hessian"], "problem")
+
+
+def _scaling_rows(root: Path) -> tuple[dict, dict]:
+    s = _json(root, SCALING)
+    return _by(s["tables"]["hmc"], "n_params"), _by(s["paper"]["hmc"], "n_params")
+
+
+def _qa_mean_auroc(root: Path) -> dict:
+    return _by(_section(_json(root, QA_REPORT), "qa-study")["auroc"], "method")
+
+
+@register("results_headline", VALIDATION, SCALING, VI_FAN_IN, PROXY_2D, PROXY_TEXT, QA_REPORT)
+def _results_headline(root: Path) -> str:
+    """Our headline numbers beside the paper's (docs/results.md)."""
+    ours, paper, _, _ = _validation_rows(root)
+    hmc, paper_hmc = _scaling_rows(root)
+    vi = [r["gn_rho"] for r in _json(root, VI_FAN_IN)["tables"]["vi"]]
+    vi_n = [r["n_params"] for r in _json(root, VI_FAN_IN)["tables"]["vi"]]
+    p2 = _json(root, PROXY_2D)
+    d2, d2p = _by(p2["tables"]["symmetry"], "problem"), _by(p2["paper"]["symmetry"], "problem")
+    pt = _json(root, PROXY_TEXT)
+    ct, ctp = (_by(pt["tables"]["correlation_vs_full"], "covariance"),
+               _by(pt["paper"]["correlation_vs_full"], "covariance"))
+    qa = _qa_mean_auroc(root)
+    rows = []
+    for problem, what in (("binary_linear", "binary linear"), ("binary_xor", "XOR"),
+                          ("binary_rings", "binary rings"),
+                          ("multiclass_clusters", "4-class clusters"),
+                          ("multiclass_rings", "4-class rings"),
+                          ("multiclass_spirals", "4-class spirals"),
+                          ("regression_linear", "linear regression"),
+                          ("regression_nonlinear", "nonlinear regression")):
+        r = ours[problem]
+        val = (f"{fixed(r['gn_rho'], 2)} ± {fixed(r['gn_rho_std'], 2)}" if r["gn_rho_std"] >= 0.005
+               else fixed(r["gn_rho"], 3))
+        rows.append([f"GN vs HMC Spearman ρ, {what} (mean of {r['n_seeds']} seeds)",
+                     _paper(paper[problem]["gn_rho"]), val, f"`{Path(VALIDATION).parent}`"])
+    sizes = (17412, 67588, 266244)
+    rows.append(["GN vs HMC Spearman ρ, MLPs of " + " / ".join(f"{n:,}" for n in sizes)
+                 + " parameters", " / ".join(_paper(paper_hmc[n]["gn_rho"]) for n in sizes),
+                 " / ".join(fixed(hmc[n]["gn_rho"], 2) for n in sizes),
+                 f"`{Path(SCALING).parent}`"])
+    rows.append([f"GN vs VI Spearman ρ, {min(vi_n):,} to {max(vi_n) / 1e6:.2f}M parameters "
+                 "(fan-in prior)", "≥ 0.96", f"{fixed(min(vi), 3)}–{fixed(max(vi), 3)}",
+                 f"`{Path(VI_FAN_IN).parent}`"])
+    probs = ("linear", "xor", "rings")
+    rows.append(["proxy bias 2D, Cohen's d of log(U_A/U_B): linear, XOR, rings",
+                 ", ".join(fixed(d2p[p]["cohens_d"], 1) for p in probs),
+                 ", ".join(fixed(d2[p]["cohens_d"], 1) for p in probs), f"`{Path(PROXY_2D).parent}`"])
+    covs = ("representative", "identity")
+    rows.append(["proxy bias text, Spearman ρ vs full Hessian: representative, identity",
+                 ", ".join(fixed(ctp[c]["spearman"], 3) for c in covs),
+                 ", ".join(fixed(ct[c]["spearman"], 3) for c in covs),
+                 f"`{Path(PROXY_TEXT).parent}`"])
+    rows.append(["TruthfulQA AUROC, Epi. & Alea. (mean over models, judge labels)",
+                 f"{_paper(PAPER_QA['truthfulqa']['Epi. & Alea.'])} (four models, 1B–14B)",
+                 f"{fixed(qa['Epi. & Alea.']['truthfulqa'], 2)} (three models, 135M–630M; "
+                 "see below)", f"`{QA_ROWS}`"])
+    rows.append(["TruthfulQA AUROC, p̄ (mean token probability; same rows)", "–",
+                 fixed(qa["p̄"]["truthfulqa"], 2), f"`{QA_ROWS}`"])
+    return _grid(["what", "paper", "isouq", "kept run"], rows)
+
+
+@register("readme_results", VALIDATION, SCALING, VI_FAN_IN, PROXY_2D, PROXY_TEXT, QA_REPORT)
+def _readme_results(root: Path) -> str:
+    """The README's table of our numbers beside the paper's."""
+    ours, paper, hess, hess_p = _validation_rows(root)
+    hmc, paper_hmc = _scaling_rows(root)
+    vi = _json(root, VI_FAN_IN)["tables"]["vi"]
+    p2 = _json(root, PROXY_2D)
+    d2, d2p = _by(p2["tables"]["symmetry"], "problem"), _by(p2["paper"]["symmetry"], "problem")
+    pt = _json(root, PROXY_TEXT)
+    ct, ctp = (_by(pt["tables"]["correlation_vs_full"], "covariance"),
+               _by(pt["paper"]["correlation_vs_full"], "covariance"))
+    qa = _qa_mean_auroc(root)
+    problems = ("binary_linear", "binary_xor", "multiclass_clusters", "regression_linear")
+    weak = ("binary_rings", "multiclass_rings", "multiclass_spirals", "regression_nonlinear")
+    n_seeds = ours["binary_linear"]["n_seeds"]
+
+    def rng(h):
+        return f"{sig(h['eig_min'], 3)}–{sig(h['eig_max'], 3)}"
+
+    sizes = (17412, 67588, 266244)
+    rows = [
+        ["GN vs HMC Spearman ρ: binary linear, XOR, 4-class clusters, linear regression "
+         f"(mean of {n_seeds} seeds)", ", ".join(_paper(paper[p]["gn_rho"]) for p in problems),
+         ", ".join(fixed(ours[p]["gn_rho"], 2 if ours[p]["gn_rho"] < 0.99 else 3)
+                   for p in problems)],
+        ["GN vs HMC Spearman ρ: binary rings, 4-class rings, 4-class spirals, nonlinear "
+         f"regression (mean of {n_seeds} seeds)", ", ".join(_paper(paper[p]["gn_rho"]) for p in weak),
+         ", ".join(fixed(ours[p]["gn_rho"], 2) for p in weak)],
+        [f"Hessian eigenvalue range, linear / nonlinear regression (mean of {n_seeds} seeds)",
+         " / ".join(f"{hess_p[p]['eig_min']:,.0f}–{hess_p[p]['eig_max']:,.0f}"
+                    for p in ("regression_linear", "regression_nonlinear")),
+         " / ".join(rng(hess[p]) for p in ("regression_linear", "regression_nonlinear"))],
+        ["GN vs HMC Spearman ρ, MLPs of " + " / ".join(f"{n:,}" for n in sizes)
+         + " parameters (scaling ladder)", " / ".join(_paper(paper_hmc[n]["gn_rho"]) for n in sizes),
+         " / ".join(fixed(hmc[n]["gn_rho"], 2) for n in sizes)],
+        [f"GN vs mean-field VI Spearman ρ, {min(r['n_params'] for r in vi):,} to "
+         f"{max(r['n_params'] for r in vi) / 1e6:.2f}M parameters (fan-in prior)", "≥ 0.96",
+         f"{fixed(min(r['gn_rho'] for r in vi), 3)}–{fixed(max(r['gn_rho'] for r in vi), 3)}"],
+        ["proxy bias 2D, Cohen's d of log(U_A/U_B): linear, XOR, rings",
+         ", ".join(fixed(d2p[p]["cohens_d"], 1) for p in ("linear", "xor", "rings")),
+         ", ".join(fixed(d2[p]["cohens_d"], 1) for p in ("linear", "xor", "rings"))],
+        ["proxy bias text, Spearman ρ with the full Hessian: representative proxy, identity",
+         ", ".join(fixed(ctp[c]["spearman"], 3) for c in ("representative", "identity")),
+         ", ".join(fixed(ct[c]["spearman"], 3) for c in ("representative", "identity"))],
+        ["TruthfulQA AUROC (mean over models; judge labels): Epi. & Alea., p̄",
+         f"{_paper(PAPER_QA['truthfulqa']['Epi. & Alea.'])}, – (four 1B–14B models)",
+         f"{fixed(qa['Epi. & Alea.']['truthfulqa'], 2)}, {fixed(qa['p̄']['truthfulqa'], 2)} "
+         "(three 135M–630M models)"],
+    ]
+    return _grid(["what", "paper", "isouq"], rows)
+
+
+@register("qa_study_auroc", QA_REPORT)
+def _qa_study_auroc(root: Path) -> str:
+    """Mean AUROC over the three models with the judge's labels, beside the paper's Table 3."""
+    qa = _qa_mean_auroc(root)
+    rows = [[DATASETS[ds], *(fixed(qa[m][ds], 2) for m in QA_METHODS)] for ds in DATASETS]
+    for ds in DATASETS:
+        p = PAPER_QA[ds]
+        rows.append([f"paper, {DATASETS[ds]} (Llama 2 7B, Llama 3.2 3B, OLMo 1B, Phi-4)",
+                     *(fixed(p[m], 2) if m in p else MISSING for m in QA_METHODS)])
+    return _grid(["dataset", *QA_HEADERS], rows)
+
+
+@register("qa_study_auroc_per_model", QA_REPORT, QA_ROWS)
+def _qa_study_auroc_per_model(root: Path) -> str:
+    """AUROC per model and dataset with the judge's labels; n and correct from the rows."""
+    per = _section(_json(root, QA_REPORT), "qa-study")["auroc_per_model"]
+    rows = []
+    for ds in DATASETS:
+        for model in MODELS:
+            r = next((x for x in per if x["dataset"] == ds and x["model"] == model), None)
+            if r is None:
+                continue
+            qa_rows = latest_by_key(read_jsonl(root / QA_ROWS / f"qa_{ds}__{model}.jsonl"))
+            n, correct = len(qa_rows), sum(bool(x.get("correct")) for x in qa_rows)
+            vals = [r.get(m) for m in QA_METHODS]
+            best = max(v for v in vals if v is not None)
+            rows.append([MODELS[model], DATASETS[ds], f"{n} ({correct})",
+                         *(MISSING if v is None else
+                           f"**{fixed(v, 2)}**" if v == best else fixed(v, 2) for v in vals)])
+    return _grid(["model", "dataset", "answers (correct)", *QA_HEADERS], rows)
+
+
+# --------------------------------------------------------------------------- qa-evidence.md
+
+EVIDENCE = "results/report_evidence/report.json"
+EVIDENCE_SETTINGS = (("qa-evidence-mc", "TruthfulQA MC1", "MC1"),
+                     ("qa-evidence-short", "TriviaQA short", "TriviaQA"))
+EVIDENCE_MODELS = {"smollm2": ("SmolLM2-135M-Instruct", "SmolLM2"),
+                   "gemma3-270m": ("Gemma 3 270M", "Gemma"),
+                   "qwen2.5-coder-0.5b": ("Qwen2.5-Coder-0.5B-Instruct", "Qwen")}
+EVIDENCE_SCORES = {"epistemic": "−epistemic ‖∇θ p̄‖²",
+                   "epistemic_log": "−epistemic_log ‖∇θ log p̄‖²", "mean_prob": "p̄",
+                   "aleatoric": "−aleatoric", "max_prob": "max option probability",
+                   "option_entropy": "−option entropy", "p_true": "P(True)",
+                   "naive_entropy": "−naive entropy", "semgrad": "−SemGrad",
+                   "lm_head_grad": "−lm_head gradient", "hybridgrad": "−HybridGrad"}
+
+
+@register("qa_evidence_counts", EVIDENCE)
+def _qa_evidence_counts(root: Path) -> str:
+    """Questions and correct answers per setting and model."""
+    report = _json(root, EVIDENCE)
+    rows = []
+    for sid, setting, _ in EVIDENCE_SETTINGS:
+        counts = _by(_section(report, sid)["counts"], "model")
+        for model, (name, _) in EVIDENCE_MODELS.items():
+            if model in counts:
+                c = counts[model]
+                rows.append([setting, name, str(c["n"]),
+                             f"{c['correct']} ({100 * c['accuracy']:.1f}%)"])
+    return _grid(["setting", "model", "questions", "correct"], rows)
+
+
+@register("qa_evidence_raw_auroc", EVIDENCE)
+def _qa_evidence_raw_auroc(root: Path) -> str:
+    """Raw AUROC of each score oriented as a confidence, 95% bootstrap interval, per model and
+    pooled, for both settings."""
+    report = _json(root, EVIDENCE)
+    columns, cells = [], {}
+    for sid, _, short in EVIDENCE_SETTINGS:
+        t = _section(report, sid)
+        for model, (_, name) in EVIDENCE_MODELS.items():
+            columns.append(f"{name} {short}")
+            for r in t["raw_auroc"]:
+                if r["model"] == model:
+                    cells[(r["score"], columns[-1])] = interval(r)
+        columns.append(f"pooled {short}")
+        for r in t["raw_pooled"]:
+            cells[(r["score"], columns[-1])] = interval(r)
+    rows = [[label, *(cells.get((score, c), MISSING) for c in columns)]
+            for score, label in EVIDENCE_SCORES.items()
+            if any((score, c) in cells for c in columns)]
+    return _grid(["score", *columns], rows)
+
+
+# --------------------------------------------------------------------------- qa long
+# (docs/qa-evidence.md, "Long answers: every sentence labelled")
+
+QA_LONG = "results/qa_long/results.json"
+QA_LONG_SETTINGS = ("composed", "generated")
+
+
+def _long_order(rows: Iterable[Mapping]) -> list[tuple[str, str]]:
+    """(setting, model) pairs of ``rows`` in the settings' and the models' order."""
+    models = list(EVIDENCE_MODELS)
+    have = {(r["setting"], r["model"]) for r in rows}
+    return sorted(have, key=lambda k: (QA_LONG_SETTINGS.index(k[0]) if k[0] in QA_LONG_SETTINGS
+                                       else 9, models.index(k[1]) if k[1] in models else 9,
+                                       k[1]))
+
+
+@register("qa_long_counts", QA_LONG)
+def _qa_long_counts(root: Path) -> str:
+    """Answers written of those planned, labelled sentences and wrong ones, per setting and
+    model of ``isouq qa long``."""
+    t = _json(root, QA_LONG)["tables"]
+    counts = {(c["setting"], c["model"]): c for c in t.get("counts", [])}
+    prog = {(p["setting"], p["model"]): p for p in t.get("progress", [])}
+    rows = []
+    for key in _long_order(t.get("progress", [])):
+        p, c = prog[key], counts.get(key, {})
+        rows.append([p["setting"], EVIDENCE_MODELS.get(p["model"], (p["model"],))[0],
+                     f"{p['written']} of {p['planned']}" + (" (partial)" if p["partial"] else ""),
+                     str(c.get("sentences", 0)), str(c.get("wrong", 0)),
+                     str(p["sentences_dropped"])])
+    return _grid(["setting", "model", "answers", "labelled sentences", "wrong",
+                  "sentences dropped"], rows)
+
+
+@register("qa_long_auroc", QA_LONG)
+def _qa_long_auroc(root: Path) -> str:
+    """AUROC of each score for the wrong sentences [95% interval, bootstrap over answers], per
+    setting and model of ``isouq qa long``, and pooled over the models of a setting."""
+    t = _json(root, QA_LONG)["tables"]
+    cells, columns = {}, []
+    for st, m in _long_order(t.get("auroc", [])):
+        columns.append(f"{EVIDENCE_MODELS.get(m, (m, m))[1]} {st}")
+        for r in t["auroc"]:
+            if (r["setting"], r["model"]) == (st, m):
+                cells[(r["score"], columns[-1])] = interval(r)
+    for st in QA_LONG_SETTINGS:
+        pooled = [r for r in t.get("pooled", []) if r["setting"] == st]
+        if pooled:
+            columns.append(f"pooled {st}")
+            for r in pooled:
+                cells[(r["score"], columns[-1])] = interval(r)
+    scores = list(dict.fromkeys(r["score"] for r in t.get("auroc", [])))
+    rows = [[s, *(cells.get((s, c), MISSING) for c in columns)] for s in scores]
+    return _grid(["score", *columns], rows)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,321 @@
+"""The LM-Polygraph benchmark section of ``isouq report``: where isouq's estimators rank among
+LM-Polygraph's white-box estimators, computed by LM-Polygraph's own code on the same answers.
+
+Input: the kept files ``results/polygraph/polygraph__<dataset>__<model>.json`` written by
+``scripts/polygraph/collect.py`` (``kind: isouq-polygraph``): per question the greedy answer,
+its quality under LM-Polygraph's generation metrics (accuracy, ROUGE-L) and every estimator's
+uncertainty, plus LM-Polygraph's own UE metrics and each estimator's cost per answer.
+
+The section recomputes PRR with LM-Polygraph's formula (:func:`prr`, equal to its
+``PredictionRejectionArea`` on the kept values) to put bootstrap intervals on it (questions
+resampled, every estimator on the same resample), ranks isouq's best estimator among
+LM-Polygraph's, and says in plain words what the ranks show.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from ...errors import DataError
+from .document import Block, Section, unique_slug
+from .tables import format_value, make_table
+
+KIND = "isouq-polygraph"
+PREFIX = "polygraph__"
+METRIC_NAMES = {"Accuracy": "accuracy", "Rouge_rougeL": "ROUGE-L"}
+#: fewer correct answers than this (or one quality value only): PRR ranks nothing
+MIN_CORRECT = 5
+
+
+# --------------------------------------------------------------------------- files
+def is_polygraph_file(path: Path) -> bool:
+    """Whether ``path`` is named like a kept LM-Polygraph benchmark file."""
+    return path.name.startswith(PREFIX) and path.name.endswith(".json")
+
+
+def polygraph_files(path: Path) -> list[Path]:
+    """The benchmark files at or under ``path`` (a file or a folder)."""
+    if path.is_file():
+        return [path] if is_polygraph_file(path) else []
+    if path.is_dir():
+        return sorted(p for p in path.rglob(f"{PREFIX}*.json") if p.is_file())
+    return []
+
+
+def load_polygraph(path: Path) -> dict:
+    """Read one kept benchmark file; DataError naming what is wrong."""
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise DataError(f"{path}: cannot read the LM-Polygraph results ({e})") from None
+    if not isinstance(doc, dict) or doc.get("kind") != KIND:
+        raise DataError(f"{path} is not an LM-Polygraph benchmark file (kind {KIND!r}); "
+                        "write it with scripts/polygraph/collect.py")
+    for key in ("dataset", "model", "questions", "estimators", "quality_metrics"):
+        if key not in doc:
+            raise DataError(f"{path}: no {key!r}; rebuild it with scripts/polygraph/collect.py")
+    return doc
+
+
+# --------------------------------------------------------------------------- statistics
+def _normalize(target: np.ndarray) -> np.ndarray:
+    lo, hi = np.min(target), np.max(target)
+    if np.isclose(lo, hi):
+        lo, hi = lo - 1, hi + 1
+    return (target - lo) / (hi - lo)
+
+
+def prr(ue, target, max_rejection: float = 1.0) -> float:
+    """Area under the prediction-rejection curve, exactly as LM-Polygraph 0.7's
+    ``PredictionRejectionArea`` after ``UEManager``'s NaN handling (uncertainties clipped,
+    questions without a quality value dropped): higher uncertainty rejected first; quality
+    min-max normalized."""
+    ue = np.nan_to_num(np.asarray(ue, dtype=float), nan=-1e7, neginf=-1e7, posinf=1e7)
+    target = np.asarray(target, dtype=float)
+    keep = ~np.isnan(target)
+    ue, target = ue[keep], _normalize(target[keep])
+    n = len(ue)
+    k = int(max_rejection * n)
+    if k == 0:
+        return float("nan")
+    sorted_t = target[np.argsort(ue)]
+    cumsum = np.cumsum(sorted_t)[-k:]
+    scores = (cumsum / np.arange(n - k + 1, n + 1))[::-1]
+    return float(np.sum(scores) / k)
+
+
+def _matrix(doc: Mapping, estimators: Sequence[str]) -> np.ndarray:
+    return np.array([[np.nan if q["ue"].get(e) is None else q["ue"][e] for e in estimators]
+                     for q in doc["questions"]], dtype=float)
+
+
+def _quality(doc: Mapping, metric: str) -> np.ndarray:
+    return np.array([q["quality"].get(metric, np.nan) for q in doc["questions"]], dtype=float)
+
+
+def _ranks(values: np.ndarray) -> np.ndarray:
+    """1 = highest PRR (ties share the better rank), along the last axis."""
+    return (values[..., None, :] > values[..., :, None]).sum(-1) + 1
+
+
+def setting_stats(doc: Mapping, metric: str, *, n_bootstrap: int = 300, seed: int = 0) -> dict:
+    """PRR of every estimator on one (model, dataset, quality metric), point and bootstrap."""
+    ests = list(doc["estimators"])
+    ue, q = _matrix(doc, ests), _quality(doc, metric)
+    point = np.array([prr(ue[:, j], q) for j in range(len(ests))])
+    rng = np.random.default_rng(seed)
+    n = len(q)
+    boot = np.empty((n_bootstrap, len(ests)))
+    for b in range(n_bootstrap):
+        idx = rng.integers(0, n, n)
+        boot[b] = [prr(ue[idx, j], q[idx]) for j in range(len(ests))]
+    finite = q[~np.isnan(q)]
+    binary = bool(np.isin(finite, (0.0, 1.0)).all())
+    correct = int(finite.sum()) if binary else None
+    degenerate = len(np.unique(finite)) < 2 or (binary and min(correct, len(finite) - correct)
+                                                < MIN_CORRECT)
+    return {"estimators": ests, "point": point, "boot": boot, "n": n, "binary": binary,
+            "correct": correct, "mean_quality": float(finite.mean()) if len(finite) else None,
+            "degenerate": degenerate}
+
+
+def _ci(x: np.ndarray) -> tuple[float, float]:
+    lo, hi = np.nanpercentile(x, [2.5, 97.5])
+    return float(lo), float(hi)
+
+
+def _pm(v: float, lo: float, hi: float) -> str:
+    return f"{format_value(v)} [{format_value(lo)}, {format_value(hi)}]"
+
+
+def rank_row(doc: Mapping, metric: str, st: Mapping) -> dict:
+    """isouq's best estimator against LM-Polygraph's: rank, PRR and difference, with intervals."""
+    ests, point, boot = st["estimators"], st["point"], st["boot"]
+    ours = [j for j, e in enumerate(ests) if e in set(doc.get("isouq_estimators", ()))]
+    theirs = [j for j in range(len(ests)) if j not in ours]
+    row = {"model": doc["model"], "dataset": doc["dataset"],
+           "quality": METRIC_NAMES.get(metric, metric), "n": st["n"],
+           "answers": (f"{st['correct']} correct" if st["binary"]
+                       else f"mean {format_value(st['mean_quality'])}")}
+    if not ours or not theirs:
+        return {**row, "verdict": "no isouq or no LM-Polygraph estimator in this file"}
+    best_ours = max(ours, key=lambda j: point[j])
+    best_theirs = max(theirs, key=lambda j: point[j])
+    cols = [best_ours, *theirs]
+    rank = int(_ranks(point[cols])[0])
+    rank_b = _ranks(boot[:, cols])[:, 0]
+    diff = boot[:, best_ours] - boot[:, best_theirs]
+    lo_d, hi_d = _ci(diff)
+    row.update({
+        "isouq best": ests[best_ours],
+        "its PRR [95% CI]": _pm(point[best_ours], *_ci(boot[:, best_ours])),
+        "rank (of estimators)": f"{rank} of {len(cols)}",
+        "rank 95% CI": f"{int(np.percentile(rank_b, 2.5))}–{int(np.percentile(rank_b, 97.5))}",
+        "best LM-Polygraph": ests[best_theirs],
+        "its PRR": _pm(point[best_theirs], *_ci(boot[:, best_theirs])),
+        "difference [95% CI]": _pm(point[best_ours] - point[best_theirs], lo_d, hi_d),
+    })
+    if st["degenerate"]:
+        what = (f"{st['correct']} correct answer(s) of {st['n']}" if st["binary"]
+                else "one quality value")
+        row["verdict"] = f"not rankable: {what}"
+    elif rank == 1:
+        row["verdict"] = ("first; ahead of the best LM-Polygraph estimator beyond noise"
+                          if lo_d > 0 else "first, within noise of the best LM-Polygraph one")
+    elif hi_d < 0:
+        row["verdict"] = "below the best LM-Polygraph estimator (interval excludes 0)"
+    else:
+        row["verdict"] = "within noise of the best LM-Polygraph estimator"
+    row["_rank"], row["_of"], row["_lo"], row["_hi"] = rank, len(cols), lo_d, hi_d
+    return row
+
+
+def estimator_rows(doc: Mapping, metric: str, st: Mapping) -> list[dict]:
+    """Every estimator: PRR with its bootstrap interval, rank, LM-Polygraph's own UE metrics and
+    the cost per answer, best PRR first."""
+    ests, point, boot = st["estimators"], st["point"], st["boot"]
+    ranks = _ranks(point)
+    lm = doc.get("lm_polygraph_metrics", {})
+    cost = doc.get("cost", {}).get("estimators", {})
+    rows = []
+    for j in np.argsort(-point, kind="stable"):
+        e = ests[j]
+        m = lm.get(e, {}).get(metric, {})
+        rows.append({
+            "model": doc["model"], "dataset": doc["dataset"],
+            "quality": METRIC_NAMES.get(metric, metric), "rank": int(ranks[j]),
+            "estimator": ("★ " if e in doc.get("isouq_estimators", ()) else "") + e,
+            "PRR [95% CI]": _pm(point[j], *_ci(boot[:, j])),
+            "PRR (LM-Polygraph)": m.get("prr"), "normalized PRR": m.get("prr_normalized"),
+            "PRR@50%": m.get("prr_0.5"), "ECE": m.get("ece"),
+            "s / answer": cost.get(e, {}).get("s_per_answer"),
+            "median batch s / answer": cost.get(e, {}).get("median_batch_s_per_answer"),
+        })
+    return rows
+
+
+def _seconds(total, median) -> str:
+    if total is None:
+        return format_value(None)
+    return format_value(total) + ("" if median is None else f" ({format_value(median)})")
+
+
+def cost_rows(docs: Sequence[Mapping]) -> list[dict]:
+    """Seconds per answer beyond LM-Polygraph's shared greedy generation, per estimator:
+    total / answers, and in brackets the median over batches."""
+    rows = []
+    for d in docs:
+        c = d.get("cost", {})
+        row = {"model": d["model"], "dataset": d["dataset"],
+               "greedy generation (shared)": _seconds(c.get("generation_s_per_answer"),
+                                                      c.get("generation_median_batch_s_per_answer"))}
+        for e in d["estimators"]:
+            ce = c.get("estimators", {}).get(e, {})
+            row[e] = _seconds(ce.get("s_per_answer"), ce.get("median_batch_s_per_answer"))
+        rows.append(row)
+    return rows
+
+
+def verdict(ranks: Sequence[Mapping]) -> str:
+    """The plain-words summary of the rank rows, whatever they say."""
+    ok = [r for r in ranks if "_rank" in r and not r["verdict"].startswith("not rankable")]
+    skipped = [r for r in ranks if r not in ok]
+    if not ok:
+        return ("Verdict: no setting could rank the estimators (too few correct answers or no "
+                "finished run), so these results say nothing yet about where isouq stands.")
+    first = [r for r in ok if r["_rank"] == 1]
+    below = [r for r in ok if r["_hi"] < 0]
+    tie = [r for r in ok if r not in below]
+    worst = max(ok, key=lambda r: r["_rank"] / r["_of"])
+    ahead = [r for r in ok if r["_lo"] > 0]
+    parts = [f"Verdict: over {len(ok)} rankable setting(s) (model × dataset × quality metric), "
+             f"isouq's best estimator has the highest PRR in {len(first)}; against the best "
+             f"LM-Polygraph estimator its PRR is ahead beyond bootstrap noise (95% interval of "
+             f"the difference above 0) in {len(ahead)}, within noise in "
+             f"{len(tie) - len(ahead)} and below (interval under 0) in {len(below)}."]
+    if below:
+        parts.append(f"Its weakest place: {worst['rank (of estimators)']} "
+                     f"({worst['model']}, {worst['dataset']}, {worst['quality']}).")
+    if skipped:
+        parts.append(f"{len(skipped)} setting(s) could not be ranked (too few correct answers "
+                     "for PRR to order anything).")
+    small = min(r["n"] for r in ok)
+    if small < 200:
+        parts.append(f"The smallest setting has {small} questions: intervals that wide separate "
+                     "only large differences, so 'within noise' here is weak evidence of a tie.")
+    parts.append("Choosing isouq's best of its four scores after the fact flatters it; the "
+                 "full tables give each score's own rank.")
+    return " ".join(parts)
+
+
+def polygraph_tables(docs: Sequence[Mapping], *, n_bootstrap: int = 300,
+                     seed: int = 0) -> dict[str, list[dict]]:
+    """The section's tables as plain rows: ``ranks`` (isouq's best per setting), ``estimators``
+    (every estimator per setting) and ``cost`` (seconds per answer)."""
+    ranks, per = [], []
+    for d in docs:
+        for metric in d["quality_metrics"]:
+            st = setting_stats(d, metric, n_bootstrap=n_bootstrap, seed=seed)
+            ranks.append(rank_row(d, metric, st))
+            per += estimator_rows(d, metric, st)
+    return {"ranks": ranks, "estimators": per, "cost": cost_rows(docs)}
+
+
+# --------------------------------------------------------------------------- section
+def polygraph_section(found: Sequence[tuple[Path, Mapping]], taken: set[str], *,
+                      n_bootstrap: int = 300, seed: int = 0) -> tuple[Section, dict]:
+    """The report section and its plain tables, from ``(path, doc)`` pairs."""
+    docs = [d for _, d in found]
+    tables = polygraph_tables(docs, n_bootstrap=n_bootstrap, seed=seed)
+    sid = unique_slug("lm-polygraph-benchmark", taken)
+    shown_ranks = [{k: v for k, v in r.items() if not k.startswith("_")}
+                   for r in tables["ranks"]]
+    partial = [d for d in docs if not d.get("complete")]
+    v = next(iter(docs), {}).get("versions", {})
+    meta = {
+        "files": ", ".join(str(p) for p, _ in found),
+        "settings": "; ".join(f"{d['model']} × {d['dataset']}: {d.get('n_questions')} questions"
+                              + ("" if d.get("complete") else
+                                 f" (PARTIAL, of {d.get('target_questions')})") for d in docs),
+        "LM-Polygraph": str(v.get("lm-polygraph", "?")),
+        "bootstrap": f"{n_bootstrap} resamples of the questions, seed {seed}",
+    }
+    machines = {d.get("cost", {}).get("machine") for d in docs} - {None}
+    if machines:
+        meta["timed on"] = "; ".join(sorted(machines))
+    notes = [verdict(tables["ranks"])]
+    if partial:
+        notes.append("PARTIAL: " + ", ".join(f"{d['model']} × {d['dataset']} has "
+                                             f"{d.get('n_questions')} of "
+                                             f"{d.get('target_questions')} questions"
+                                             for d in partial)
+                     + "; scripts/polygraph_benchmark.sh continues the run where it stopped.")
+    notes += [
+        "PRR: LM-Polygraph's prediction-rejection area (higher is better), recomputed here with "
+        "its formula to bootstrap it; 'PRR (LM-Polygraph)', normalized PRR, PRR@50% and ECE are "
+        "LM-Polygraph's own numbers. ★ marks isouq's estimators. The rank of isouq's best "
+        "counts it among LM-Polygraph's estimators only.",
+        "Cost: seconds per answer of the calculators each estimator needs beyond LM-Polygraph's "
+        "shared greedy generation, plus its own, from the same run (log_time): total over "
+        "answers, every process's first-batch warm-up included, and in brackets the median "
+        "over batches; isouq's four scores share one calculator (one backward per batch).",
+    ]
+    left_out = next((d.get("left_out") for d in docs if d.get("left_out")), None)
+    if left_out:
+        notes.append("Left out: " + "; ".join(f"{k} ({v})" for k, v in left_out.items()) + ".")
+    blocks = (
+        Block(make_table("polygraph_ranks", shown_ranks,
+                         title="isouq's rank among LM-Polygraph's estimators (PRR)")),
+        Block(make_table("polygraph_estimators", tables["estimators"],
+                         title="Every estimator: PRR with 95% bootstrap interval, "
+                               "LM-Polygraph's metrics, cost")),
+        Block(make_table("polygraph_cost", tables["cost"],
+                         title="Cost per answer (seconds) beyond the shared greedy generation")),
+    )
+    section = Section(id=sid, title="LM-Polygraph benchmark: isouq among white-box estimators",
+                      source=meta["files"], meta=meta, notes=tuple(notes), blocks=blocks)
+    return section, {**tables, "ranks": shown_ranks}
