@@ -11,7 +11,9 @@ SmolLM2-135M-Instruct), each method runs in its own subprocess (so peak RSS is i
 - ghost: ``score_sequences(method="ghost")``, every answer from one backward pass.
 
 Reports seconds per answer (median of --repeats after --warmups untimed calls, default 1), the
-ratios loop/ghost, ghost/forward and ghost/floor, and peak RSS; writes JSON + Markdown to --out.
+ratios loop/ghost, ghost/forward and ghost/floor, and peak RSS (the process's peak, loading
+included), with the size of the weights as stored beside it (``weights_gib``; a 4-bit weight:
+its packed bytes); writes JSON + Markdown to --out.
 A method's time moves by several percent from one process to the next: ``--rounds R`` runs
 every method (but the slow loop) in R fresh processes, one round after the other, and reports
 the median over rounds, with each round's ghost/floor ratio beside it.
@@ -172,6 +174,9 @@ def run_one(method: str, model_name: str, batch: int, repeats: int, threads: int
     if lora:
         model = add_lora(model, lora)
     cuda = torch.device(device).type == "cuda"
+    # the weights as stored (a 4-bit weight: its packed bytes; quantization constants left out)
+    weights = sum(t.numel() * t.element_size()
+                  for t in (*model.parameters(), *model.buffers())) / 2**30
     prompts, answers = load_pairs(batch, tok, total)
     loop_params = "trainable" if quantize and method == "loop" else None  # 4-bit: not differentiable
     fn, b = method_fn(method, model, tok, prompts, answers, batch, loop_params)
@@ -184,7 +189,7 @@ def run_one(method: str, model_name: str, batch: int, repeats: int, threads: int
         statistics.median(times) / batch, "repeats": repeats,
         "peak_rss_gib": peak, "device": torch.cuda.get_device_name() if cuda else "cpu",
         "dtype": dtype, "model": name, "n_params": n_params, "malloc_tuned": tuned,
-        "quantize": quantize, "lora": lora, "loop_params": loop_params,
+        "quantize": quantize, "lora": lora, "loop_params": loop_params, "weights_gib": weights,
     }
 
 

@@ -3,7 +3,7 @@
 import pytest
 
 from isouq.errors import InputError
-from isouq.study.qa import prompts as P
+from isouq.llm import prompts as P
 
 
 def test_plain_qa_prompt_is_farquhar_format(tok):
