@@ -7,8 +7,8 @@ import random
 import pytest
 import torch
 
-from isouq.llm.generation import option_probs
 from isouq.llm import packed_logits as pl
+from isouq.llm.generation import option_probs
 
 FAMILIES = ["llama", "llama-tied", "gpt2", "gpt_neox", "qwen2", "gemma3"]
 
