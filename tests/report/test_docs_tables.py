@@ -114,3 +114,68 @@ def test_command_line_check_exit_status(tmp_path, fake_table, capsys):
                                      (0, "0"), (None, "–"), (float("nan"), "–")])
 def test_significant_digits(x, want):
     assert dt.sig(x) == want
+
+
+# --------------------------------------------------------------------------- polygraph.md
+
+
+def test_polygraph_ranks_are_the_kept_files_ranked_again():
+    """The rank table (read from the kept report) equals the ranks recomputed from the kept
+    benchmark files with the report's own bootstrap settings."""
+    from isouq.study.report.polygraph import load_polygraph, polygraph_files, polygraph_tables
+
+    report = dt._json(ROOT, dt.POLYGRAPH_REPORT)
+    opts = report["options"]
+    docs = [load_polygraph(p) for p in polygraph_files(ROOT / dt.POLYGRAPH)]
+    ranks = polygraph_tables(docs, n_bootstrap=opts["n_bootstrap"], seed=opts["seed"])["ranks"]
+    lines = dt.render("polygraph_ranks", ROOT).splitlines()[2:]
+    assert len(lines) == len(ranks)
+    for line, r in zip(lines, ranks, strict=True):
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert cells[1] == r["quality"] and cells[2].startswith(f"{r['n']} (")
+        if r["verdict"].startswith("not rankable"):
+            assert cells[4] == "not rankable"
+            continue
+        assert cells[3] == r["isouq best"] and cells[6] == r["best LM-Polygraph"]
+        assert cells[4] == r["its PRR [95% CI]"].replace("-", "−")
+        assert cells[5] == f"{r['_rank']} of {r['_of']} [{r['rank 95% CI']}]"
+        assert cells[8] == r["difference [95% CI]"].replace("-", "−")
+
+
+def _polygraph_file(folder: Path, dataset: str, cost: dict) -> None:
+    import json
+
+    folder.mkdir(parents=True, exist_ok=True)
+    doc = {"kind": "isouq-polygraph", "dataset": dataset, "model": "smollm2", "questions": [],
+           "estimators": list(cost), "isouq_estimators": ["IsouqEpistemic", "IsouqAleatoric"],
+           "quality_metrics": ["Accuracy"],
+           "cost": {"generation_s_per_answer": 12.345, "generation_median_batch_s_per_answer": 1,
+                    "estimators": {e: {"s_per_answer": t, "median_batch_s_per_answer": m}
+                                   for e, (t, m) in cost.items()}}}
+    (folder / f"polygraph__{dataset}__smollm2.json").write_text(json.dumps(doc), "utf-8")
+
+
+def test_polygraph_cost_groups_estimators_and_reads_every_kept_file(tmp_path):
+    folder = tmp_path / dt.POLYGRAPH
+    _polygraph_file(folder, "truthfulqa", {
+        "IsouqEpistemic": (9.712, 8.6), "IsouqAleatoric": (9.7125, 8.6),
+        "MaximumSequenceProbability": (0.0, 0.0), "Perplexity": (0.0019, 0.0),
+        "RAUQ": (0.0021, 0.001), "RAUQ (entropy)": (5.0, 5.0),
+        "AttentionScore (layer=3)": (1.0, 1.0), "AttentionScore (layer=9)": (2.0, 2.5),
+        "CSL": (0.5, 0.25)})
+    _polygraph_file(folder, "triviaqa", {"IsouqEpistemic": (1.0, 1.0), "CSL": (0.001, 0.0)})
+    lines = dt.render("polygraph_cost", tmp_path).splitlines()
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    rows = {c[0]: dict(zip(header, c, strict=True)) for c in
+            ([x.strip() for x in line.strip("|").split("|")] for line in lines[2:])}
+    assert list(rows) == ["SmolLM2 × TriviaQA", "SmolLM2 × TruthfulQA"]  # the docs' order
+    t = rows["SmolLM2 × TruthfulQA"]
+    assert t["greedy generation (shared)"] == "12.3 (1.00)"
+    assert t["isouq (all four, one backward per batch)"] == "9.71 (8.60)"  # one value for both
+    # RAUQ (entropy) is not RAUQ; one of three above the threshold: each value shown once
+    assert t["MSP, perplexity, RAUQ"] == "0 (0) / 0.00190 (0) / 0.00210 (0.00100)"
+    assert t["AttentionScore"] == "1.00 (1.00) / 2.00 (2.50)"  # every layer's
+    assert t["CSL"] == "0.500 (0.250)" and t["PTrue"] == dt.MISSING
+    assert rows["SmolLM2 × TriviaQA"]["CSL"] == "< 0.002"
+    with pytest.raises(FileNotFoundError, match="results/polygraph"):
+        dt.render("polygraph_cost", tmp_path / "nowhere")

@@ -790,5 +790,110 @@ def _qa_long_auroc(root: Path) -> str:
     return _grid(["score", *columns], rows)
 
 
+# --------------------------------------------------------------------------- polygraph.md
+# (the LM-Polygraph benchmark: results/polygraph/, rendered by isouq report)
+
+POLYGRAPH = "results/polygraph"
+POLYGRAPH_REPORT = "results/polygraph/report/report.json"
+#: the cost table's columns: a label and the estimators it stands for (``isouq``: the file's
+#: ``isouq_estimators``; a name ending in ``*``: every estimator whose name begins so, e.g. each
+#: layer's AttentionScore); a cell shows each different value once
+POLYGRAPH_COST_GROUPS = (
+    ("isouq (all four, one backward per batch)", ("isouq",)),
+    ("MSP, perplexity, RAUQ", ("MaximumSequenceProbability", "Perplexity", "RAUQ")),
+    ("mean token entropy", ("MeanTokenEntropy",)),
+    ("PMI", ("MeanPointwiseMutualInformation",)),
+    ("PTrue", ("PTrue",)),
+    ("AttentionScore", ("AttentionScore*",)),
+    ("CSL", ("CSL",)),
+)
+#: seconds per answer below which a cost cell says only ``< POLYGRAPH_NEGLIGIBLE``
+POLYGRAPH_NEGLIGIBLE = 0.002
+
+
+def _minus(text: str) -> str:
+    """A formatted cell of the report with its minus signs as −."""
+    return re.sub(r"(?<![\w])-(?=\d)", "−", str(text))
+
+
+def _setting(model: str, dataset: str) -> str:
+    return (f"{EVIDENCE_MODELS.get(model, (model, model))[1]} × "
+            f"{DATASETS.get(dataset, dataset)}")
+
+
+@register("polygraph_ranks", POLYGRAPH_REPORT)
+def _polygraph_ranks(root: Path) -> str:
+    """isouq's best estimator among LM-Polygraph's by PRR, per setting and quality metric, with
+    the bootstrap intervals of the kept report (``isouq report results/polygraph``)."""
+    rows = []
+    for r in _section(_json(root, POLYGRAPH_REPORT), "lm-polygraph-benchmark")["ranks"]:
+        n = f"{r['n']} ({r['answers']})"
+        if "isouq best" not in r or str(r.get("verdict", "")).startswith("not rankable"):
+            rows.append([_setting(r["model"], r["dataset"]), r["quality"], n, MISSING,
+                         "not rankable", *[MISSING] * 4])
+            continue
+        rows.append([_setting(r["model"], r["dataset"]), r["quality"], n, r["isouq best"],
+                     _minus(r["its PRR [95% CI]"]),
+                     f"{r['rank (of estimators)']} [{r['rank 95% CI']}]",
+                     r["best LM-Polygraph"], _minus(r["its PRR"]),
+                     _minus(r["difference [95% CI]"])])
+    return _grid(["model × dataset", "quality", "n", "isouq's best", "its PRR [95% CI]",
+                  "rank [95% CI]", "best LM-Polygraph", "its PRR", "difference [95% CI]"], rows)
+
+
+def _polygraph_docs(root: Path) -> list[dict]:
+    """The kept benchmark files, models in the docs' order, TriviaQA before TruthfulQA."""
+    from .polygraph import load_polygraph, polygraph_files
+
+    folder = root / POLYGRAPH
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{POLYGRAPH}: the kept folder a generated table reads is "
+                                "missing")
+    docs = [load_polygraph(p) for p in polygraph_files(folder)]
+    models, datasets = list(EVIDENCE_MODELS), ["triviaqa", "truthfulqa"]
+    return sorted(docs, key=lambda d: (
+        models.index(d["model"]) if d["model"] in models else len(models), d["model"],
+        datasets.index(d["dataset"]) if d["dataset"] in datasets else len(datasets),
+        d["dataset"]))
+
+
+def _polygraph_cost_cell(doc: Mapping, names: Sequence[str]) -> str:
+    """Seconds per answer of the estimators ``names`` stands for: total (median over batches),
+    3 significant digits; ``< POLYGRAPH_NEGLIGIBLE`` when every one is below it."""
+    def stands_for(e: str, n: str) -> bool:
+        if n == "isouq":
+            return e in doc.get("isouq_estimators", ())
+        return e.startswith(n[:-1]) if n.endswith("*") else e == n
+
+    cost = doc.get("cost", {}).get("estimators", {})
+    ests = [e for e in doc["estimators"] if e in cost and any(stands_for(e, n) for n in names)]
+    if not ests:
+        return MISSING
+    totals = [cost[e].get("s_per_answer") for e in ests]
+    if all(t is not None and t < POLYGRAPH_NEGLIGIBLE for t in totals):
+        return f"< {POLYGRAPH_NEGLIGIBLE:g}"
+    return " / ".join(dict.fromkeys(
+        _seconds_cell(cost[e].get("s_per_answer"), cost[e].get("median_batch_s_per_answer"))
+        for e in ests))
+
+
+def _seconds_cell(total, median) -> str:
+    """``total (median)``, 3 significant digits."""
+    return f"{sig(total)} ({sig(median)})"
+
+
+@register("polygraph_cost", POLYGRAPH)
+def _polygraph_cost(root: Path) -> str:
+    """Seconds per answer of LM-Polygraph's shared greedy generation and, beyond it, of each
+    estimator (the median over batches in brackets), from the kept benchmark files' ``cost``."""
+    rows = [[_setting(d["model"], d["dataset"]),
+             _seconds_cell(d["cost"].get("generation_s_per_answer"),
+                           d["cost"].get("generation_median_batch_s_per_answer")),
+             *(_polygraph_cost_cell(d, names) for _, names in POLYGRAPH_COST_GROUPS)]
+            for d in _polygraph_docs(root)]
+    return _grid(["model × dataset", "greedy generation (shared)",
+                  *(label for label, _ in POLYGRAPH_COST_GROUPS)], rows)
+
+
 if __name__ == "__main__":
     sys.exit(main())
