@@ -22,6 +22,13 @@ process are the steadier measure. Every span score of ``spans_rows`` and ``spans
 checked against ``spans_loop`` (largest relative difference printed). Writes ``--out`` JSON.
 
     .venv/bin/python benchmarks/spans.py --threads 2 --out benchmarks/results/spans_cpu.json
+
+On a GPU, or where the weights cannot travel: ``--config DIR`` builds the model with random
+weights from a saved config and tokenizer (``benchmarks/random_weights.py``; the same
+architecture costs the same), ``--device cuda`` and ``--dtype bfloat16`` place it; times are
+then taken after a device synchronize and the peak is the GPU's ``max_memory_allocated``:
+
+    python benchmarks/spans.py --config DIR --device cuda --out spans_cuda.json
 """
 
 from __future__ import annotations
@@ -63,6 +70,12 @@ def main(argv=None) -> int:
                     help="run only these (whole, spans_retain, spans_rows, spans_loop, "
                          "whole_loop); alone in a process, its peak RSS is its own")
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--config", default=None, metavar="DIR",
+                    help="random weights from this saved config and tokenizer instead of --model")
+    ap.add_argument("--tokenizer", default=None, metavar="DIR",
+                    help="with --config: the tokenizer's folder, when the config's has none")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
 
@@ -78,7 +91,19 @@ def main(argv=None) -> int:
     configure()
     if args.threads:
         torch.set_num_threads(args.threads)
-    model, tok, _ = load_model(args.model)
+    if args.config:
+        from random_weights import random_model  # benchmarks/random_weights.py
+
+        model, tok, args.model, _ = random_model(args.config, device=args.device,
+                                                 dtype=args.dtype, tokenizer=args.tokenizer)
+    else:
+        model, tok, _ = load_model(args.model)
+        model.to(device=args.device, dtype=getattr(torch, args.dtype))
+    cuda = torch.device(args.device).type == "cuda"
+
+    def sync() -> None:
+        if cuda:
+            torch.cuda.synchronize()
     questions, answers = five_sentence_answers(args.n)
     prompts = qa_prompts(tok, questions)
     n = len(answers)
@@ -106,8 +131,10 @@ def main(argv=None) -> int:
             fn()  # warm-up (first calls of a process are slower)
         times, cpus = [], []
         for _ in range(reps):
+            sync()
             t0, c0 = time.perf_counter(), time.process_time()
             results[name] = fn()
+            sync()
             times.append(time.perf_counter() - t0)
             cpus.append(time.process_time() - c0)
         seconds[name], cpu[name] = statistics.median(times), statistics.median(cpus)
@@ -115,11 +142,16 @@ def main(argv=None) -> int:
 
     import resource
 
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # GiB (Linux: KiB)
-    print(f"peak RSS of the process: {peak:.2f} GiB")
+    if cuda:
+        peak = torch.cuda.max_memory_allocated() / 2**30
+        print(f"peak GPU memory allocated: {peak:.2f} GiB")
+    else:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # GiB (Linux: KiB)
+        print(f"peak RSS of the process: {peak:.2f} GiB")
+    meta = {"model": args.model, "benchmark": "spans", "rows_batch": args.rows_batch,
+            "device": torch.cuda.get_device_name() if cuda else "cpu", "dtype": args.dtype}
     if args.methods:
-        save_json(args.out, {"model": args.model, "benchmark": "spans",
-                             "rows_batch": args.rows_batch, "methods": args.methods},
+        save_json(args.out, meta | {"methods": args.methods},
                   seconds=seconds, cpu_seconds=cpu, peak_rss_gib=peak)
         return 0
 
@@ -153,8 +185,7 @@ def main(argv=None) -> int:
     for k, v in summary.items():
         if k not in ("seconds", "cpu_seconds"):
             print(f"{k}: {v:.4g}" if isinstance(v, float) else f"{k}: {v}")
-    save_json(args.out, {"model": args.model, "benchmark": "spans", "rows_batch": args.rows_batch},
-              **summary)
+    save_json(args.out, meta, **summary, peak_gib=peak)
     return 0
 
 

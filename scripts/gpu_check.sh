@@ -13,7 +13,9 @@
 # 4. classifiers: benchmarks/classifiers.py (ResNet-10, BatchNorm; Opacus on the GroupNorm twin);
 # 5. paper_sizes: benchmarks/paper_sizes.py, the paper's four LLM architectures (1B-14B, random
 #    weights, bfloat16) at batch 1, 16, 64: floor, forward + full backward, ghost, peak memory,
-#    and a profile of the 3B model's floor and ghost at batch 16.
+#    and a profile of the 3B model's floor and ghost at batch 16;
+# 6. spans: benchmarks/spans.py, 16 answers of 5 sentences, span scores against the whole answer
+#    and the per-span loop, on SmolLM2's architecture (float32) and Llama 3.2 3B (bfloat16).
 # Results land in $OUT (JSON, and one log of everything printed).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -33,7 +35,7 @@ step() {  # name, seconds allowed, command...
   timeout "$limit" "$@"
   echo "== $name: exit $?, $((SECONDS - t0)) s"
 }
-STEPS=${STEPS:-tests paper_sizes}  # more: llm_fp32 llm_bf16 half_precision classifiers
+STEPS=${STEPS:-tests paper_sizes}  # more: llm_fp32 llm_bf16 half_precision classifiers spans
 want() { [[ " $STEPS " == *" $1 "* ]]; }
 want tests && step tests 90 env ISOUQ_TEST_DEVICE=cuda python3 -m pytest -q -n 8 -p no:cacheprovider \
   --ignore=tests/ghost/test_memory.py tests/ghost tests/test_classifier_classes.py tests/test_sequences.py
@@ -48,4 +50,8 @@ want classifiers && step classifiers 150 python3 benchmarks/classifiers.py --dev
 want paper_sizes && step paper_sizes ${PAPER_SIZES_LIMIT:-420} python3 benchmarks/paper_sizes.py \
   --tokenizer .gpu/smollm2 --device cuda --dtype bfloat16 --batch-sizes 1 16 64 \
   --profile llama-3.2-3b:16 --tag cuda_bf16 --out "$OUT"
+want spans && step spans 150 python3 benchmarks/spans.py --config .gpu/smollm2 --device cuda \
+  --out "$OUT/spans_cuda.json"
+want spans && step spans_3b 150 python3 benchmarks/spans.py --config benchmarks/configs/llama-3.2-3b \
+  --tokenizer .gpu/smollm2 --device cuda --dtype bfloat16 --out "$OUT/spans_cuda_llama-3.2-3b.json"
 rm -f "$OUT"/*.md  # the tables are printed above; the JSON holds every number
