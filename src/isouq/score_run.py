@@ -21,8 +21,10 @@ import os
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import nullcontext
+from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
+from typing import Any
 
 from .data.pairs import PairIndex, PairRow, content_sha
 from .distributed import (
@@ -36,8 +38,8 @@ from .distributed import (
 )
 from .errors import InputError, IsouqError
 from .runio import JsonlWriter, dumps, exclusive, read_jsonl
-from .sequences import context_window, encode, pad_id, score_sequences
-from .spans import SPLITTERS, resolve_spans
+from .sequences import Encoded, context_window, encode, pad_id, score_sequences
+from .spans import SPLITTERS, AnswerSpans, check_ranges, resolve_spans
 
 ON_ERROR = ("skip", "stop")
 WINDOW = 1024
@@ -143,30 +145,6 @@ class _RowError(Exception):
     """A row that cannot be scored; its message is the reason written in the error row."""
 
 
-def _prepare(row: PairRow, tokenizer, window: int | None, vocab: int | None, spans=None):
-    """(prompt, token count, answer token count, rows it scores: 1 + its spans) of a row, or
-    _RowError with the reason."""
-    try:
-        prompt = prompt_of(row, tokenizer)
-        enc = encode(tokenizer, [prompt], [row.answer])[0]
-        n_spans = 0 if spans is None else len(
-            resolve_spans(tokenizer, [row.answer], spans, [enc], keys=[row.key])[0].ranges)
-    except IsouqError as e:
-        raise _RowError(str(e)) from None
-    except Exception as e:  # noqa: BLE001 - a chat template (jinja) refusing the messages
-        raise _RowError(f"the tokenizer's chat template cannot render this prompt "
-                        f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
-                        "check the messages' roles and order") from None
-    if isinstance(row.answer, list) and vocab is not None and max(row.answer) >= vocab:
-        raise _RowError(f"answer token id {max(row.answer)} is outside the model's vocabulary "
-                        f"of {vocab}; pass ids of this model's tokenizer")
-    n = len(enc.prompt) + len(enc.answer)
-    if window is not None and n > window:
-        raise _RowError(f"prompt + answer are {n} tokens, longer than the model's context window "
-                        f"of {window}; shorten the prompt or the answer")
-    return prompt, n, len(enc.answer), 1 + n_spans
-
-
 def plan_batches(lengths: list[int], batch_size: int, max_tokens: int | None,
                  bucket: bool = True,
                  fits: Callable[[list[int]], bool] | None = None) -> list[list[int]]:
@@ -195,194 +173,400 @@ def plan_batches(lengths: list[int], batch_size: int, max_tokens: int | None,
     return batches
 
 
-def score_rows(
-    model,
-    tokenizer,
-    rows: Iterable[PairRow],
-    out: str | Path,
-    *,
-    settings: dict | None = None,
-    batch_size: int = 16,
-    max_tokens_per_batch: int | None = None,
-    bucket: bool = True,
-    method: str = "ghost",
-    params=None,
-    meta: dict | None = None,
-    on_error: str = "skip",
-    window: int = WINDOW,
-    total: int | None = None,
-    progress: bool = True,
-    env: DistEnv | None = None,
-    locked: bool = False,
-    prune: bool = False,
-    memory_budget: int | None = None,
-    on_batch: Callable[[int], None] | None = None,
-    spans: str | None = None,
-    lockstep: bool = False,
-) -> dict:
-    """Score this process's rows not yet written with the same input and settings.
+def check_row_spans(row: PairRow) -> None:
+    """InputError naming the row's key and the fix when its own ``spans`` cannot be character
+    ranges of its answer (``spans.check_ranges``: not pairs of whole numbers, outside the text,
+    empty, overlapping). An answer of token ids: what needs no text (its text is the ids'
+    decoding, known once the tokenizer loads; the rest is checked then)."""
+    if row.spans is not None:
+        check_ranges(row.spans, row.answer if isinstance(row.answer, str) else None, row.key)
 
-    Args:
-        rows: validated rows (``data.pairs.iter_pairs``), read lazily in windows of ``window``.
+
+@dataclass(frozen=True)
+class Prepared:
+    """A row measured once, ready for its batch: its prompt, ``encoded`` (its token ids: the
+    row's only tokenization, used by its batch and by a retry alone), ``spans`` (resolved, or
+    None without spans) and ``n_rows``, the rows it counts as in the memory plan (1; 1 + its
+    spans with ``method="per_example"``, whose span rows are rows of their own)."""
+
+    row: PairRow
+    prompt: str | list
+    encoded: Encoded
+    spans: AnswerSpans | None
+    n_rows: int
+
+    @property
+    def length(self) -> int:
+        """Prompt + answer tokens."""
+        return len(self.encoded.prompt) + len(self.encoded.answer)
+
+
+@dataclass
+class ScoreRun:
+    """The resumable runner of ``isouq score``: the settings of one run over ``out`` and the
+    loaded model; :meth:`run` scores the rows this process has not written yet.
+
+    Each row is tokenized once (:meth:`prepare`), the rows of a window (``window`` rows) are
+    grouped into batches (:meth:`plan`), and each batch is one ``score_sequences`` call on those
+    token ids (:meth:`score_batch`), written whole as soon as it is scored.
+
+    Attributes:
+        model, tokenizer: the loaded model.
         out: the output JSONL (input order once finished) beside ``<out>.meta.json``.
-        settings: what made the scores (:func:`run_settings`); ``method`` and ``params`` are
-            always included. A resume with other settings is an InputError.
-        on_error: ``"skip"`` writes an error row for a row that cannot be scored and goes on;
-            ``"stop"`` raises an InputError naming its key.
-        total: number of rows (for the progress bar), if known.
-        locked: the caller already holds ``exclusive(out)`` (the CLI takes it before loading
-            the model).
-        prune: drop output rows whose key is no longer in the input (stale rows of an edited
-            file); False keeps them after the input's rows (a run over fewer rows, ``--limit``).
+        settings: what made the scores (:func:`run_settings`); ``method``, ``params`` (and
+            ``spans`` when given) are added. A resume with other settings is an InputError.
+        method, params: of ``score_sequences``.
+        spans: ``"sentences"`` or ``"lines"``: each row also gets a ``spans`` list, one entry
+            per span with its text, character range and scores (``isouq.spans``); a row whose
+            spans cannot be made (blank text) is an error row. Recorded in the settings. A row
+            that gives its own ``spans`` ranges (``PairRow.spans``) is scored on those, with or
+            without this setting.
+        batch_size, max_tokens_per_batch, bucket: how rows are grouped into batches
+            (:func:`plan_batches`).
         memory_budget: bytes the process may use: batches are cut so that the predicted peak
             (:func:`isouq.memory_plan.peak_bytes`) fits; a row that does not fit alone is an
             error row (or, with ``on_error="stop"``, an error).
-        spans: ``"sentences"`` or ``"lines"``: each row also gets a ``spans`` list, one entry
-            per span with its text, character range and scores (``isouq.spans``); a row whose
-            spans cannot be made (blank text) is an error row. Recorded in the settings.
+        on_error: ``"skip"`` writes an error row for a row that cannot be scored and goes on;
+            ``"stop"`` raises an InputError naming its key.
+        window: rows read, tokenized and scored at a time.
+        env: this process's rank and the world size (:mod:`isouq.distributed`).
         lockstep: the weights are sharded over the ranks (FSDP2): every rank runs as many
             batches as the busiest one (fillers that write nothing), and a batch that fails is
             written as error rows whole (a retry row by row would run more collectives on one
             rank than on the others).
+        prune: drop output rows whose key is no longer in the input (stale rows of an edited
+            file); False keeps them after the input's rows (a run over fewer rows, ``--limit``).
+        meta: more fields of ``<out>.meta.json`` (the model's provenance, the input).
+        progress: show a progress bar.
+        on_batch: called with the number of rows of each batch once it is written.
+    """
+
+    model: Any
+    tokenizer: Any
+    out: Path
+    settings: dict = field(default_factory=dict)
+    method: str = "ghost"
+    params: Any = None
+    spans: str | None = None
+    batch_size: int = 16
+    max_tokens_per_batch: int | None = None
+    bucket: bool = True
+    memory_budget: int | None = None
+    on_error: str = "skip"
+    window: int = WINDOW
+    env: DistEnv = field(default_factory=DistEnv)
+    lockstep: bool = False
+    prune: bool = False
+    meta: dict | None = None
+    progress: bool = True
+    on_batch: Callable[[int], None] | None = None
+
+    def __post_init__(self) -> None:
+        if self.on_error not in ON_ERROR:
+            raise InputError(f"on_error={self.on_error!r} is not one of {', '.join(ON_ERROR)}")
+        if self.spans is not None and self.spans not in SPLITTERS:
+            raise InputError(f"spans={self.spans!r} is not one of {', '.join(SPLITTERS)}")
+        self.env = self.env or DistEnv()
+        self.out = Path(self.out)
+        self.settings = {**(self.settings or {}), "method": self.method, "params": self.params}
+        if self.spans is not None:  # absent otherwise: runs made before spans existed resume
+            self.settings["spans"] = self.spans
+        self.settings_sha = content_sha(self.settings)
+        self.path = (shard_path(self.out, self.env.rank, self.env.world) if self.env.world > 1
+                     else self.out)
+        self.context = context_window(self.model)
+        emb = getattr(self.model, "get_input_embeddings", lambda: None)()
+        self.vocab = getattr(emb, "num_embeddings", None)
+        self._shape = None
+        if self.memory_budget is not None:
+            from .memory_plan import shape_of
+
+            self._shape = shape_of(self.model)
+        self.counts = {"written": 0, "skipped": 0, "rescored": 0, "errors": 0}
+        self._writer: JsonlWriter | None = None
+        self._bar = None
+        self._info = None
+
+    # ------------------------------------------------------------------ the run
+    def run(self, rows: Iterable[PairRow], *, total: int | None = None,
+            locked: bool = False) -> dict:
+        """Score the rows of this process (input position r, r + W, …) not yet written with the
+        same input and settings, then (rank 0) write ``out`` in input order.
+
+        Args:
+            rows: validated rows (``data.pairs.iter_pairs``), read lazily, ``window`` at a time.
+            total: number of rows (for the progress bar), if known.
+            locked: the caller already holds ``exclusive(out)`` (the CLI takes it before
+                loading the model).
+
+        Returns:
+            {"written", "skipped", "rescored", "errors", "seconds", "params"}: rows scored now,
+            rows already done, rows scored again because their input changed, error rows
+            written now, wall time, the scores' ``ParamInfo`` (None when nothing was scored).
+        """
+        check_settings(self.out, self.settings)
+        if self.env.world > 1:
+            check_settings(self.path, self.settings)
+        with exclusive(self.path) if not locked else nullcontext():
+            doc = self._open()
+            done = self._done()
+            t0 = time.perf_counter()
+            if self.progress:
+                from tqdm.auto import tqdm
+
+                self._bar = tqdm(total=total, unit="answer", desc="scoring" if self.env.world
+                                 == 1 else f"scoring (rank {self.env.rank})")
+            keys: list[str] = []
+            for chunk in _windows(rows, self.window):
+                todo = self._select(chunk, done, keys)
+                self._advance(len(chunk) - len(todo))
+                items = self.prepare_all(todo)
+                batches = self.plan(items)
+                steps = (lockstep_steps(len(batches), self.env) if self.lockstep
+                         else len(batches))
+                for step in range(steps):
+                    if step >= len(batches):  # sharded weights: the others' batch needs us
+                        self._filler()
+                        continue
+                    self._info = self.score_batch(batches[step],
+                                                  retry=not self.lockstep) or self._info
+                    self._advance(len(batches[step]))
+                    if self.on_batch is not None:
+                        self.on_batch(len(batches[step]))
+            if self._bar is not None:
+                self._bar.close()
+            self.merge(keys, doc)
+            return {**self.counts, "seconds": time.perf_counter() - t0, "params": self._info}
+
+    def _open(self) -> dict:
+        """Write the side files (first: a resume after a crash compares against them) and open
+        this process's output; returns the ``<out>.meta.json`` document."""
+        doc = {**(self.meta or {}), "settings": self.settings,
+               "settings_sha": self.settings_sha, "world_size": self.env.world}
+        if self.env.is_main:
+            meta_path(self.out).write_text(dumps(doc, indent=2), encoding="utf-8")
+        if self.env.world > 1:  # a shard's own side file, for check_settings on resume
+            meta_path(self.path).write_text(dumps({"settings": self.settings}),
+                                            encoding="utf-8")
+        self._writer = JsonlWriter(self.path)
+        return doc
+
+    def _done(self) -> dict[str, str]:
+        """Key → input_sha of the rows this process's output already holds."""
+        done = {}
+        for r in read_jsonl(self.path):
+            if r.get("settings_sha", self.settings_sha) != self.settings_sha:
+                raise InputError(f"{self.path} holds rows of other settings (key "
+                                 f"{r.get('key')!r}); give another --out")
+            done[str(r.get("key"))] = r.get("input_sha")
+        return done
+
+    def _select(self, chunk: list[PairRow], done: dict[str, str],
+                keys: list[str]) -> list[PairRow]:
+        """This process's rows of ``chunk`` not yet scored with the same input (every key is
+        appended to ``keys``, the input order)."""
+        todo = []
+        for r in chunk:
+            position = len(keys)
+            keys.append(r.key)
+            if position % self.env.world != self.env.rank:
+                continue
+            if done.get(r.key) == r.fingerprint:
+                self.counts["skipped"] += 1
+            else:
+                self.counts["rescored"] += r.key in done
+                todo.append(r)
+        return todo
+
+    def _advance(self, n: int) -> None:
+        if self._bar is not None and n:
+            self._bar.update(n)
+
+    # ------------------------------------------------------------------ rows and batches
+    def prepare(self, row: PairRow) -> Prepared:
+        """The row measured: its prompt, token ids (the one tokenization of the row) and
+        spans; _RowError with the reason when it cannot be scored (a chat template that refuses
+        its messages, ids outside the vocabulary, longer than the context window, spans that
+        cannot be, over the memory budget alone)."""
+        given = row.spans if row.spans is not None else self.spans
+        try:
+            prompt = prompt_of(row, self.tokenizer)
+            enc = encode(self.tokenizer, [prompt], [row.answer], offsets=given is not None)[0]
+        except IsouqError as e:
+            raise _RowError(str(e)) from None
+        except Exception as e:  # noqa: BLE001 - a chat template (jinja) refusing the messages
+            raise _RowError(f"the tokenizer's chat template cannot render this prompt "
+                            f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
+                            "check the messages' roles and order") from None
+        if isinstance(row.answer, list) and self.vocab is not None and \
+                max(row.answer) >= self.vocab:
+            raise _RowError(f"answer token id {max(row.answer)} is outside the model's "
+                            f"vocabulary of {self.vocab}; pass ids of this model's tokenizer")
+        n = len(enc.prompt) + len(enc.answer)
+        if self.context is not None and n > self.context:
+            raise _RowError(f"prompt + answer are {n} tokens, longer than the model's context "
+                            f"window of {self.context}; shorten the prompt or the answer")
+        spans = None
+        if given is not None:
+            if self.lockstep:
+                raise _RowError("span scores run a backward per span, a number that differs "
+                                "between ranks of sharded weights; drop its spans or --shard")
+            try:
+                spans = resolve_spans(self.tokenizer, [row.answer],
+                                      given if isinstance(given, str) else [given], [enc],
+                                      keys=[row.key])[0]
+            except IsouqError as e:
+                raise _RowError(str(e)) from None
+            except Exception as e:  # noqa: BLE001 - a tokenizer that cannot decode the ids
+                raise _RowError(f"its spans cannot be placed on its tokens ({type(e).__name__}: "
+                                f"{str(e).splitlines()[0] if str(e) else ''}); score it "
+                                "without spans") from None
+        # ghost span scores need a whole answer's memory; per_example: one row per span more
+        k = 1 if spans is None or self.method in ("ghost", "auto") else 1 + len(spans.ranges)
+        item = Prepared(row, prompt, enc, spans, k)
+        if self.memory_budget is not None and not self._fits([item]):
+            raise _RowError(
+                f"one row of {n} tokens needs more than the memory budget of "
+                f"{self.memory_budget / 2**30:.2f} GiB (predicted "
+                f"{self._need([item]) / 2**30:.2f} GiB); raise --memory-budget")
+        return item
+
+    def prepare_all(self, rows: list[PairRow]) -> list[Prepared]:
+        """:meth:`prepare` of each row; a row that cannot be scored gets its error row."""
+        out = []
+        for r in rows:
+            try:
+                out.append(self.prepare(r))
+            except _RowError as e:
+                self.fail(r, str(e))
+                self._advance(1)
+        return out
+
+    def _need(self, items: list[Prepared]) -> int:
+        """Predicted peak bytes of a batch of ``items``."""
+        from .memory_plan import peak_bytes
+
+        return peak_bytes(self._shape, batch=sum(it.n_rows for it in items),
+                          length=max(it.length for it in items),
+                          answer_length=max(len(it.encoded.answer) for it in items),
+                          method=self.method if self.method in ("ghost", "loop") else "ghost")
+
+    def _fits(self, items: list[Prepared]) -> bool:
+        return self._need(items) <= self.memory_budget
+
+    def plan(self, items: list[Prepared]) -> list[list[Prepared]]:
+        """The batches of ``items`` (:func:`plan_batches`: ``batch_size``,
+        ``max_tokens_per_batch``, ``bucket``, the memory budget); rows with spans and rows
+        without are batched apart (one ``score_sequences`` call scores spans of all or none)."""
+        batches = []
+        for with_spans in (False, True):
+            group = [it for it in items if (it.spans is not None) == with_spans]
+            if not group:
+                continue
+            fits = None
+            if self.memory_budget is not None:
+                def fits(idx: list[int], group=group) -> bool:
+                    return self._fits([group[i] for i in idx])
+            batches += [[group[i] for i in idx] for idx in plan_batches(
+                [it.length for it in group], self.batch_size, self.max_tokens_per_batch,
+                self.bucket, fits=fits)]
+        return batches
+
+    def score_batch(self, items: list[Prepared], *, retry: bool = True):
+        """Score one batch (one ``score_sequences`` call on its token ids, as one batch) and
+        write its rows; on a failure, each row alone (``retry``, with the same token ids), so
+        that one bad row gives one error row and its batch-mates are still scored; without
+        ``retry`` every row of the batch gets the error. Returns the scores' ParamInfo, or None
+        when no row of the batch could be scored."""
+        tb = time.perf_counter()
+        spans = [it.spans for it in items] if items[0].spans is not None else None
+        try:
+            res = score_sequences(self.model, self.tokenizer, [it.prompt for it in items],
+                                  [it.row.answer for it in items], batch_size=len(items),
+                                  method=self.method, params=self.params,
+                                  encoded=[it.encoded for it in items],
+                                  **({"spans": spans} if spans is not None else {}))
+        except (IsouqError, RuntimeError, ValueError, IndexError) as e:
+            if len(items) == 1 or not retry:
+                for it in items:
+                    self.fail(it.row, f"{type(e).__name__}: "
+                                      f"{str(e).splitlines()[0] if str(e) else ''}")
+                return None
+            infos = [self.score_batch([it]) for it in items]
+            return next((i for i in infos if i is not None), None)
+        self.write_scored(items, res, (time.perf_counter() - tb) / len(items))
+        return res.params
+
+    # ------------------------------------------------------------------ rows out
+    def _base(self, r: PairRow) -> dict:
+        return {"key": r.key, "prompt": r.prompt, "question": r.question, "answer": r.answer,
+                "input_sha": r.fingerprint, "settings_sha": self.settings_sha}
+
+    def write_scored(self, items: list[Prepared], res, seconds: float) -> None:
+        """Append the answer rows of a scored batch (``res``: its ``SequenceScores``;
+        ``seconds``: each row's share of the batch)."""
+        for j, it in enumerate(items):
+            self._writer.write({
+                **self._base(it.row),
+                "scores": res.row_scores(j),
+                "seconds": {"gradient": round(seconds, 5)},
+                "n_answer_tokens": int(res.n_tokens[j]),
+                "n_params": res.params.n_params,
+                "params": {"set": res.params.set, "n_params": res.params.n_params,
+                           "share": round(res.params.share, 6)},
+                "method": self.method,
+                **({"spans": res.row_spans(j)} if it.spans is not None else {}),
+            })
+            self.counts["written"] += 1
+
+    def fail(self, r: PairRow, reason: str) -> None:
+        """The error row of ``r`` (``on_error="skip"``), or an InputError naming its key."""
+        if self.on_error == "stop":
+            raise InputError(f"row {r.key!r} (line {r.line}): {reason} "
+                             "(or run with --on-error skip to write an error row and go on)")
+        self._writer.write({**self._base(r), "error": reason})
+        self.counts["errors"] += 1
+
+    def _filler(self) -> None:
+        """One forward and backward that writes nothing: with sharded weights, the batch of a
+        rank that has run out of rows, so that the busier ranks' collectives have their
+        partner."""
+        pad = pad_id(self.tokenizer)
+        score_sequences(self.model, self.tokenizer, ["a"], [[pad]], batch_size=1,
+                        method=self.method, params=self.params,
+                        encoded=[Encoded([pad], [pad])])
+
+    def merge(self, keys: list[str], doc: dict) -> None:
+        """Once every rank is done: rank 0 writes ``out`` in input order (``keys``; the shards
+        merged under torchrun) and records the parameters that took part in the side file."""
+        barrier(self.env)
+        if self.env.world > 1:
+            if self.env.is_main:
+                merge_shards(self.out, self.env.world, keys, prune=self.prune)
+        elif keys:
+            write_ordered(self.out, read_jsonl(self.out), keys, latest="last", prune=self.prune)
+        if self.env.is_main and self._info is not None:
+            meta_path(self.out).write_text(dumps({**doc, "params": self._info.to_dict()},
+                                                 indent=2), encoding="utf-8")
+
+
+def score_rows(model, tokenizer, rows: Iterable[PairRow], out: str | Path, *,
+               total: int | None = None, locked: bool = False, **options) -> dict:
+    """Score this process's rows not yet written with the same input and settings:
+    ``ScoreRun(model, tokenizer, out, **options).run(rows, total=total, locked=locked)``.
+
+    Args:
+        rows: validated rows (``data.pairs.iter_pairs``), read lazily.
+        out: the output JSONL.
+        total, locked: as :meth:`ScoreRun.run`.
+        **options: the fields of :class:`ScoreRun` (``settings``, ``method``, ``params``,
+            ``spans``, ``batch_size``, ``on_error``, ``memory_budget``, …).
 
     Returns:
-        {"written", "skipped", "rescored", "errors", "seconds"}: rows scored now, rows already
-        done, rows scored again because their input changed, error rows written now, wall time.
+        The counts of :meth:`ScoreRun.run`.
     """
-    if on_error not in ON_ERROR:
-        raise InputError(f"on_error={on_error!r} is not one of {', '.join(ON_ERROR)}")
-    if spans is not None and spans not in SPLITTERS:
-        raise InputError(f"spans={spans!r} is not one of {', '.join(SPLITTERS)}")
-    env = env or DistEnv()
-    settings = {**(settings or {}), "method": method, "params": params}
-    if spans is not None:  # absent otherwise: runs made before spans existed still resume
-        settings["spans"] = spans
-    settings_sha = content_sha(settings)
-    path = shard_path(out, env.rank, env.world) if env.world > 1 else Path(out)
-    check_settings(out, settings)
-    if env.world > 1:
-        check_settings(path, settings)
-    lock = exclusive(path) if not locked else nullcontext()
-    with lock:
-        doc = {**(meta or {}), "settings": settings, "settings_sha": settings_sha,
-               "world_size": env.world}
-        if env.is_main:  # written first: a resume after a crash compares against it
-            meta_path(out).write_text(dumps(doc, indent=2), encoding="utf-8")
-        if env.world > 1:  # a shard's own side file, for check_settings on resume
-            meta_path(path).write_text(dumps({"settings": settings}), encoding="utf-8")
-        writer = JsonlWriter(path)
-        done = {}
-        for r in read_jsonl(path):
-            if r.get("settings_sha", settings_sha) != settings_sha:
-                raise InputError(f"{path} holds rows of other settings (key {r.get('key')!r}); "
-                                 "give another --out")
-            done[str(r.get("key"))] = r.get("input_sha")
-        counts = {"written": 0, "skipped": 0, "rescored": 0, "errors": 0}
-        ctx = context_window(model)
-        emb = getattr(model, "get_input_embeddings", lambda: None)()
-        vocab = getattr(emb, "num_embeddings", None)
-        t0 = time.perf_counter()
-        bar = None
-        if progress:
-            from tqdm.auto import tqdm
-
-            bar = tqdm(total=total, unit="answer",
-                       desc="scoring" if env.world == 1 else f"scoring (rank {env.rank})")
-        keys: list[str] = []
-        position, info = 0, None
-        fits = need = None
-        if memory_budget is not None:
-            from .memory_plan import peak_bytes, shape_of
-
-            shape = shape_of(model)
-
-            def need(n: int, length: int, answer: int) -> int:
-                return peak_bytes(shape, batch=n, length=length, answer_length=answer,
-                                  method=method if method in ("ghost", "loop") else "ghost")
-
-            def fits(n: int, length: int, answer: int) -> bool:
-                return need(n, length, answer) <= memory_budget
-
-        def base(r: PairRow) -> dict:
-            return {"key": r.key, "prompt": r.prompt, "question": r.question, "answer": r.answer,
-                    "input_sha": r.fingerprint, "settings_sha": settings_sha}
-
-        def fail(r: PairRow, reason: str) -> None:
-            if on_error == "stop":
-                raise InputError(f"row {r.key!r} (line {r.line}): {reason} "
-                                 "(or run with --on-error skip to write an error row and go on)")
-            writer.write({**base(r), "error": reason})
-            counts["errors"] += 1
-
-        for chunk in _windows(rows, window):
-            todo: list[PairRow] = []
-            for r in chunk:
-                keys.append(r.key)
-                mine = position % env.world == env.rank
-                position += 1
-                if not mine:
-                    continue
-                if done.get(r.key) == r.fingerprint:
-                    counts["skipped"] += 1
-                else:
-                    counts["rescored"] += r.key in done
-                    todo.append(r)
-            if bar is not None:
-                bar.update(len(chunk) - len(todo))
-            prompts, lengths, answer_lengths, ok, n_rows = [], [], [], [], []
-            for r in todo:
-                try:
-                    prompt, n, a, k = _prepare(r, tokenizer, ctx, vocab, spans)
-                    if method in ("ghost", "auto"):  # ghost span scores: a whole answer's memory
-                        k = 1
-                    if fits is not None and not fits(k, n, a):
-                        raise _RowError(
-                            f"one row of {n} tokens needs more than the memory budget of "
-                            f"{memory_budget / 2**30:.2f} GiB (predicted "
-                            f"{need(k, n, a) / 2**30:.2f} GiB); raise --memory-budget")
-                except _RowError as e:
-                    fail(r, str(e))
-                    if bar is not None:
-                        bar.update(1)
-                    continue
-                prompts.append(prompt)
-                lengths.append(n)
-                answer_lengths.append(a)
-                n_rows.append(k)
-                ok.append(r)
-
-            def fits_batch(idx: list[int], lengths=lengths, answers=answer_lengths,
-                           n_rows=n_rows) -> bool:  # per_example span rows count as rows
-                return fits(sum(n_rows[i] for i in idx), max(lengths[i] for i in idx),
-                            max(answers[i] for i in idx))
-
-            batches = plan_batches(lengths, batch_size, max_tokens_per_batch, bucket,
-                                   fits=fits_batch if fits is not None else None)
-            steps = lockstep_steps(len(batches), env) if lockstep else len(batches)
-            for step in range(steps):
-                if step >= len(batches):  # sharded weights: the others' batch needs this rank
-                    _filler(model, tokenizer, method, params)
-                    continue
-                idx = batches[step]
-                info = _score_batch(model, tokenizer, [ok[i] for i in idx],
-                                    [prompts[i] for i in idx], method, params, writer, base,
-                                    fail, counts, spans, retry=not lockstep) or info
-                if bar is not None:
-                    bar.update(len(idx))
-                if on_batch is not None:
-                    on_batch(len(idx))
-        if bar is not None:
-            bar.close()
-        barrier(env)
-        if env.world > 1:
-            if env.is_main:
-                merge_shards(out, env.world, keys, prune=prune)
-        elif keys:
-            write_ordered(out, read_jsonl(out), keys, latest="last", prune=prune)
-        if env.is_main and info is not None:  # the parameters that took part
-            meta_path(out).write_text(dumps({**doc, "params": info.to_dict()}, indent=2),
-                                      encoding="utf-8")
-        return {**counts, "seconds": time.perf_counter() - t0, "params": info}
+    return ScoreRun(model, tokenizer, Path(out), **options).run(rows, total=total,
+                                                                 locked=locked)
 
 
 def score_file(input: str | Path, out: str | Path, *, model: str, load: dict | None = None,
@@ -401,11 +585,13 @@ def score_file(input: str | Path, out: str | Path, *, model: str, load: dict | N
         load: options of ``models.load_model`` (device, dtype, trust_remote_code,
             allow_pickle).
         method, params, batch_size, max_tokens_per_batch, bucket, on_error: as
-            :func:`score_rows`.
+            :class:`ScoreRun`.
         limit: score only the first ``limit`` rows.
         memory_budget: bytes, or text such as ``"8GB"`` (``memory_plan.parse_bytes``).
         calibration: a ``Calibrator`` for this model: each row gets ``p_correct``.
-        spans: ``"sentences"`` or ``"lines"``: a ``spans`` list per row (:func:`score_rows`).
+        spans: ``"sentences"`` or ``"lines"``: a ``spans`` list per row (:class:`ScoreRun`);
+            a row that gives its own ``spans`` ranges is scored on those (checked before the
+            model loads: :func:`check_row_spans`), with or without this option.
         shard: ``"fsdp"``: under torchrun, split the weights over the ranks with FSDP2
             (``distributed.shard_model``); each rank still scores its own rows, in lockstep.
 
@@ -419,7 +605,7 @@ def score_file(input: str | Path, out: str | Path, *, model: str, load: dict | N
 
     load = dict(load or {})
     # everything a user can get wrong is checked before the model loads
-    index = scan_pairs(input, limit=limit)
+    index = scan_pairs(input, limit=limit, check=check_row_spans)
     check_out(out, [input])
     check_loadable(model)
     if on_error == "stop":
@@ -434,7 +620,7 @@ def score_file(input: str | Path, out: str | Path, *, model: str, load: dict | N
         from .memory_plan import parse_bytes
 
         memory_budget = parse_bytes(memory_budget)
-    check_shard(shard, env, method=method, load=load, spans=spans)
+    check_shard(shard, env, method=method, load=load, spans=spans, spans_key=index.spans_key)
     with exclusive(shard_path(out, env.rank, env.world) if env.world > 1 else out):
         load["device"] = device_for(env, load.get("device", "cpu"))
         init_process_group(env, load["device"])
@@ -455,15 +641,16 @@ def score_file(input: str | Path, out: str | Path, *, model: str, load: dict | N
         files = getattr(info, "files", None)
         if calibration is not None:
             calibration.check_model(model, files)
-        res = score_rows(lm, tok, iter_pairs(input, limit=limit), out,
-                         settings=run_settings(model=model, method=method, params=params,
-                                               dtype=dtype, model_files=files),
-                         batch_size=batch_size, max_tokens_per_batch=max_tokens_per_batch,
-                         bucket=bucket, method=method, params=params, env=env,
-                         on_error=on_error, total=len(index), locked=True, prune=limit is None,
-                         memory_budget=memory_budget, spans=spans, lockstep=shard is not None,
-                         meta={"model": info.to_dict() if hasattr(info, "to_dict") else str(info),
-                               "input": str(input)})
+        runner = ScoreRun(
+            lm, tok, Path(out), settings=run_settings(model=model, method=method, params=params,
+                                                      dtype=dtype, model_files=files),
+            method=method, params=params, spans=spans, batch_size=batch_size,
+            max_tokens_per_batch=max_tokens_per_batch, bucket=bucket,
+            memory_budget=memory_budget, on_error=on_error, env=env,
+            lockstep=shard is not None, prune=limit is None,
+            meta={"model": info.to_dict() if hasattr(info, "to_dict") else str(info),
+                  "input": str(input)})
+        res = runner.run(iter_pairs(input, limit=limit), total=len(index), locked=True)
     where = "" if env.world == 1 else f" on rank {env.rank} of {env.world}"
     again = f", {res['rescored']} of them again as their input changed" if res["rescored"] else ""
     errors = (f"; {res['errors']} rows could not be scored (error rows in the output, "
@@ -483,8 +670,9 @@ def score_file(input: str | Path, out: str | Path, *, model: str, load: dict | N
 
 
 def check_shard(shard: str | None, env: DistEnv, *, method: str, load: dict,
-                spans: str | None = None) -> None:
-    """InputError, before the model loads, for a ``shard`` mode that cannot run here."""
+                spans: str | None = None, spans_key: str | None = None) -> None:
+    """InputError, before the model loads, for a ``shard`` mode that cannot run here
+    (``spans_key``: the key of a row that gives its own spans, ``PairIndex.spans_key``)."""
     if shard is None:
         return
     if shard not in SHARD_MODES:
@@ -498,6 +686,10 @@ def check_shard(shard: str | None, env: DistEnv, *, method: str, load: dict,
     if spans is not None:
         raise InputError("--shard fsdp scores whole answers: span scores run a backward per "
                          "span, a number that differs between ranks; drop --spans or --shard")
+    if spans_key is not None:
+        raise InputError(f"--shard fsdp scores whole answers: row {spans_key!r} gives its own "
+                         "spans, and span scores run a backward per span, a number that "
+                         "differs between ranks; drop the rows' spans or --shard")
     for opt in ("device_map", "quantize"):
         if load.get(opt) is not None:
             raise InputError(f"--shard fsdp and --{opt.replace('_', '-')} do not combine: FSDP "
@@ -520,49 +712,6 @@ def check_placement(model, budget: int, env: DistEnv, *, method: str, device: st
         raise MemoryBudgetError(f"--memory-budget: {plan.advice}; or raise --memory-budget")
 
 
-def _filler(model, tokenizer, method: str, params) -> None:
-    """One forward and backward that writes nothing: with sharded weights, the batch of a rank
-    that has run out of rows, so that the busier ranks' collectives have their partner."""
-    score_sequences(model, tokenizer, ["a"], [[pad_id(tokenizer)]], batch_size=1,
-                    method=method, params=params)
-
-
-def _score_batch(model, tokenizer, rows: list[PairRow], prompts: list, method: str, params,
-                 writer: JsonlWriter, base, fail, counts: dict, spans=None, *,
-                 retry: bool = True) -> None:
-    """Score one batch and write its rows; on a failure, each row alone (``retry``), so that
-    one bad row gives one error row and its batch-mates are still scored; without ``retry``
-    every row of the batch gets the error. Returns the scores' ParamInfo, or None when no row
-    of the batch could be scored."""
-    tb = time.perf_counter()
-    try:
-        res = score_sequences(model, tokenizer, prompts, [r.answer for r in rows],
-                              batch_size=len(rows), method=method, params=params,
-                              **({"spans": spans} if spans is not None else {}))
-    except (IsouqError, RuntimeError, ValueError, IndexError) as e:
-        if len(rows) == 1 or not retry:
-            for r in rows:
-                fail(r, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
-            return None
-        infos = [_score_batch(model, tokenizer, [r], [p], method, params, writer, base, fail,
-                              counts, spans) for r, p in zip(rows, prompts, strict=True)]
-        return next((i for i in infos if i is not None), None)
-    per = (time.perf_counter() - tb) / len(rows)
-    for j, r in enumerate(rows):
-        writer.write({
-            **base(r),
-            "scores": res.row_scores(j),
-            "seconds": {"gradient": round(per, 5)},
-            "n_answer_tokens": int(res.n_tokens[j]),
-            "n_params": res.params.n_params,
-            "params": {"set": res.params.set, "n_params": res.params.n_params,
-                       "share": round(res.params.share, 6)},
-            "method": method,
-            **({"spans": res.row_spans(j)} if spans is not None else {}),
-        })
-        counts["written"] += 1
-    return res.params
-
-
-__all__ = ["ON_ERROR", "check_out", "check_settings", "check_token_ids", "plan_batches",
-           "prompt_of", "run_settings", "score_file", "score_rows"]
+__all__ = ["ON_ERROR", "Prepared", "ScoreRun", "check_out", "check_row_spans", "check_settings",
+           "check_token_ids", "plan_batches", "prompt_of", "run_settings", "score_file",
+           "score_rows"]

@@ -38,11 +38,14 @@ Prompt = str | Sequence[dict]
 @dataclass
 class Encoded:
     """Token ids of one (prompt, answer) pair; ``scored_from``: answer tokens before it are
-    context only, not in p̄ (``isouq.spans``: a span's row)."""
+    context only, not in p̄ (``isouq.spans``: a span's row); ``offsets``: the (start, end)
+    character range of each answer token in the answer's text, when the tokenizer gave them
+    (``encode(..., offsets=True)``; read by ``isouq.spans``), else None."""
 
     prompt: list[int]
     answer: list[int]
     scored_from: int = 0
+    offsets: list[tuple[int, int]] | None = None
 
 
 def _is_messages(prompt) -> bool:
@@ -76,21 +79,45 @@ def _prompt_ids(tokenizer, prompt: Prompt, i: int) -> list[int]:
 
 
 def _answer_ids(tokenizer, answer, i: int) -> list[int]:
+    return _answer_tokens(tokenizer, answer, i)[0]
+
+
+def _answer_tokens(tokenizer, answer, i: int, offsets: bool = False
+                   ) -> tuple[list[int], list[tuple[int, int]] | None]:
+    """(token ids, their character offsets or None) of an answer: one tokenizer call for a
+    string answer; the offsets when asked for and the tokenizer is a fast one."""
     if isinstance(answer, str):
-        return list(tokenizer(answer, add_special_tokens=False)["input_ids"]) if answer else []
+        if not answer:
+            return [], None
+        if offsets and getattr(tokenizer, "is_fast", False):
+            enc = tokenizer(answer, add_special_tokens=False, return_offsets_mapping=True)
+            return list(enc["input_ids"]), [(int(a), int(b)) for a, b in enc["offset_mapping"]]
+        return list(tokenizer(answer, add_special_tokens=False)["input_ids"]), None
     if isinstance(answer, torch.Tensor) and not answer.is_floating_point() and answer.ndim == 1:
         answer = answer.tolist()
     if isinstance(answer, list | tuple) and all(
             isinstance(t, Integral) and not isinstance(t, bool) and t >= 0 for t in answer):
-        return [int(t) for t in answer]
+        return [int(t) for t in answer], None
     raise InputError(f"answer {i} must be a string or a list of token ids (whole numbers ≥ 0), "
                      f"got {type(answer).__name__} {str(answer)[:40]}; pass text as a string")
 
 
-def encode(tokenizer, prompts: Sequence[Prompt], answers: Sequence) -> list[Encoded]:
-    """Tokenize pairs. Prompts: strings or chat messages ([{"role", "content"}, ...]), rendered
-    with the chat template and a generation prompt. Answers: strings (tokenized without special
-    tokens) or lists of token ids (e.g. the ids a generation produced)."""
+def encode(tokenizer, prompts: Sequence[Prompt], answers: Sequence, *,
+           offsets: bool = False) -> list[Encoded]:
+    """Tokenize pairs, each prompt and each answer text in one tokenizer call.
+
+    Args:
+        tokenizer: the model's tokenizer.
+        prompts: N strings or chat messages ([{"role", "content"}, ...]), rendered with the
+            chat template and a generation prompt.
+        answers: N strings (tokenized without special tokens) or lists of token ids (e.g. the
+            ids a generation produced).
+        offsets: also keep each string answer's character offsets (``Encoded.offsets``), from
+            the same call, when the tokenizer is a fast one (span scores read them).
+
+    Returns:
+        N :class:`Encoded`, to pass as ``score_sequences(..., encoded=...)``.
+    """
     if isinstance(prompts, str) or isinstance(answers, str):
         raise InputError("prompts and answers must be lists (one entry per answer), not a string")
     if len(prompts) != len(answers):
@@ -99,11 +126,31 @@ def encode(tokenizer, prompts: Sequence[Prompt], answers: Sequence) -> list[Enco
         raise InputError("no answers to score: prompts and answers are empty")
     out = []
     for i, (p, a) in enumerate(zip(prompts, answers, strict=False)):
-        ids = _answer_ids(tokenizer, a, i)
+        ids, offs = _answer_tokens(tokenizer, a, i, offsets)
         if not ids:
             raise InputError(f"answer {i} is empty (no tokens); every answer needs ≥ 1 token")
-        out.append(Encoded(_prompt_ids(tokenizer, p, i), ids))
+        out.append(Encoded(_prompt_ids(tokenizer, p, i), ids, offsets=offs))
     return out
+
+
+def given_encoding(encoded: Sequence[Encoded], prompts: Sequence, answers: Sequence
+                   ) -> list[Encoded]:
+    """``encoded`` as ``score_sequences(..., encoded=...)`` takes it: one :class:`Encoded` with
+    ≥ 1 answer token per (prompt, answer) pair, else an InputError naming the fix."""
+    if isinstance(encoded, Encoded) or not isinstance(encoded, Sequence):
+        raise InputError(f"encoded must be a list of Encoded (one per answer), got "
+                         f"{type(encoded).__name__}; make it with isouq.sequences.encode")
+    if not len(encoded) == len(prompts) == len(answers):
+        raise InputError(f"got {len(encoded)} encoded pairs for {len(prompts)} prompts and "
+                         f"{len(answers)} answers; pass one Encoded per pair "
+                         "(isouq.sequences.encode of the same pairs)")
+    if not encoded:
+        raise InputError("no answers to score: prompts and answers are empty")
+    for i, e in enumerate(encoded):
+        if not isinstance(e, Encoded) or not e.answer:
+            raise InputError(f"encoded pair {i} is not an Encoded with ≥ 1 answer token; make "
+                             "it with isouq.sequences.encode")
+    return list(encoded)
 
 
 def context_window(model: nn.Module) -> int | None:
@@ -274,7 +321,7 @@ def score_sequences(
     padding_side: Literal["right", "left"] = "left",
     progress: bool = False,
     spans=None,
-    _scored_from: Sequence[int] | None = None,
+    encoded: Sequence[Encoded] | None = None,
     _on_probs=None,
 ) -> SequenceScores:
     """Score N answers of a causal LM (any Hugging Face ``AutoModelForCausalLM``).
@@ -298,11 +345,15 @@ def score_sequences(
         per_param: also return the (N, n_tensors) breakdown of ‖g‖² by parameter tensor.
         padding_side: ``"left"`` or ``"right"``; padding never changes a score.
         progress: show a progress bar.
-        spans: also score parts of each answer (``isouq.spans``): ``"sentences"``, ``"lines"``
-            or one list of (start, end) character ranges per answer; the result is then a
+        spans: also score parts of each answer (``isouq.spans``): ``"sentences"``, ``"lines"``,
+            one list of (start, end) character ranges per answer, or one ``AnswerSpans`` per
+            answer (``isouq.spans.resolve_spans``, already resolved); the result is then a
             ``SpanSequenceScores`` whose ``spans[i]`` lists answer i's span scores.
-        _scored_from: internal (``isouq.spans``): per answer, how many of its first tokens are
-            context only, outside p̄ and the aleatoric score.
+        encoded: the pairs' token ids when already made (:func:`encode`, one :class:`Encoded`
+            per answer; e.g. measured to plan batches): used as given, nothing is tokenized
+            again (``Encoded.scored_from`` is honoured). ``prompts`` and ``answers`` must be the
+            pairs they were made from: spans read the answers' text; without spans they are
+            only counted.
         _on_probs: internal (``isouq.spans``): with the ghost and per-token engines, called as
             ``_on_probs(ghost, p, mask, rows)`` after each batch's forward, before its
             backward; it may run ghost backwards with ``retain_graph=True``.
@@ -321,13 +372,13 @@ def score_sequences(
 
         return score_spans(model, tokenizer, prompts, answers, spans, batch_size=batch_size,
                            method=method, params=params, covariance=covariance,
-                           per_param=per_param, padding_side=padding_side, progress=progress)
+                           per_param=per_param, padding_side=padding_side, progress=progress,
+                           encoded=encoded)
     method = engine_name(method, ("auto", "ghost", "per_example", "per_token"))
     if batch_size < 1:
         raise InputError(f"batch_size must be ≥ 1, got {batch_size}")
-    enc = encode(tokenizer, prompts, answers)
-    for e, k in zip(enc, _scored_from or (), strict=False):
-        e.scored_from = k
+    enc = (encode(tokenizer, prompts, answers) if encoded is None
+           else given_encoding(encoded, prompts, answers))
     check_lengths(model, enc)
     if isinstance(covariance, str) and covariance == "identity":
         covariance = Identity()

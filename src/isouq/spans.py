@@ -47,7 +47,7 @@ from .covariance import Identity
 from .engines import engine_name
 from .errors import InputError
 from .scores import SequenceScores
-from .sequences import Encoded, check_lengths, encode, score_sequences, summarize
+from .sequences import Encoded, check_lengths, encode, given_encoding, score_sequences, summarize
 
 SPLITTERS = ("sentences", "lines")
 
@@ -110,15 +110,21 @@ def _strip(text: str, a: int, b: int) -> tuple[int, int] | None:
 
 
 # ------------------------------------------------------------------ tokens ↔ characters
-def answer_offsets(tokenizer, answer, ids: list[int]) -> tuple[str, list[tuple[int, int]]]:
+def answer_offsets(tokenizer, answer, ids: list[int],
+                   offsets: Sequence[tuple[int, int]] | None = None
+                   ) -> tuple[str, list[tuple[int, int]]]:
     """(text, one (start, end) character range per answer token) of an answer.
 
     A string answer with a fast tokenizer: the text itself and the tokenizer's
-    ``offset_mapping``. Otherwise (token ids, or a slow tokenizer): the text is the decoded ids
-    and token k covers the characters that ``decode(ids[:k + 1])`` adds to ``decode(ids[:k])``
-    (the common beginning with the full decoding, so a token that completes a character split
-    over several tokens holds it and the tokens before it are empty).
+    ``offset_mapping`` (``offsets`` when given: those the tokenization of ``ids`` returned,
+    ``Encoded.offsets``; nothing is tokenized again). Otherwise (token ids, or a slow
+    tokenizer): the text is the decoded ids and token k covers the characters that
+    ``decode(ids[:k + 1])`` adds to ``decode(ids[:k])`` (the common beginning with the full
+    decoding, so a token that completes a character split over several tokens holds it and the
+    tokens before it are empty).
     """
+    if isinstance(answer, str) and offsets is not None and len(offsets) == len(ids):
+        return answer, [(int(a), int(b)) for a, b in offsets]
     if isinstance(answer, str) and getattr(tokenizer, "is_fast", False):
         enc = tokenizer(answer, add_special_tokens=False, return_offsets_mapping=True)
         if list(enc["input_ids"]) == list(ids):
@@ -175,8 +181,24 @@ def _name(key) -> str:
     return f"answer {key!r}" if isinstance(key, str) else f"answer {key}"
 
 
-def _check_ranges(given, text: str, key) -> list[tuple[int, int]]:
-    name, n = _name(key), len(text)
+def check_ranges(given, text: str | None, key) -> list[tuple[int, int]]:
+    """The (start, end) character ranges ``given`` for the answer named ``key``, checked.
+
+    Args:
+        given: a list of (start, end) pairs of whole numbers (end exclusive).
+        text: the answer's text the ranges index; None when it is not known yet (an answer of
+            token ids before its tokenizer loads): then only what needs no text is checked
+            (pairs of whole numbers, 0 ≤ start < end, no overlap).
+        key: the answer's name in the messages (its key, or its place).
+
+    Returns:
+        The ranges as (start, end) tuples, in the given order.
+
+    Raises:
+        InputError: naming the answer and the fix, for anything but a non-empty list of
+            pairs, a range outside the text, an empty or blank range, overlapping ranges.
+    """
+    name = _name(key)
     if isinstance(given, str | bytes) or not isinstance(given, Sequence):
         raise InputError(f"{name}: spans must be a list of (start, end) character ranges, got "
                          f"{type(given).__name__}; pass e.g. [(0, 12), (13, 40)]")
@@ -190,10 +212,11 @@ def _check_ranges(given, text: str, key) -> list[tuple[int, int]]:
             raise InputError(f"{name}: span {r!r} is not a (start, end) pair of whole numbers; "
                              "give character ranges such as (0, 12)")
         s, e = int(r[0]), int(r[1])
-        if s < 0 or e > n:
+        if s < 0 or (text is not None and e > len(text)):
+            n = "n" if text is None else len(text)
             raise InputError(f"{name}: span ({s}, {e}) lies outside the answer's {n} characters; "
                              f"give 0 ≤ start < end ≤ {n}")
-        if s >= e or not text[s:e].strip():
+        if s >= e or (text is not None and not text[s:e].strip()):
             raise InputError(f"{name}: span ({s}, {e}) is empty (start ≥ end, or only blanks); "
                              "give each span start < end around some text, or drop it")
         out.append((s, e))
@@ -213,8 +236,10 @@ def resolve_spans(tokenizer, answers: Sequence, spans, enc: Sequence[Encoded] | 
     Args:
         tokenizer: the model's tokenizer.
         answers: N strings or token-id lists (as :func:`isouq.score_sequences` takes them).
-        spans: ``"sentences"``, ``"lines"``, or N lists of (start, end) character ranges.
-        enc: the answers' encoding (``sequences.encode``), when already made.
+        spans: ``"sentences"``, ``"lines"``, or per answer a list of (start, end) character
+            ranges or an :class:`AnswerSpans` already resolved (returned as it is).
+        enc: the answers' encoding (``sequences.encode``), when already made: its ids (and
+            offsets, ``encode(..., offsets=True)``) are used, nothing is tokenized again.
         keys: N names for the messages (default: the answers' places 0..N−1).
 
     Raises:
@@ -235,15 +260,20 @@ def resolve_spans(tokenizer, answers: Sequence, spans, enc: Sequence[Encoded] | 
         got = len(spans) if isinstance(spans, Sequence) else type(spans).__name__
         raise InputError(f"spans must be 'sentences', 'lines' or one list of (start, end) ranges "
                          f"per answer; got {got} for {n} answers")
-    if enc is None:
-        from .sequences import _answer_ids
-
-        ids = [_answer_ids(tokenizer, a, i) for i, a in enumerate(answers)]
-    else:
-        ids = [e.answer for e in enc]
+    if enc is not None and len(enc) != n:
+        raise InputError(f"got {len(enc)} encoded pairs for {n} answers; pass one each")
     out = []
-    for i, (a, t) in enumerate(zip(answers, ids, strict=True)):
-        text, offsets = answer_offsets(tokenizer, a, t)
+    for i, a in enumerate(answers):
+        if split is None and isinstance(spans[i], AnswerSpans):
+            out.append(spans[i])
+            continue
+        if enc is None:
+            from .sequences import _answer_tokens
+
+            t, given_offsets = _answer_tokens(tokenizer, a, i, offsets=True)
+        else:
+            t, given_offsets = enc[i].answer, enc[i].offsets
+        text, offsets = answer_offsets(tokenizer, a, t, given_offsets)
         if split is not None:
             ranges = split(text)
             if not ranges:
@@ -251,7 +281,7 @@ def resolve_spans(tokenizer, answers: Sequence, spans, enc: Sequence[Encoded] | 
                                  f"{spans[:-1]} (its text {text[:40]!r} is blank); score it "
                                  "without spans, or give its spans as character ranges")
         else:
-            ranges = _check_ranges(spans[i], text, keys[i])
+            ranges = check_ranges(spans[i], text, keys[i])
         toks = _assign(text, offsets, ranges)
         if split is not None:
             ranges, toks = _merge_tokenless(text, ranges, toks)
@@ -347,12 +377,14 @@ def score_spans(
     batch_size: int = 16,
     keys: Sequence | None = None,
     engine: str | None = None,
+    encoded: Sequence[Encoded] | None = None,
     **options,
 ) -> SpanSequenceScores:
     """Whole-answer and span scores (``score_sequences(..., spans=...)`` calls this).
 
     Args:
-        spans: ``"sentences"``, ``"lines"``, or N lists of (start, end) character ranges.
+        spans: ``"sentences"``, ``"lines"``, or per answer a list of (start, end) character
+            ranges or an :class:`AnswerSpans` (:func:`resolve_spans`).
         batch_size: answers per pass.
         keys: N names of the answers for error messages (default 0..N−1).
         engine: ``"retain"`` (the default with the ghost method): one forward of a batch's
@@ -360,6 +392,9 @@ def score_spans(
             retained graph (memory of the whole-answer score); ``"rows"`` (the default with
             ``method="per_example"`` or ``"per_token"``): rows truncated at each span's end,
             1 + S rows per answer of S spans in one batch (memory about (1 + S)-fold).
+        encoded: the pairs' token ids when already made (``sequences.encode``, with
+            ``offsets=True`` for a string answer's character offsets): nothing is tokenized
+            again, also not for a span's row.
         **options: ``method``, ``params``, ``covariance``, ``per_param``, ``padding_side``,
             ``progress`` of :func:`isouq.score_sequences`.
 
@@ -381,11 +416,12 @@ def score_spans(
     if engine == "retain" and not ghost:
         raise InputError("engine='retain' runs ghost backwards; use method='ghost' (and the "
                          "identity covariance) or engine='rows'")
-    enc = encode(tokenizer, prompts, answers)
+    enc = (encode(tokenizer, prompts, answers, offsets=True) if encoded is None
+           else given_encoding(encoded, prompts, answers))
     check_lengths(model, enc)
     resolved = resolve_spans(tokenizer, answers, spans, enc, keys)
     if engine == "retain":
-        found = _score_retained(model, tokenizer, prompts, answers, resolved, batch_size,
+        found = _score_retained(model, tokenizer, prompts, answers, enc, resolved, batch_size,
                                 getattr(cov, "scale", 1.0), options)
     else:
         found = _score_rows(model, tokenizer, prompts, enc, resolved, batch_size, options)
@@ -403,7 +439,8 @@ def score_spans(
     return SpanSequenceScores(**kept, spans=out, texts=[r.text for r in resolved])
 
 
-def _score_retained(model, tokenizer, prompts, answers, resolved, batch_size, scale, options):
+def _score_retained(model, tokenizer, prompts, answers, enc, resolved, batch_size, scale,
+                    options):
     """The whole answers through ``score_sequences`` (ghost), and, over each batch's graph
     before its own backward, one ghost backward per span index k: p̄ of span k of every answer
     of the batch (0 for an answer with fewer spans), retain_graph=True."""
@@ -428,14 +465,14 @@ def _score_retained(model, tokenizer, prompts, answers, resolved, batch_size, sc
                                                      int(t[b]))
 
     whole = score_sequences(model, tokenizer, prompts, answers, batch_size=batch_size,
-                            _on_probs=on_probs, **options)
+                            encoded=enc, _on_probs=on_probs, **options)
     return whole, per_span
 
 
 def _score_rows(model, tokenizer, prompts, enc, resolved, batch_size, options):
     """Rows truncated at each span's end, the rows of ``batch_size`` answers in one
-    ``score_sequences`` batch (``_scored_from``: the answer tokens before the span are
-    context)."""
+    ``score_sequences`` batch (``Encoded.scored_from``: the answer tokens before the span are
+    context; the answers' own ids, not tokenized again)."""
     rows = _span_rows(enc, resolved)
     n = len(enc)
     progress = options.pop("progress", False)
@@ -450,7 +487,8 @@ def _score_rows(model, tokenizer, prompts, enc, resolved, batch_size, options):
         parts.append(score_sequences(
             model, tokenizer, [prompts[i] for i, *_ in chunk],
             [enc[i].answer[:end] for i, _, end, _ in chunk], batch_size=len(chunk),
-            _scored_from=[skip for *_, skip in chunk], **options))
+            encoded=[Encoded(enc[i].prompt, enc[i].answer[:end], skip)
+                     for i, _, end, skip in chunk], **options))
         placed += chunk
         if bar is not None:
             bar.update(min(s + batch_size, n) - s)
@@ -512,5 +550,5 @@ def add_spans(model: nn.Module, tokenizer, prompts: Sequence, answer_ids: Sequen
 
 
 __all__ = ["ABBREVIATIONS", "ENDING_ABBREVIATIONS", "SPLITTERS", "AnswerSpans", "SpanScore",
-           "SpanSequenceScores", "add_spans", "answer_offsets", "least_trusted", "resolve_spans",
-           "score_spans", "split_lines", "split_sentences"]
+           "SpanSequenceScores", "add_spans", "answer_offsets", "check_ranges", "least_trusted",
+           "resolve_spans", "score_spans", "split_lines", "split_sentences"]

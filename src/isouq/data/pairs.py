@@ -5,7 +5,10 @@ Each row needs an ``answer`` (a non-empty string, or in JSONL a list of token id
 ``question`` (turned into the documented QA prompt). An optional ``key`` or ``id`` (a string or
 a whole number) names the row; without one the key is derived from the row's content
 (``c-<12 hex digits>``, ``~2``, ``~3``, … for repeats), so inserting or removing rows never
-shifts another row's key. Keys must be unique: re-runs skip rows already scored.
+shifts another row's key. Keys must be unique: re-runs skip rows already scored. An optional
+``spans`` (JSONL: ``[[start, end], ...]``, character ranges of the answer's text) names the
+parts of the answer to score on their own (claims); it is kept as given here and checked by
+the caller (``isouq.spans.check_ranges``, through :func:`scan_pairs`' ``check``).
 
 Files are read as UTF-8 (a byte-order mark is accepted), optionally gzip-compressed
 (``.gz``). Every problem is a :class:`~isouq.errors.DataError` naming the file, the line or
@@ -18,8 +21,8 @@ import csv
 import gzip
 import hashlib
 import json
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 
@@ -32,19 +35,24 @@ Answer = str | list[int]
 @dataclass(frozen=True)
 class PairRow:
     """One validated row: ``answer`` and ``prompt`` or ``question``; ``line``: where it was read
-    (1-based line of a JSONL file, 1-based data row of a CSV file)."""
+    (1-based line of a JSONL file, 1-based data row of a CSV file); ``spans``: the row's own
+    character ranges of its answer to score as spans, as given (None: none given)."""
 
     key: str
     answer: Answer
     prompt: Prompt | None = None
     question: str | None = None
     line: int = 0
+    spans: list | None = None
 
     @cached_property
     def fingerprint(self) -> str:
-        """SHA-256 (16 hex digits) of the content that is scored: prompt, question, answer."""
-        return content_sha({"prompt": self.prompt, "question": self.question,
-                            "answer": self.answer})
+        """SHA-256 (16 hex digits) of the content that is scored: prompt, question, answer and
+        the row's own spans (only when given: a row without keeps the digest it always had)."""
+        content = {"prompt": self.prompt, "question": self.question, "answer": self.answer}
+        if self.spans is not None:
+            content["spans"] = self.spans
+        return content_sha(content)
 
 
 def content_sha(obj) -> str:
@@ -62,6 +70,8 @@ class PairIndex:
     fingerprints: dict[str, str] = field(default_factory=dict)
     #: the largest token id of the answers given as ids, and the key of its row (None: none)
     max_token_id: tuple[int, str] | None = None
+    #: the key of the first row that gives its own ``spans`` (None: no row does)
+    spans_key: str | None = None
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -187,7 +197,9 @@ def validate_row(raw, line: int, path: str | Path) -> PairRow:
     else:
         raise DataError(f"{where} needs a 'prompt' or a 'question' "
                         f"(columns found: {', '.join(map(str, raw)) or 'none'})")
-    return PairRow(key=key, answer=answer, prompt=prompt, question=question, line=line)
+    spans = raw.get("spans") if _present(raw.get("spans")) else None
+    return PairRow(key=key, answer=answer, prompt=prompt, question=question, line=line,
+                   spans=spans)
 
 
 def iter_pairs(path: str | Path, limit: int | None = None) -> Iterator[PairRow]:
@@ -210,16 +222,27 @@ def iter_pairs(path: str | Path, limit: int | None = None) -> Iterator[PairRow]:
         if row.key:
             seen[key] = line
         n += 1
-        yield PairRow(key=key, answer=row.answer, prompt=row.prompt, question=row.question,
-                      line=line)
+        yield replace(row, key=key)
     if n == 0:
         raise DataError(f"{path} has no rows")
 
 
-def scan_pairs(path: str | Path, limit: int | None = None) -> PairIndex:
-    """Validate the whole file before any model loads; keys and fingerprints in file order."""
+def scan_pairs(path: str | Path, limit: int | None = None,
+               check: Callable[[PairRow], None] | None = None) -> PairIndex:
+    """Validate the whole file before any model loads; keys and fingerprints in file order.
+
+    Args:
+        path: the .jsonl/.csv file (optionally .gz).
+        limit: only the first N rows.
+        check: also called on each row (the caller's checks of fields it reads, e.g. the
+            ``spans`` ranges); raises to refuse the file.
+    """
     index = PairIndex()
     for r in iter_pairs(path, limit):
+        if check is not None:
+            check(r)
+        if r.spans is not None and index.spans_key is None:
+            index.spans_key = r.key
         index.keys.append(r.key)
         index.fingerprints[r.key] = r.fingerprint
         if isinstance(r.answer, list) and r.answer and (
