@@ -164,18 +164,26 @@ def set_name(spec: ParamSpec) -> str:
 _SQ_NORMS: dict[int, tuple] = {}
 
 
-def _sq_norm(p: torch.Tensor) -> float:
-    """‖p‖² (float32 norm, squared in Python's float64), cached while p is unchanged."""
-    key = (p._version, p.data_ptr(), p.dtype)
+def _sq_norm(p: torch.Tensor, owner: nn.Module | None = None) -> float:
+    """‖p‖² (float32 norm, squared in Python's float64), cached while p is unchanged; a
+    quantized ``p`` as its dequantized values (``owner``: the module holding it)."""
+    key = (p._version, _address(p), p.dtype)
     hit = _SQ_NORMS.get(id(p))
     if hit is not None and hit[0]() is p and hit[1] == key:
         return hit[2]
     with torch.no_grad():
-        w = dequantized(p) if is_quantized(p) else p.detach()
+        w = dequantized(p, owner) if is_quantized(p) else p.detach()
         sq = float(torch.linalg.vector_norm(w)) ** 2
     i = id(p)
     _SQ_NORMS[i] = (weakref.ref(p, lambda _: _SQ_NORMS.pop(i, None)), key, sq)
     return sq
+
+
+def _address(p: torch.Tensor) -> int:
+    """Where ``p``'s values live: its data pointer, or its codes' for a tensor subclass
+    without storage of its own (torchao)."""
+    inner = getattr(p, "qdata", None)
+    return (inner if isinstance(inner, torch.Tensor) else p).data_ptr()
 
 
 def _is_dtensor(p: torch.Tensor) -> bool:
@@ -201,7 +209,9 @@ def _sq_norm_all(params: dict[str, nn.Parameter], model: nn.Module | None) -> fl
                 w = resolve(model, name, p)
                 sq += float(torch.linalg.vector_norm(w)) ** 2
         else:
-            sq += _sq_norm(p)
+            owner = (model.get_submodule(name.rpartition(".")[0])
+                     if model is not None and is_quantized(p) else None)
+            sq += _sq_norm(p, owner)
     for mesh, device, part in sharded.values():
         import torch.distributed as dist
 

@@ -1,12 +1,16 @@
-"""Quantized weights (bitsandbytes 4-bit and 8-bit): what they stand for, read one at a time.
+"""Quantized weights (bitsandbytes 4-bit and 8-bit, torchao): what they stand for, read one at a
+time.
 
 A bitsandbytes layer keeps its weight packed (``Params4bit``: two 4-bit codes per byte and a
-``quant_state`` of block scales; ``Int8Params``: int8 codes and per-row scales ``SCB``); the
-model computes with the dequantized values W. isouq's gradient is with respect to W, the
-weight "as the model computes with it": its count is W's, its ‖θ*‖² is W's, and its
-per-example gradient Σₜ bₜ aₜᵀ needs no copy of W (``ghost/quantized.py``).
+``quant_state`` of block scales; ``Int8Params``: int8 codes and per-row scales ``SCB``, which
+move to the layer's ``state`` on its first forward); a torchao weight is a tensor subclass
+(``Int8Tensor``, ``IntxUnpackedToInt8Tensor``: integer codes and scales) in an ordinary
+``nn.Linear``. The model computes with the dequantized values W. isouq's gradient is with
+respect to W, the weight "as the model computes with it": its count is W's, its ‖θ*‖² is W's,
+and its per-example gradient Σₜ bₜ aₜᵀ needs no copy of W (``ghost/quantized.py``,
+``ghost/linear.py``).
 
-Nothing here imports bitsandbytes unless such a weight is met.
+Nothing here imports bitsandbytes unless such a weight is met, nor torchao ever.
 """
 
 from __future__ import annotations
@@ -17,10 +21,38 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
+from .errors import ModelError
+
+
+def is_torchao(p: torch.Tensor) -> bool:
+    """True for a torchao quantized weight (a tensor subclass holding codes and scales)."""
+    return type(p).__module__.startswith("torchao.")
+
 
 def is_quantized(p: torch.Tensor) -> bool:
-    """True for a bitsandbytes 4-bit or 8-bit weight (integer codes standing for real values)."""
-    return not p.is_floating_point() and (hasattr(p, "quant_state") or hasattr(p, "SCB"))
+    """True for a bitsandbytes 4-bit or 8-bit weight or a torchao one (integer codes standing
+    for real values)."""
+    return (not p.is_floating_point() and (hasattr(p, "quant_state") or hasattr(p, "SCB"))
+            or is_torchao(p))
+
+
+def computes_as_dequantized(p: torch.Tensor) -> bool:
+    """True when ``F.linear(x, p, b)`` is ``x Wᵀ + b`` with W = ``dequantized(p)``: a plain
+    weight, or a torchao weight-only one (``Int8Tensor`` without activation quantization,
+    pre-scaling or zero points; ``IntxUnpackedToInt8Tensor`` without activation
+    quantization). False for every other torchao weight: it quantizes or rescales the input
+    too, or computes in a way isouq has not checked."""
+    if not is_torchao(p):
+        return True
+    kind = type(p).__name__
+    if kind == "Int8Tensor":
+        zero = getattr(p, "zero_point", None)
+        return (getattr(p, "act_quant_kwargs", None) is None
+                and getattr(p, "act_pre_scale", None) is None
+                and (zero is None or not bool(zero.any())))
+    if kind == "IntxUnpackedToInt8Tensor":
+        return getattr(p, "activation_quantization", None) is None
+    return False
 
 
 def logical_numel(p: torch.Tensor) -> int:
@@ -32,11 +64,36 @@ def logical_numel(p: torch.Tensor) -> int:
     return p.numel()
 
 
-def dequantized(p: torch.Tensor) -> torch.Tensor:
+def int8_row_scales(p: torch.Tensor, owner: nn.Module | None = None) -> torch.Tensor:
+    """The per-row scales (``SCB``, (out,) float32) of a bitsandbytes 8-bit weight ``p``: on the
+    weight until the layer's first forward, on the layer's ``state`` after it (``owner``: the
+    ``Linear8bitLt`` holding ``p``)."""
+    scb = getattr(p, "SCB", None)
+    if scb is None:
+        scb = getattr(getattr(owner, "state", None), "SCB", None)
+    if scb is None:
+        raise ModelError(
+            "an 8-bit bitsandbytes weight has no row scales (SCB) on it after its layer's first "
+            "forward: pass the Linear8bitLt holding it (dequantized(p, owner=layer))")
+    return scb
+
+
+def dequantized(p: torch.Tensor, owner: nn.Module | None = None) -> torch.Tensor:
     """The real-valued weight a quantized ``p`` stands for (float32, a temporary copy); ``p``
-    itself when it is not quantized."""
+    itself when it is not quantized.
+
+    Args:
+        p: a weight, (out, in) for a quantized one.
+        owner: the module holding ``p``; needed for a bitsandbytes 8-bit weight whose layer
+            has run (its row scales are on the layer then).
+
+    Returns:
+        (out, in) float32 values W as the layer computes with them."""
     if not is_quantized(p):
         return p
+    if is_torchao(p):
+        with torch.no_grad():
+            return p.dequantize().float()
     import bitsandbytes.functional as bnbf
 
     with torch.no_grad():
@@ -46,7 +103,7 @@ def dequantized(p: torch.Tensor) -> torch.Tensor:
                 data, state = bnbf._convert_weight_packed_for_cpu_inverse(p.data, state)
                 return bnbf.dequantize_4bit(data, state).float()
             return bnbf.dequantize_4bit(p.data, state).float()
-        return p.data.float() * (p.SCB.float()[:, None] / 127.0)
+        return p.data.float() * (int8_row_scales(p, owner).float()[:, None] / 127.0)
 
 
 def _linear4bit_layers(model: nn.Module) -> list[nn.Module]:
