@@ -441,8 +441,9 @@ def cmd_calibrate(args) -> int:
 def cmd_report(args) -> int:
     from .study.report.build import build_report
 
-    path = build_report([Path(p) for p in args.inputs], Path(args.out), **(
-        {"n_bootstrap": args.n_bootstrap} if args.n_bootstrap else {}))
+    opts = {"n_bootstrap": args.n_bootstrap, "max_span_answers": args.max_span_answers}
+    path = build_report([Path(p) for p in args.inputs], Path(args.out),
+                        **{k: v for k, v in opts.items() if v is not None})
     print(f"report written to {path}")
     return 0
 
@@ -700,6 +701,9 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     p.add_argument("inputs", nargs="+", help="results.json dirs/files and QA JSONL dirs/files")
     p.add_argument("--out", type=out_dir, required=True, help="output folder (report.html, …)")
     p.add_argument("--n-bootstrap", type=positive_int, default=None)
+    p.add_argument("--max-span-answers", type=non_negative_int, default=None, metavar="N",
+                   help="answers scored span by span (isouq score --spans) shaded in the "
+                        "report, at most (default 50; the rest are counted in its tables)")
     p.set_defaults(func=cmd_report)
     return ap
 

@@ -24,6 +24,7 @@ from .paper_qa import paper_qa_tables
 from .polygraph import polygraph_section
 from .preview import qa_preview_section
 from .sections import experiment_section, portable, qa_section
+from .spans_section import MAX_ANSWERS, SECTION_ID, check_max_answers, spans_section
 from .tables import sections_latex, sections_markdown
 
 
@@ -44,6 +45,7 @@ def report_json(
         "inputs": {"experiments": [str(e.path) for e in inputs.experiments],
                    "qa_files": [str(f) for f in inputs.qa_files],
                    "gold_files": [str(f) for f in inputs.gold_files],
+                   "span_files": [str(f) for f, _ in inputs.spans],
                    "skipped": list(inputs.skipped), "reports_skipped": list(inputs.reports)},
         "sections": [],
     }
@@ -70,9 +72,10 @@ def report_json(
             "tables": study,
             "paper": paper_qa_tables(), "figures": [f.path.as_posix() for f in sec.figures],
         })
-    for sec in sections:  # TruthfulQA MC1 and TriviaQA short answers (issue 25)
+    for sec in sections:  # MC1 and short answers (issue 25), LM-Polygraph, span rows
         if sec.id in (evidence or {}):
-            kind = "polygraph" if sec.id.startswith("lm-polygraph") else "qa_evidence"
+            kind = ("polygraph" if sec.id.startswith("lm-polygraph") else
+                    "spans" if sec.id.startswith(SECTION_ID) else "qa_evidence")
             doc["sections"].append({"id": sec.id, "kind": kind, "title": sec.title,
                                     "notes": list(sec.notes), "tables": evidence[sec.id],
                                     "figures": [f.path.as_posix() for f in sec.figures]})
@@ -91,6 +94,7 @@ def build_report(
     log_epistemic: bool = True,
     embed: bool = True,
     say: Callable[[str], None] | None = None,
+    max_span_answers: int = MAX_ANSWERS,
 ) -> Path:
     """Build the report of ``inputs`` into ``out_dir``; return the path of ``report.html``.
 
@@ -100,13 +104,18 @@ def build_report(
     :func:`isouq.evaluation.study_tables`. ``embed`` puts images into the HTML as data URIs
     (the file then opens anywhere); otherwise it links the PNGs beside it. An input that is a
     report's output (``report.html`` and ``report.json``, e.g. ``results/report`` reached by
-    ``results/*/``) is skipped with one line to ``say`` (default: standard error).
+    ``results/*/``) is skipped with one line to ``say`` (default: standard error). Answers
+    scored span by span (``isouq score --spans``) get the section "Long answers, sentence by
+    sentence" (:mod:`.spans_section`), at most ``max_span_answers`` of them shaded.
 
     Writes ``report.html``, ``tables.md``, ``tables.tex``, ``report.json`` and the figures
     (``<section id>/*.png``). Raises :class:`isouq.errors.DataError` when an input holds
-    neither a results.json nor QA rows, or the rows are malformed — before writing anything.
+    neither a results.json nor QA rows, or the rows are malformed, and
+    :class:`isouq.errors.InputError` when ``max_span_answers`` is not a count ≥ 0 — before
+    writing anything.
     """
     started = time.time()
+    check_max_answers(max_span_answers)
     found = collect(inputs)
     for line in found.reports:
         (say or (lambda text: print(text, file=sys.stderr)))(line)
@@ -145,6 +154,11 @@ def build_report(
                                            seed=seed, gold_rows=found.gold_rows, out_dir=out)
             sections.append(sec)
             evidence[sec.id] = tables
+    if found.spans:  # answers scored span by span (isouq score --spans)
+        sec, tables = spans_section(found.spans, taken, max_answers=max_span_answers,
+                                    n_bootstrap=n_bootstrap, seed=seed)
+        sections.append(sec)
+        evidence[sec.id] = tables
     if found.polygraph:  # LM-Polygraph benchmark (results/polygraph, docs/polygraph.md)
         sec, tables = polygraph_section(found.polygraph, taken, n_bootstrap=n_bootstrap,
                                         seed=seed)

@@ -52,7 +52,9 @@ class Figure:
 
 @dataclass(frozen=True)
 class Section:
-    """One experiment (or the QA study): meta data, blocks, figures, notes, raw tables."""
+    """One experiment (or the QA study): meta data, blocks, figures, notes, raw tables, and
+    ``html``: fragments of HTML made (and escaped) by the section's maker, shown after its
+    blocks in ``report.html`` only (e.g. answers shaded span by span)."""
 
     id: str
     title: str
@@ -63,6 +65,7 @@ class Section:
     blocks: tuple[Block, ...] = ()
     figures: tuple[Figure, ...] = ()
     raw: tuple[Table, ...] = ()
+    html: tuple[str, ...] = ()
 
 
 def unique_slug(text: str, taken: set[str]) -> str:

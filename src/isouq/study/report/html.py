@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from .document import Block, Figure, Section, Table
+from .spans import SPAN_CSS
 
 MIME: dict[str, str] = {
     ".png": "image/png", ".svg": "image/svg+xml", ".jpg": "image/jpeg", ".jpeg": "image/jpeg",
@@ -47,7 +48,8 @@ dl.meta { display: grid; grid-template-columns: max-content auto; gap: 2px 12px;
 dl.meta dd { margin: 0; word-break: break-all; }
 details { margin: 6px 0; font-size: 13px; } summary { cursor: pointer; font-weight: 600; }
 .muted { color: #57606a; font-size: 13px; }
-"""
+.answers { max-width: 900px; }
+""" + SPAN_CSS
 
 
 def data_uri(path: str | Path) -> str:
@@ -115,7 +117,8 @@ def _anchor(section: Section, i: int, block: Block) -> str:
 
 
 def section_html(section: Section, root: Path, embed: bool = True) -> str:
-    """One ``<section>``: meta data, notes, figures, blocks, then collapsed raw tables."""
+    """One ``<section>``: meta data, notes, figures, blocks, the section's own HTML, then
+    collapsed raw tables."""
     parts = [f'<section id="{_e(section.id)}"><h2>{_e(section.title)}</h2>',
              f'<p class="muted">source: <code>{_e(section.source)}</code></p>',
              _dl(section.meta)]
@@ -124,6 +127,7 @@ def section_html(section: Section, root: Path, embed: bool = True) -> str:
     parts += [f'<p class="note">{_e(n)}</p>' for n in section.notes]
     parts += [figure_html(f, root, embed) for f in section.figures]
     parts += [block_html(b, _anchor(section, i, b)) for i, b in enumerate(section.blocks)]
+    parts += list(section.html)
     if section.raw:
         inner = "".join(f"<h4>{_e(t.name)}</h4>{table_html(t)}" for t in section.raw)
         parts.append(f"<details><summary>All tables, unformatted names "

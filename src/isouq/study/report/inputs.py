@@ -1,6 +1,6 @@
-"""Find and read what a report is built from: experiment ``results.json`` files and QA rows
-(``*.jsonl`` / ``*.jsonl.gz``), given as any mix of files and directories (searched
-recursively). A directory that is a report's output (it holds ``report.html`` and
+"""Find and read what a report is built from: experiment ``results.json`` files, QA rows and
+answers scored span by span (``*.jsonl`` / ``*.jsonl.gz``), given as any mix of files and
+directories (searched recursively). A directory that is a report's output (it holds ``report.html`` and
 ``report.json``) is skipped, so ``isouq report results/*/`` can name every kept folder."""
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from ...evaluation.labels import is_gold_row
 from ...evaluation.rows import REQUIRED_FIELDS
 from ...runio import latest_by_key, read_jsonl
 from .polygraph import load_polygraph, polygraph_files
+from .spans_section import check_span_rows, is_span_file
 
 RESULTS_NAME = "results.json"
 QA_SUFFIXES: tuple[str, ...] = (".jsonl", ".jsonl.gz")
@@ -45,9 +46,10 @@ class Experiment:
 @dataclass(frozen=True)
 class Inputs:
     """Everything found: experiments, QA rows pooled over ``qa_files``, hand labels pooled over
-    ``gold_files`` (:mod:`isouq.evaluation.labels`), the JSONL files skipped because their
-    rows are neither (with the reason), and the inputs skipped because they are report
-    folders (``reports``: one line each, with the reason)."""
+    ``gold_files`` (:mod:`isouq.evaluation.labels`), answers scored span by span per file
+    (``spans``), the JSONL files skipped because their rows are none of these (with the
+    reason), and the inputs skipped because they are report folders (``reports``: one line
+    each, with the reason)."""
 
     experiments: tuple[Experiment, ...]
     qa_files: tuple[Path, ...]
@@ -58,6 +60,9 @@ class Inputs:
     reports: tuple[str, ...] = ()
     #: LM-Polygraph benchmark files (``report.polygraph``): (shown path, document) pairs
     polygraph: tuple[tuple[Path, dict], ...] = ()
+    #: answer rows with a ``spans`` list (``isouq score --spans``; ``report.spans_section``):
+    #: (shown path, rows) pairs, one per file
+    spans: tuple[tuple[Path, tuple[dict, ...]], ...] = ()
 
 
 def is_report_dir(path: Path) -> bool:
@@ -140,13 +145,16 @@ def _scan(path: Path) -> tuple[list[Path], list[Path]]:
 def collect(paths: Iterable[str | os.PathLike]) -> Inputs:
     """Find the experiments and QA rows under ``paths`` (files or directories).
 
-    A JSONL file given by name must hold QA rows or hand labels (gold rows); one found inside a
-    directory is skipped (and listed in ``skipped``) when its rows are neither, e.g. a cache.
+    A JSONL file given by name must hold QA rows, hand labels (gold rows) or answers scored
+    span by span (rows with a ``spans`` list, ``isouq score --spans``; QA rows are recognized
+    first, so a QA row is never taken for one); one found inside a directory is skipped (and
+    listed in ``skipped``) when its rows are none of these, e.g. a cache.
     A directory given that is a report's output (``is_report_dir``) is skipped and listed in
     ``reports``. Each file is read once however often it is reached, and named as first reached
     (``shown``). DataError when an input holds neither a results.json nor QA rows, when no
     paths (but report folders) are given, or when rows of ``isouq qa short`` predate its key
-    prefix (``answer_row.check_keys``: the error names the fix).
+    prefix (``answer_row.check_keys``: the error names the fix), or when a span lacks its scores
+    (``spans_section.check_span_rows``).
     """
     paths = [Path(p) for p in paths]
     reports = [f"skipped {p}: a report's output ({REPORT_HTML}, {REPORT_JSON}), not results"
@@ -160,6 +168,7 @@ def collect(paths: Iterable[str | os.PathLike]) -> Inputs:
     gold: dict[Path, tuple[Path, list[dict]]] = {}
     skipped: list[str] = []
     polygraph: dict[Path, tuple[Path, dict]] = {}
+    spans: dict[Path, tuple[Path, list[dict]]] = {}
     for p in paths:
         pg = polygraph_files(p)
         results, qa_files = ([], []) if p.is_file() and pg else _scan(p)
@@ -171,7 +180,7 @@ def collect(paths: Iterable[str | os.PathLike]) -> Inputs:
             found = True
         for f in qa_files:
             key = f.resolve()
-            if key in qa or key in gold:
+            if key in qa or key in gold or key in spans:
                 found = True
                 continue
             rows = read_rows(f)
@@ -183,16 +192,22 @@ def collect(paths: Iterable[str | os.PathLike]) -> Inputs:
             elif rows and all(is_gold_row(r) for r in rows):
                 gold[key] = (shown(f), rows)
                 found = True
+            elif rows and is_span_file(rows):
+                check_span_rows(rows, shown(f))
+                spans[key] = (shown(f), rows)
+                found = True
             elif f == p:
                 what = "no rows" if not rows else f"a row without {list(REQUIRED_FIELDS)}"
-                raise DataError(f"{f} has {what}; it is not a file of QA result rows")
+                raise DataError(f"{f} has {what}; it is not a file of QA result rows (nor of "
+                                "answers scored span by span: `isouq score --spans sentences`)")
             else:
                 skipped.append(f"{shown(f)}: {'empty' if not rows else 'not QA rows'}")
         if not found:
             raise DataError(
                 f"{p} holds neither a {RESULTS_NAME} nor JSONL files of QA rows "
-                f"(fields {list(REQUIRED_FIELDS)}); run an experiment or `isouq qa run` "
-                "with --out there first"
+                f"(fields {list(REQUIRED_FIELDS)}) or of answers scored span by span; run an "
+                "experiment, `isouq qa run` or `isouq score --spans sentences` with --out there "
+                "first"
             )
     return Inputs(
         experiments=tuple(experiments.values()),
@@ -203,4 +218,5 @@ def collect(paths: Iterable[str | os.PathLike]) -> Inputs:
         gold_rows=tuple(r for _, rows in gold.values() for r in rows),
         reports=tuple(reports),
         polygraph=tuple(polygraph.values()),
+        spans=tuple((f, tuple(rows)) for f, rows in spans.values()),
     )

@@ -67,7 +67,8 @@ def auroc_figure(rows: Sequence[Mapping], path: str | Path) -> Path:
     return path
 
 
-def _interval(r: Mapping) -> str:
+def interval_cell(r: Mapping) -> str:
+    """``auroc [ci_low, ci_high]`` of a ``long_spans`` AUROC row; ``–`` without an AUROC."""
     if r.get("auroc") is None:
         return "–"
     return (f"{format_value(r['auroc'])} [{format_value(r.get('ci_low'))}, "
@@ -81,7 +82,7 @@ def wide_auroc(rows: Sequence[Mapping]) -> list[dict]:
         row = out.setdefault((r["setting"], r["score"]), {"setting": r["setting"],
                                                           "score": r["score"],
                                                           "family": r["family"]})
-        row[str(r["model"])] = _interval(r)
+        row[str(r["model"])] = interval_cell(r)
     return list(out.values())
 
 
@@ -146,4 +147,4 @@ def long_section(exp: Experiment, out_dir: Path, taken: set[str]) -> Section:
                    raw=tuple(make_table(name, t) for name, t in tables.items()))
 
 
-__all__ = ["auroc_figure", "is_long", "long_section", "wide_auroc"]
+__all__ = ["auroc_figure", "interval_cell", "is_long", "long_section", "wide_auroc"]

@@ -13,16 +13,25 @@ import html
 import math
 from collections.abc import Sequence
 
+#: the style of shaded answers, shared by this page and ``isouq report`` (its span section)
+SPAN_CSS = """
+.q { font-weight: 600; margin: 28px 0 4px; }
+.a { white-space: pre-wrap; line-height: 1.7; }
+.s { border-radius: 3px; padding: 1px 0; }
+.worst { outline: 2px solid #b3261e; }
+.wrong { text-decoration: underline wavy #b3261e; }
+.legend { font-size: 13px; color: #57606a; }
+"""
 CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif;
        margin: 0 auto; max-width: 900px; padding: 0 24px 48px; color: #1d1d1f;
        line-height: 1.7; }
-.q { font-weight: 600; margin: 28px 0 4px; }
-.a { white-space: pre-wrap; }
-.s { border-radius: 3px; padding: 1px 0; }
-.worst { outline: 2px solid #b3261e; }
-.legend { font-size: 13px; color: #57606a; }
-"""
+""" + SPAN_CSS
+#: what the shading means (the page's legend; a note of the report's span section)
+LEGEND = ("Each span is shaded by its epistemic_log = ‖∇θ log p̄‖² among the spans of its answer "
+          "(log scale): the darker, the less trusted; the outlined span is the one to check "
+          "first; a span labelled wrong (correct = 0) is underlined in a wave. Hover a span for "
+          "its scores. None of these is a probability of being right.")
 
 
 def shades(spans: Sequence[dict]) -> list[float]:
@@ -65,8 +74,12 @@ def answer_html(row: dict) -> str:
         sc = spans[k]["scores"]
         tip = (f"p̄ {sc['mean_prob']:.3f} · aleatoric {sc['aleatoric']:.3f} · epistemic "
                f"{sc['epistemic']:.3g} · epistemic_log {sc['epistemic_log']:.3g}")
+        label = spans[k].get("correct")
+        if label is not None:
+            tip += " · labelled " + ("right" if label else "wrong")
         alpha = 0.06 + 0.54 * shade[k]
-        parts.append(f'<span class="s{" worst" if k == worst else ""}" '
+        cls = "s" + (" worst" if k == worst else "") + (" wrong" if label == 0 else "")
+        parts.append(f'<span class="{cls}" '
                      f'style="background: rgba(214, 39, 40, {alpha:.2f})" '
                      f'title="{html.escape(tip)}">{html.escape(text)}</span>')
     head = row.get("question") or row.get("prompt") or row.get("key")
@@ -78,14 +91,10 @@ def answer_html(row: dict) -> str:
 def spans_page(rows: Sequence[dict], title: str = "isouq: answers span by span") -> str:
     """The self-contained HTML page of ``rows`` (answer rows with ``spans``)."""
     body = "\n".join(answer_html(r) for r in rows if "error" not in r)
-    legend = ("Each span is shaded by its epistemic_log = ‖∇θ log p̄‖² among the spans of its "
-              "answer (log scale): the darker, the less trusted; the outlined span is the one "
-              "to check first. Hover a span for its scores. None of these is a probability of "
-              "being right.")
     return (f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
             f"<title>{html.escape(title)}</title><style>{CSS}</style></head>\n<body>\n"
-            f"<h1>{html.escape(title)}</h1>\n<p class=\"legend\">{html.escape(legend)}</p>\n"
+            f"<h1>{html.escape(title)}</h1>\n<p class=\"legend\">{html.escape(LEGEND)}</p>\n"
             f"{body}\n</body></html>\n")
 
 
-__all__ = ["answer_html", "shades", "spans_page"]
+__all__ = ["CSS", "LEGEND", "SPAN_CSS", "answer_html", "shades", "spans_page"]
