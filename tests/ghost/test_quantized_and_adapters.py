@@ -317,3 +317,41 @@ def test_merged_adapter_scores_as_the_unmerged_base_weights():
 def test_adapter_set_on_a_model_without_adapters_names_the_fix():
     with pytest.raises(InputError, match="no PEFT adapter.*--adapter"):
         isouq.score_sequences(_llama(), tiny.tokenizer(), PROMPTS, ANSWERS, params="adapter")
+
+
+def test_quantize_8bit_on_the_command_line_scores_every_weight_exactly(tiny_llama_dir, tmp_path):
+    """isouq score --quantize 8bit on a local folder: transformers' int8 layers (threshold 6),
+    every weight scored (set 'all', share 1), each answer's epistemic ≤ 1e-5 of one backward
+    through the int8 twin of the loaded model (no input entry reached the threshold here, so
+    no outlier column couples the answers of a batch)."""
+    pytest.importorskip("bitsandbytes")
+    import json
+
+    from isouq.cli import main
+    from isouq.llm.prompts import qa_prompt
+    from isouq.models import load_model
+    from isouq.runio import read_jsonl
+
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    qa = [("who sat on the mat", "the cat sat"), ("what is the capital of france", "paris"),
+          ("why is the sky blue", "because the sky is blue")]
+    inp.write_text("".join(json.dumps({"id": f"q{i}", "question": q, "answer": a}) + "\n"
+                           for i, (q, a) in enumerate(qa)))
+    assert main(["score", str(inp), "--out", str(out), "--model", str(tiny_llama_dir),
+                 "--quantize", "8bit"]) == 0
+    rows = read_jsonl(out)
+    assert {r["params"]["set"] for r in rows} == {"all"} and rows[0]["params"]["share"] == 1.0
+
+    m, tok, _ = load_model(str(tiny_llama_dir), quantize="8bit")
+    assert any(is_quantized(p) for p in m.parameters())
+    prompts, answers = [qa_prompt(tok, r["question"]) for r in rows], [r["answer"] for r in rows]
+    seen, hooks = _record_outliers(m)
+    g = isouq.score_sequences(m, tok, prompts, answers)
+    for h in hooks:
+        h.remove()
+    assert {float(q.state.threshold) for q in m.modules() if hasattr(q, "state")} == {6.0}
+    assert not any(c is not None and c.numel() for c in seen.values())
+    ref = isouq.score_sequences(_twin8(m), tok, prompts, answers, method="loop")
+    got = torch.tensor([r["scores"]["epistemic"] for r in rows])
+    assert _rel(got, ref.epistemic) < 1e-5 and _rel(g.epistemic, ref.epistemic) < 1e-5
+    assert rows[0]["n_params"] == ref.params.n_params == g.params.n_model

@@ -24,6 +24,7 @@ that isouq never imports bitsandbytes itself.
 
 from __future__ import annotations
 
+import logging
 import weakref
 
 import torch
@@ -95,9 +96,26 @@ def _linear8bit(module: nn.Module, call: Call) -> dict[str, Contribution]:
     return linear_contributions(a, call.grad, module.bias is not None)
 
 
+class _Once(logging.Filter):
+    """Lets each distinct message through once: bitsandbytes logs "inputs will be cast from
+    float32 to float16" at every call of every 8-bit layer, thousands of lines per scoring run."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = record.getMessage()
+        new = msg not in self.seen
+        self.seen.add(msg)
+        return new
+
+
 def register() -> None:
     """Register the rules for bitsandbytes' layer types (bitsandbytes is loaded by then)."""
     import bitsandbytes as bnb
+
+    logging.getLogger("bitsandbytes.autograd._functions").addFilter(_Once())
 
     register_rule(bnb.nn.Linear4bit, subclasses=True, uses_output=False,
                   reads_params=False)(_linear4bit)
