@@ -15,10 +15,15 @@ are independent in the forward (no batch norm in train mode, masks keep padded r
 and dim 0 of every hooked layer's input/output is the example, or, given ``seq_len`` = T, a
 layer may see the batch flattened batch-major to (N·T, …) as ``x.reshape(-1, d)`` of an
 (N, T, d) tensor makes it (OPT's feed-forward blocks): its calls are read as (N, T, …).
+
+Layers that read one input tensor (q/k/v, gate/up) share its Gram and one cost rule
+(``shared.py``); ``share_grams=False`` (or ``ISOUQ_GHOST_SHARE_GRAMS=0``) computes every
+parameter on its own instead, as a side-by-side reference.
 """
 
 from __future__ import annotations
 
+import os
 import warnings
 import weakref
 from dataclasses import dataclass
@@ -33,6 +38,7 @@ from .calls import Call
 from .factors import Contribution, sq_norms
 from .registry import owned_parameters
 from .registry import rule_for as rule_for  # rules register themselves (ghost/registry.py)
+from .shared import SharedInputs
 from .weights import execution_device, gathered_copy, is_sharded, offloaded_ties
 
 
@@ -56,12 +62,20 @@ class GhostNorms:
         warn: warn once when a layer type has no rule (the exact fallback runs).
         seq_len: T, when a layer sees the batch flattened to (N·T, …) (OPT's feed-forward
             blocks): such calls are read as (N, T, …).
+        share_grams: layers reading one input tensor (q/k/v, gate/up) compute its Gram once
+            and follow one cost rule (``shared.py``); ``backward`` then also sums their
+            output-gradient Grams before one inner product. False: every parameter on its own
+            (the reference the shared path is measured against). Default: on, unless the
+            environment variable ``ISOUQ_GHOST_SHARE_GRAMS`` is ``0``.
     """
 
     def __init__(self, model: nn.Module, params: dict[str, nn.Parameter], *, warn: bool = True,
-                 seq_len: int | None = None):
+                 seq_len: int | None = None, share_grams: bool | None = None):
         self.model = model
         self.seq_len = seq_len
+        self.share_grams = (os.environ.get("ISOUQ_GHOST_SHARE_GRAMS", "1") != "0"
+                            if share_grams is None else bool(share_grams))
+        self._shared: SharedInputs | None = None
         self.params = params
         self.names = tuple(params)
         by_id = {id(p): n for n, p in params.items()}
@@ -158,9 +172,11 @@ class GhostNorms:
                 or call.grad.shape[0] != self._N):  # a broadcast input: _norms says so
             return
         local = self.rules[call.module].contributions(call.module, call)
-        for lo, name in self.owners[call.module]:
-            if lo in local:
-                self._now[name] = sq_norms([local[lo]], self._cache)
+        named = {name: local[lo] for lo, name in self.owners[call.module] if lo in local}
+        if self._shared is not None:  # members of a group wait for it (shared.py)
+            named = self._shared.add(call, named)
+        for name, c in named.items():
+            self._now[name] = sq_norms([c], self._cache)
         call.grad = None
         if not self._retain:  # another backward over the same graph needs the inputs again
             call.args, call.kwargs, call.output = (), {}, None
@@ -240,7 +256,9 @@ class GhostNorms:
         Returns:
             (N,) ‖∇θ sᵢ‖² over the selected parameters (s's units squared), float32 or wider.
         """
-        return self.backward_detailed(s, retain_graph=retain_graph).total
+        per, summed = self._run(s, retain_graph, per_param=False)
+        total = per.sum(1)
+        return total if summed is None else total + summed
 
     def backward_detailed(self, s: torch.Tensor, *, retain_graph: bool = False) -> GhostResult:
         """Backward of Σᵢ sᵢ; per-example squared norms, total and per parameter tensor.
@@ -252,26 +270,37 @@ class GhostNorms:
         Returns:
             GhostResult: ``total`` (N,), ``per_param`` (N, n) in the order of ``names``.
         """
+        per, _ = self._run(s, retain_graph, per_param=True)
+        return GhostResult(total=per.sum(1), per_param=per, names=self.names)
+
+    def _run(self, s: torch.Tensor, retain_graph: bool, per_param: bool
+             ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The backward of Σᵢ sᵢ: (per-parameter norms (N, n), the norms summed over the
+        parameters no column holds (N,) or None); with ``per_param`` every column is whole."""
         if s.ndim != 1:
             raise InputError(f"s must be (N,), one scalar per example, got shape {tuple(s.shape)}")
         N = s.shape[0]
         for c in self.calls:
             c.grad = None
         self._now, self._cache, self._retain, self._N = {}, {}, retain_graph, N
+        if self.share_grams:  # the calls _maybe_now will compute, grouped by their input
+            self._shared = SharedInputs(
+                [c for c in self.calls if c.module in self._solo
+                 and self._n_calls.get(c.module) == 1], summed=not per_param)
         try:
             if s.requires_grad:
                 s.sum().backward(retain_graph=retain_graph)
-            per = self._norms(N, s.dtype, s.device)
+            return self._norms(N, s.dtype, s.device)
         finally:
             if retain_graph:  # another backward over the same graph re-reads the inputs
                 for c in self.calls:
                     c.grad = None
             else:
                 self._release_calls()
-            self._now, self._cache = {}, {}
-        return GhostResult(total=per.sum(1), per_param=per, names=self.names)
+            self._now, self._cache, self._shared = {}, {}, None
 
-    def _norms(self, N: int, dtype: torch.dtype, device=None) -> torch.Tensor:
+    def _norms(self, N: int, dtype: torch.dtype, device=None
+               ) -> tuple[torch.Tensor, torch.Tensor | None]:
         contribs: dict[str, list[Contribution]] = {n: [] for n in self.names}
         self._capturing = False  # fallbacks re-run forwards: record nothing
         try:
@@ -296,6 +325,14 @@ class GhostNorms:
                         contribs[name].append(local[lo])
         finally:
             self._capturing = True
+        summed = None
+        if self._shared is not None:  # groups with a member s does not depend on
+            self._shared.flush()
+            self._now.update(self._shared.norms)
+            out = torch.promote_types(dtype, torch.float32)
+            for t in self._shared.totals:
+                t = t.to(device=device, dtype=out)
+                summed = t if summed is None else summed + t
         # layers may live on different devices (device_map="auto"): gather on s's device
         cols = []
         for name, c in contribs.items():
@@ -307,4 +344,4 @@ class GhostNorms:
                 col = torch.zeros(N, dtype=torch.promote_types(dtype, torch.float32),
                                   device=device)
             cols.append(col.to(device=device, dtype=torch.promote_types(dtype, torch.float32)))
-        return torch.stack(cols, dim=1)
+        return torch.stack(cols, dim=1), summed

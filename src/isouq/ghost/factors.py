@@ -164,8 +164,16 @@ def _left_gram(p: Pair, q: Pair) -> torch.Tensor:
     return _dense_gram(p.left, q.left, None)
 
 
-def _key(t: torch.Tensor) -> tuple:
-    return (t.data_ptr(), tuple(t.shape), t.stride(), t.dtype)
+def storage_key(t: torch.Tensor) -> tuple:
+    """What makes two live tensors the same values: device, address, shape, strides, dtype."""
+    return (t.device, t.data_ptr(), tuple(t.shape), t.stride(), t.dtype)
+
+
+def gram_inner(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """⟨xₙ, yₙ⟩ per example of two (N, T, T') Grams → (N,): one vecdot (~25× faster than a
+    (1×T²)·(T²×1) bmm)."""
+    N = x.shape[0]
+    return torch.linalg.vecdot(x.reshape(N, -1), y.reshape(N, -1))
 
 
 def _dense_gram(x: torch.Tensor, y: torch.Tensor, cache: dict | None) -> torch.Tensor:
@@ -174,7 +182,7 @@ def _dense_gram(x: torch.Tensor, y: torch.Tensor, cache: dict | None) -> torch.T
     ``cache``, x xᵀ is cached by storage (q/k/v share one input)."""
     if cache is None or x is not y:
         return bmm_f32(x, y.transpose(1, 2))
-    k = _key(x)
+    k = storage_key(x)
     if k not in cache:  # keep x alive with its Gram so its address cannot be reused meanwhile
         cache[k] = (x, bmm_f32(x, x.transpose(1, 2)))
     return cache[k][1]
@@ -191,8 +199,7 @@ def _gram_sq_norm(pairs: list[Pair], cache: dict | None = None) -> torch.Tensor:
             else:
                 right = _dense_gram(p.dense_right(), q.dense_right(),
                                     cache if p.input_side == "right" else None)
-            N = left.shape[0]  # ⟨left_n, right_n⟩: vecdot, ~25× faster than a (1×T²)·(T²×1) bmm
-            term = torch.linalg.vecdot(left.reshape(N, -1), right.reshape(N, -1))
+            term = gram_inner(left, right)
             term = term if q is p else 2 * term
             total = term if total is None else total + term
     return total
@@ -213,12 +220,20 @@ def gram_is_cheaper(N: int, a: int, b: int, positions: list[tuple[int, bool]],
         True for the Gram form: cheaper (~ N T² (a + b)) than materializing (~ N T a b), or the
         materialized (N, a, b) block would exceed ``MATERIALIZE_BYTES``.
     """
-    gram = sum(tp * tq * ((1 if (ip and iq) else a) + b)
-               for tp, ip in positions for tq, iq in positions)
+    gram, mat = form_costs(a, b, positions)
     if gram_cost is not None:
         gram = gram_cost
-    mat = sum(t * (b if i else a * b) for t, i in positions) + a * b
     return gram <= mat or N * a * b * elem_bytes > MATERIALIZE_BYTES
+
+
+def form_costs(a: int, b: int, positions: list[tuple[int, bool]]) -> tuple[float, float]:
+    """(Gram form, materialized form) cost per example of one parameter (a, b), in
+    multiply-adds: Σₖₗ Tₖ Tₗ (a + b) for the Grams, Σₖ Tₖ a b (+ a b for the sum) to
+    materialize; ``positions`` as in :func:`gram_is_cheaper`."""
+    gram = sum(tp * tq * ((1 if (ip and iq) else a) + b)
+               for tp, ip in positions for tq, iq in positions)
+    mat = sum(t * (b if i else a * b) for t, i in positions) + a * b
+    return gram, mat
 
 
 def choose_gram(pairs: list[Pair], gram_cost: float | None = None) -> bool:
@@ -259,6 +274,12 @@ def sq_norms(contribs: list[Contribution], cache: dict | None = None) -> torch.T
         sq = _gram_sq_norm(pairs, cache)
         fold = pairs[0].fold
         return sq if fold == 1 else sq.view(-1, fold).sum(1)
+    return materialized_sq_norms(pairs, mats)
+
+
+def materialized_sq_norms(pairs: list[Pair], mats: list[torch.Tensor]) -> torch.Tensor:
+    """‖Σₖ gᵢ⁽ᵏ⁾‖² (N,) of one parameter by materializing every Pair's per-example block and
+    adding the ``mats`` (N, *shape) already materialized (float32 at least)."""
     N = mats[0].shape[0] if mats else pairs[0].right.shape[0] // pairs[0].fold
     G = None
     for g in mats + [(_f32_pair(p) if p.is_index else p).materialize() for p in pairs]:

@@ -1,0 +1,192 @@
+"""Layers that read one input tensor: one Gram of it per backward, one cost rule for them all.
+
+In a transformer block q_proj, k_proj and v_proj read the same tensor, as do gate_proj and
+up_proj (and a PEFT LoRA layer's base layer and its A). With gₚ = Bₚᵀ A for each such weight
+(B: the layer's output gradient, A: the shared input, (N, T, ·) per example) the Gram form needs
+A Aᵀ once for the whole group, and the squared norms are
+
+- per parameter (``GhostNorms.backward_detailed``): ⟨Bₚ Bₚᵀ, A Aᵀ⟩ for each p;
+- summed (``GhostNorms.backward``, the total only): ⟨Σₚ Bₚ Bₚᵀ, A Aᵀ⟩, one inner product
+  per group.
+
+The cost rule is the group's (:func:`gram_plan`): once A Aᵀ is paid for, another member's Gram
+form costs only its own T² bₚ against T bₚ d to materialize (d: A's width), so the members for
+which that is cheaper take the Gram form together when the group as a whole costs less that way
+than materializing every member (or when a member's materialized block would pass the memory
+cap); the others materialize. A group of one follows the per-parameter rule
+(``factors.choose_gram``) exactly.
+
+Membership is fixed before the backward from the recorded calls: calls whose first argument is
+the same tensor (device, address, shape, strides, dtype and version; every call holds its input,
+so no other tensor can take that address meanwhile). The engine hands a member's contributions
+over when its output gradient arrives (:meth:`SharedInputs.add`); a group is computed as soon as
+its last member has arrived, then released (the input and its Gram are not held to the end of
+the backward). Members are sorted further by the tensor their Pair actually multiplies (a rule
+that casts the input makes a new one), so only identical factors share a Gram. Only what
+``sq_norms`` would compute from one dense Pair joins: a weight used by several calls (tied,
+reused) needs its cross terms and stays out, as do embedding indices, folded groups and Grams a
+rule gives itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import torch
+
+from . import factors
+from .calls import Call
+from .factors import Contribution, Pair, bmm_f32, gram_inner, storage_key
+
+
+def joins(c: Contribution) -> bool:
+    """Whether a contribution may share its input's Gram: one dense Pair, nothing folded or
+    given by the rule in Gram form."""
+    return (isinstance(c, Pair) and not c.is_index and c.fold == 1 and c.right_gram is None
+            and c.right_fn is None)
+
+
+def input_factor(p: Pair) -> torch.Tensor:
+    """The Pair's factor that is the layer's input, (N, T, d)."""
+    return p.right if p.input_side == "right" else p.left
+
+
+def gradient_factor(p: Pair) -> torch.Tensor:
+    """The Pair's other factor, the output gradient, (N, T, w)."""
+    return p.left if p.input_side == "right" else p.right
+
+
+def gram_plan(pairs: list[Pair]) -> list[bool]:
+    """Which Pairs of one shared input factor take the Gram form (True) or materialize.
+
+    Args:
+        pairs: dense Pairs (see :func:`joins`) whose input factors are one tensor (N, T, d).
+
+    Returns:
+        One flag per Pair. A single Pair: ``factors.choose_gram``. Several: every Pair whose own
+        side (T² w against T w d to materialize, or a block over the memory cap) favours the
+        Gram joins it, if the group's cost then (T² d + the members' T² w + the others' blocks)
+        does not exceed materializing them all, or some block is over the cap.
+    """
+    if len(pairs) == 1:
+        return [factors.choose_gram(pairs)]
+    N, T, d = input_factor(pairs[0]).shape
+    flags, over_cap, mats, joined = [], False, 0.0, 0.0
+    for p in pairs:
+        a, b = p.shape
+        w = gradient_factor(p).shape[-1]
+        _, mat = factors.form_costs(a, b, [(T, False)])
+        capped = N * a * b * p.right.element_size() > factors.MATERIALIZE_BYTES
+        flag = capped or T * T * w <= mat
+        over_cap |= capped
+        flags.append(flag)
+        mats += mat
+        joined += T * T * w if flag else mat
+    if any(flags) and (over_cap or T * T * d + joined <= mats):
+        return flags
+    return [False] * len(pairs)
+
+
+def input_key(call: Call) -> tuple | None:
+    """The identity of the call's first argument (None when it is not a tensor): equal keys of
+    live tensors mean the same values; the version counter tells an in-place change apart."""
+    x = call.args[0] if call.args else None
+    if not isinstance(x, torch.Tensor):
+        return None
+    return (*storage_key(x), x._version)
+
+
+@dataclass
+class _Group:
+    expected: int = 0
+    arrived: int = 0
+    members: list[tuple[str, Pair]] = field(default_factory=list)
+
+
+class SharedInputs:
+    """One backward's groups of layer calls that read one input tensor, and their norms.
+
+    Args:
+        calls: the calls whose contributions the engine will hand over in the backward (one
+            call per layer, every parameter owned by that layer alone).
+        summed: only the total is wanted: a group's Gram-form members give one ⟨Σₚ Bₚ Bₚᵀ,
+            A Aᵀ⟩ (in ``totals``), not one norm each (in ``norms``).
+
+    After the backward and :meth:`flush`: ``norms`` {parameter name: (N,)} and ``totals``, a
+    list of (N,) sums over parameters that are in no column of ``norms``.
+    """
+
+    def __init__(self, calls: Iterable[Call], *, summed: bool):
+        self.summed = summed
+        self.norms: dict[str, torch.Tensor] = {}
+        self.totals: list[torch.Tensor] = []
+        self._groups: dict[tuple, _Group] = {}
+        self._key_of: dict[int, tuple] = {}
+        for c in calls:
+            k = input_key(c)
+            if k is not None:
+                self._groups.setdefault(k, _Group()).expected += 1
+                self._key_of[id(c)] = k
+
+    def add(self, call: Call, contribs: dict[str, Contribution]) -> dict[str, Contribution]:
+        """Hand over one call's contributions {parameter name: contribution} (its output
+        gradient has arrived); computes the call's group if this was its last member.
+
+        Returns:
+            The contributions that joined no group (the caller computes them).
+        """
+        k = self._key_of.pop(id(call), None)
+        if k is None:
+            return contribs
+        group = self._groups[k]
+        rest = {}
+        for name, c in contribs.items():
+            if joins(c):
+                group.members.append((name, c))
+            else:
+                rest[name] = c
+        group.arrived += 1
+        if group.arrived == group.expected:
+            self._finish(self._groups.pop(k))
+        return rest
+
+    def flush(self) -> None:
+        """Compute the groups some of whose members never arrived (an output s does not depend
+        on), after the backward."""
+        groups, self._groups, self._key_of = self._groups, {}, {}
+        for group in groups.values():
+            self._finish(group)
+
+    def _finish(self, group: _Group) -> None:
+        by_input: dict[tuple, list[tuple[str, Pair]]] = {}
+        for name, p in group.members:
+            by_input.setdefault(storage_key(input_factor(p)), []).append((name, p))
+        group.members = []
+        for members in by_input.values():
+            plan = gram_plan([p for _, p in members])
+            grams = [(name, p) for (name, p), g in zip(members, plan, strict=True) if g]
+            for (name, p), g in zip(members, plan, strict=True):
+                if not g:
+                    self.norms[name] = factors.materialized_sq_norms([p], [])
+            if grams:
+                self._gram_form(grams)
+
+    def _gram_form(self, members: list[tuple[str, Pair]]) -> None:
+        """⟨Bₚ Bₚᵀ, A Aᵀ⟩ of each member (or of their sum, ``summed``), A Aᵀ computed once."""
+        A = input_factor(members[0][1])
+        gram_a = bmm_f32(A, A.transpose(1, 2))
+
+        def own(p: Pair) -> torch.Tensor:
+            B = gradient_factor(p)
+            return bmm_f32(B, B.transpose(1, 2))
+
+        if not self.summed:
+            for name, p in members:
+                self.norms[name] = gram_inner(own(p), gram_a)
+            return
+        S = None
+        for _, p in members:
+            g = own(p)
+            S = g if S is None else (S.add_(g) if S.dtype == g.dtype else S + g)
+        self.totals.append(gram_inner(S, gram_a))
