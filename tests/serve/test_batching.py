@@ -127,7 +127,7 @@ def test_a_failing_job_leaves_its_batch_mates_scored(lm, monkeypatch):
     real = engine._score
 
     def poisoned(items):
-        if any("poison" in str(it[1]) for it in items):
+        if any("poison" in str(it.prompt) for it in items):
             raise RuntimeError("poisoned")
         return real(items)
 

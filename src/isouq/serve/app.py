@@ -36,6 +36,8 @@ ENDPOINTS = ("/", "/health", "/metrics", "/v1/models", "/v1/chat/completions",
              "/v1/completions", "/v1/score", "/v1/ask")
 #: HTTP status of a client that went away before its answer (nginx's convention)
 CLIENT_GONE = 499
+#: the scope key that holds when the request arrived (``time.perf_counter``)
+ARRIVED = "isouq.arrived"
 
 
 class _Limits:
@@ -49,6 +51,7 @@ class _Limits:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         t0 = time.perf_counter()
+        scope = {**scope, ARRIVED: t0}  # the handler's parse stage starts here
         path = scope.get("path", "")
         endpoint = path if path in ENDPOINTS else (
             "/v1/models" if path.startswith("/v1/models/") else "other")
@@ -230,13 +233,37 @@ def create_app(engine, settings: ServeSettings, *, batcher: Batcher | None = Non
 
     async def run(request: Request, work):
         """Queue ``work``, wait for its answer, its timeout or its client's departure."""
-        future = batcher.submit(work)
+        future = batcher.submit(work, track=True)
+        arrived = request.scope.get(ARRIVED)
+        if arrived is not None:
+            metrics.observe_stage("parse", time.perf_counter() - arrived)
+        try:
+            outcome = await _wait(request, future)
+        finally:  # the answer is handed over (or never will be): the next batch knows
+            batcher.delivered(future)
+        finished = getattr(outcome, "finished", None)
+        if finished is not None:
+            metrics.observe_stage("deliver", time.perf_counter() - finished)
+        if outcome.error is not None:
+            e = outcome.error
+            if isinstance(e, RequestError):
+                raise e
+            if isinstance(e, IsouqError):
+                raise RequestError(str(e), param=getattr(work, "param", None))
+            raise e
+        return outcome.result
+
+    async def _wait(request: Request, future):
+        """The Outcome of ``future``; 504 past ``--request-timeout``, _ClientGone when the
+        client disconnects first (both take the job out of the queue if it has not started)."""
         answer = asyncio.wrap_future(future)
         answer.add_done_callback(lambda f: f.cancelled() or f.exception())  # never unread
 
         async def gone():
-            while not await request.is_disconnected():
-                await asyncio.sleep(0.05)
+            # the body has been read: the next message is the client's departure (or the end
+            # of this response); no polling
+            while (await request.receive())["type"] != "http.disconnect":
+                pass
 
         watch = asyncio.ensure_future(gone())
         try:
@@ -251,15 +278,7 @@ def create_app(engine, settings: ServeSettings, *, batcher: Batcher | None = Non
             raise RequestError(f"not answered within {settings.request_timeout_s:g} s "
                                "(--request-timeout); retry, or send less per request",
                                status=504, code="timeout")
-        outcome = answer.result()
-        if outcome.error is not None:
-            e = outcome.error
-            if isinstance(e, RequestError):
-                raise e
-            if isinstance(e, IsouqError):
-                raise RequestError(str(e), param=getattr(work, "param", None))
-            raise e
-        return outcome.result
+        return answer.result()
 
     @app.exception_handler(_ClientGone)
     async def on_gone(request, exc):
@@ -315,7 +334,8 @@ def create_app(engine, settings: ServeSettings, *, batcher: Batcher | None = Non
         messages = check_messages(body.messages)
         work = GenerateJob([("messages", messages)], max_tokens=max_tokens,
                            temperature=body.temperature, top_p=body.top_p, n=body.n,
-                           seed=body.seed, stop=body.stop_tuple(), param="messages")
+                           seed=body.seed, stop=body.stop_tuple(), param="messages",
+                           spans=body.spans)
         result = (await run(request, work))[0]
         choices = [{"index": i, "message": {"role": "assistant", "content": c["text"]},
                     "logprobs": None, "finish_reason": c["finish_reason"],
@@ -340,7 +360,8 @@ def create_app(engine, settings: ServeSettings, *, batcher: Batcher | None = Non
                                code="too_many_prompts")
         work = GenerateJob([("text", p) for p in prompts], max_tokens=body.max_tokens,
                            temperature=body.temperature, top_p=body.top_p, n=body.n,
-                           seed=body.seed, stop=body.stop_tuple(), param="prompt")
+                           seed=body.seed, stop=body.stop_tuple(), param="prompt",
+                           spans=body.spans)
         result = await run(request, work)
         choices, n_prompt, n_done = [], 0, 0
         for per in result:
@@ -372,7 +393,7 @@ def create_app(engine, settings: ServeSettings, *, batcher: Batcher | None = Non
                                    question=p.question,
                                    key=None if p.key is None else str(p.key)))
         param = "answer" if body.single else "pairs"
-        result = await run(request, ScoreJob(work_pairs, param=param))
+        result = await run(request, ScoreJob(work_pairs, param=param, spans=body.spans))
         data = [{"index": i, **({"key": str(p.key)} if p.key is not None else {}),
                  "uncertainty": r["uncertainty"], "prompt_tokens": r["prompt_tokens"],
                  "answer_tokens": r["answer_tokens"]}
@@ -393,7 +414,8 @@ def create_app(engine, settings: ServeSettings, *, batcher: Batcher | None = Non
                                f"{settings.max_new_tokens} (--max-new-tokens)",
                                param="max_tokens", code="over_limit")
         work = GenerateJob([("question", body.question.strip())], max_tokens=max_tokens,
-                           temperature=0.0, stop=DEFAULT_STOP, param="question")
+                           temperature=0.0, stop=DEFAULT_STOP, param="question",
+                           spans=body.spans)
         result = (await run(request, work))[0]
         c = result["choices"][0]
         return {"object": "isouq.ask", "model": settings.model_id, "question": body.question,

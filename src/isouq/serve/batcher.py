@@ -1,12 +1,24 @@
 """Micro-batching: a bounded queue and the one worker thread that owns the model.
 
 Requests are queued as jobs (``engine.ScoreJob`` / ``engine.GenerateJob``). The worker takes
-the first waiting job, waits until ``max_batch`` answers are queued or ``max_wait_ms`` have
-passed since that job arrived or the last batch ended, whichever is later (the clients a batch
-just answered send again within it: without it, concurrent clients split into groups that take
-turns, each batch half full), takes the jobs at the front that fit in ``max_batch`` answers
-(always at least one) and runs them as one batch (``Engine.run``: one ``score_sequences`` call
-over the batch). Each job's answer comes back through a ``concurrent.futures.Future``.
+the jobs at the front that fit in ``max_batch`` answers (always at least one) and runs them as
+one batch (``Engine.run``: one ``score_sequences`` call over the batch). Each job's answer comes
+back through a ``concurrent.futures.Future``. When a batch starts:
+
+- at once when ``max_batch`` answers are queued;
+- when the server was idle (no batch just answered): ``max_wait_ms`` after the first waiting
+  job arrived, so a request waits at most that long for others to join it;
+- after a batch: the clients it answered usually send again, and the next batch waits for them
+  (without it, concurrent clients split into groups that take turns, each batch part full:
+  while one group's batch runs the other group queues, and it would start alone the moment the
+  batch ends, before the answered clients are back). The next batch starts when the queue
+  holds as many answers as were waiting when the batch ended plus the batch's own (the
+  answered clients are all back; at most ``max_batch``), or once ``max_wait_ms`` have passed
+  since the last of these events: the batch ended, one of its answers was handed to its
+  client (:meth:`Batcher.delivered`; an answer the app reports is awaited, at most
+  :data:`DELIVERY_GRACE_S`), a request arrived. Each answered client that comes back gives the
+  others ``max_wait_ms`` more, and at most as many as the batch answered can come back before
+  it starts, so the wait is bounded; clients that do not come back cost ``max_wait_ms``.
 
 - A full queue refuses a job at once (429 with ``Retry-After``, the seconds the queue ahead
   should take); a stopping server refuses new jobs (503).
@@ -29,6 +41,12 @@ from dataclasses import dataclass, field
 from .config import ServeSettings
 from .errors import RequestError
 
+#: the longest the next batch waits for the app to hand the last batch's answers to their
+#: clients (:meth:`Batcher.delivered`; the app reports every one, this only bounds a lost report)
+DELIVERY_GRACE_S = 0.5
+#: why a batch started (the ``reason`` of ``isouq_batch_starts_total``)
+REASONS = ("full", "back", "waited", "stopping")
+
 
 @dataclass
 class Job:
@@ -36,6 +54,23 @@ class Job:
     units: int
     submitted: float = field(default_factory=time.perf_counter)
     future: Future = field(default_factory=Future)
+    tracked: bool = False  # the app reports when its answer is handed over (delivered)
+
+
+@dataclass
+class _Turn:
+    """The clients the last batch answered, whom the next batch waits for."""
+
+    end: float  # when the batch ended (perf_counter)
+    expect: int  # answers queued once they are all back: waiting at the end + the batch's
+    undelivered: set[int]  # id() of its tracked jobs whose answers are not handed over yet
+    last: float  # the latest of: the end, a delivery, an arrival
+
+    def closes(self, wait: float) -> float:
+        """When the wait for these clients is over."""
+        if self.undelivered:
+            return self.end + DELIVERY_GRACE_S
+        return min(self.last + wait, self.end + DELIVERY_GRACE_S + (self.expect + 1) * wait)
 
 
 class Batcher:
@@ -54,7 +89,7 @@ class Batcher:
         self._stopping = False
         self._running = 0  # jobs in the batch being run
         self._batch_seconds = 0.0  # moving average, for Retry-After
-        self._last_end = 0.0  # when the last batch ended (perf_counter)
+        self._turn: _Turn | None = None  # the clients the last batch answered
         self._thread = threading.Thread(target=self._work, name="isouq-serve-worker",
                                         daemon=True)
         self.batches = 0
@@ -84,10 +119,16 @@ class Batcher:
         per = self._batch_seconds or 1.0
         return max(1, math.ceil(per * (self.depth / max(self.settings.max_batch, 1) + 1)))
 
-    def submit(self, work) -> Future:
+    def submit(self, work, *, track: bool = False) -> Future:
         """Queue ``work``; its Future gets the ``Outcome``. RequestError 429 when the queue is
-        full, 503 when the server is stopping."""
-        job = Job(work, max(int(work.units), 1))
+        full, 503 when the server is stopping.
+
+        Args:
+            work: an ``engine.ScoreJob`` or ``engine.GenerateJob``.
+            track: the caller reports with :meth:`delivered` when it has handed the answer to
+                its client (the next batch waits for that client from then on).
+        """
+        job = Job(work, max(int(work.units), 1), tracked=track)
         with self._cond:
             if self._stopping or not self._thread.is_alive():
                 raise RequestError("the server is shutting down; retry on another instance",
@@ -98,9 +139,25 @@ class Batcher:
                     "--max-queue); retry after the seconds in Retry-After", status=429,
                     code="queue_full", headers={"Retry-After": str(self.retry_after())})
             self._queue.append(job)
+            t = self._turn
+            if t is not None:  # an arrival while the last batch's clients are awaited, or after
+                if job.submitted < t.closes(self.settings.max_wait_ms / 1000):
+                    t.last = max(t.last, job.submitted)
+                else:
+                    self._turn = None
             self._gauge()
             self._cond.notify_all()
         return job.future
+
+    def delivered(self, future: Future) -> None:
+        """The answer of ``future`` (submitted with ``track=True``) has been handed to its
+        client, or never will be (an error, a timeout, a client that left)."""
+        with self._cond:
+            t = self._turn
+            if t is not None and id(future) in t.undelivered:
+                t.undelivered.discard(id(future))
+                t.last = max(t.last, time.perf_counter())
+                self._cond.notify_all()
 
     def cancel(self, future: Future) -> bool:
         """Take the job of ``future`` out of the queue if it has not started; True if so."""
@@ -125,20 +182,36 @@ class Batcher:
         if self.metrics is not None:
             self.metrics.queue_depth.set(len(self._queue))
 
-    def _take(self) -> list[Job] | None:
-        """The next batch (None: stopped and nothing left)."""
+    def _take(self) -> tuple[list[Job], str] | None:
+        """The next batch and why it starts (None: stopped and nothing left)."""
         s = self.settings
+        wait = s.max_wait_ms / 1000
         with self._cond:
-            while not self._queue:
+            while True:
+                if not self._queue:
+                    if self._stopping:
+                        return None
+                    self._cond.wait()
+                    continue
+                units = sum(j.units for j in self._queue)
+                if units >= s.max_batch:
+                    reason = "full"
+                    break
                 if self._stopping:
-                    return None
-                self._cond.wait()
-            deadline = max(self._queue[0].submitted, self._last_end) + s.max_wait_ms / 1000
-            while (sum(j.units for j in self._queue) < s.max_batch and not self._stopping
-                   and (left := deadline - time.perf_counter()) > 0):
-                self._cond.wait(left)
-                if not self._queue:  # every waiting job was cancelled
-                    return []
+                    reason = "stopping"
+                    break
+                now = time.perf_counter()
+                t = self._turn
+                if t is not None and units >= t.expect:
+                    reason = "back"
+                    break
+                until = self._queue[0].submitted + wait
+                if t is not None:
+                    until = max(until, t.closes(wait))
+                if now >= until:
+                    reason = "waited"
+                    break
+                self._cond.wait(until - now)
             batch, units = [], 0
             while self._queue and (not batch or units + self._queue[0].units <= s.max_batch):
                 job = self._queue.popleft()
@@ -146,23 +219,24 @@ class Batcher:
                     batch.append(job)
                     units += job.units
             self._running = len(batch)
+            self._turn = None
             self._gauge()
-            return batch
+            return batch, reason
 
     def _work(self) -> None:
         while True:
-            batch = self._take()
-            if batch is None:
+            taken = self._take()
+            if taken is None:
                 return
-            if not batch:
+            batch, reason = taken
+            if not batch:  # every job taken had been cancelled
                 continue
             t0 = time.perf_counter()
+            error = None
             try:
                 outcomes = self.engine.run([j.work for j in batch])
             except BaseException as e:  # noqa: BLE001 - the batch's jobs get it; the worker goes on
-                outcomes = None
-                for j in batch:
-                    j.future.set_exception(e)
+                outcomes, error = None, e
             dt = time.perf_counter() - t0
             self.batches += 1
             self._batch_seconds = dt if not self._batch_seconds else (
@@ -170,11 +244,20 @@ class Batcher:
             if self.metrics is not None:
                 self.metrics.observe_batch(sum(j.units for j in batch), len(batch),
                                            [t0 - j.submitted for j in batch],
-                                           outcomes[0].seconds if outcomes else {})
-            if outcomes is not None:
-                for j, o in zip(batch, outcomes, strict=True):
-                    j.future.set_result(o)
-            with self._cond:
+                                           outcomes[0].seconds if outcomes else {}, reason)
+            with self._cond:  # the turn first, then the answers: no delivery comes before it
                 self._running = 0
-                self._last_end = time.perf_counter()
+                if self.settings.max_wait_ms > 0:
+                    end = time.perf_counter()
+                    waiting = sum(j.units for j in self._queue)
+                    self._turn = _Turn(
+                        end=end, last=end,
+                        expect=min(self.settings.max_batch,
+                                   waiting + sum(j.units for j in batch)),
+                        undelivered={id(j.future) for j in batch if j.tracked})
                 self._cond.notify_all()
+            for j, o in zip(batch, outcomes or [None] * len(batch), strict=True):
+                if error is not None:
+                    j.future.set_exception(error)
+                else:
+                    j.future.set_result(o)

@@ -10,10 +10,16 @@ A batch holds jobs of two kinds:
   ``llm.generation`` (greedy at temperature 0, else sampled with the request's seed), then
   scored like ``isouq ask`` scores its answers (the prompt and the answer's token ids).
 
+Either kind may ask for ``spans`` (``"sentences"`` or ``"lines"``, ``isouq.spans``): each answer's
+``uncertainty`` then also lists its spans with their scores, as ``isouq score --spans`` writes
+them, computed in the batch's one ``score_sequences`` call.
+
 :meth:`Engine.run` checks every job against the limits, decodes the generation jobs (jobs with
 the same decoding settings together, one batched decode), then scores every answer of the
 batch in ONE ``score_sequences`` call (one backward pass when the batch has ≤ ``max_batch``
-answers), and adds P(correct) with a calibration. A job that fails (a limit, a prompt the chat
+answers), and adds P(correct) with a calibration. Each prompt and answer is tokenized once:
+the token ids measured against the limits are the ones scored (``score_sequences(encoded=)``),
+and a generated answer is scored on its prompt's ids and its own. A job that fails (a limit, a prompt the chat
 template refuses, a failing decode) gets its own error; the others are answered. If the batch's
 scoring call fails, each job is scored alone, so a bad job never takes its batch-mates with it.
 """
@@ -29,7 +35,8 @@ from dataclasses import dataclass, field
 from ..data.pairs import PairRow
 from ..errors import IsouqError
 from ..score_run import prompt_of
-from ..sequences import context_window, encode, score_sequences
+from ..sequences import Encoded, context_window, encode, score_sequences
+from ..spans import AnswerSpans, least_trusted, resolve_spans
 from .config import ServeSettings
 from .errors import RequestError
 
@@ -37,6 +44,8 @@ from .errors import RequestError
 SCORE_FIELDS = ("mean_prob", "aleatoric", "epistemic", "epistemic_log", "normalized_epistemic")
 #: temperatures below this decode greedily
 GREEDY_BELOW = 1e-5
+#: the spans of an answer scored whole only (an answer of a batch whose other answers have spans)
+NO_SPANS = AnswerSpans("", (), ())
 
 
 @dataclass
@@ -56,6 +65,7 @@ class ScoreJob:
 
     pairs: list[Pair]
     param: str = "pairs"
+    spans: str | None = None
 
     @property
     def units(self) -> int:
@@ -75,6 +85,7 @@ class GenerateJob:
     seed: int | None = None
     stop: tuple[str, ...] = ()
     param: str = "messages"
+    spans: str | None = None
 
     @property
     def greedy(self) -> bool:
@@ -95,11 +106,27 @@ class GenerateJob:
 
 @dataclass
 class Outcome:
-    """A job's answer: ``result`` or ``error``; ``seconds`` per stage of its batch."""
+    """A job's answer: ``result`` or ``error``; ``seconds`` per stage of its batch;
+    ``finished``: when its batch was done (``time.perf_counter``)."""
 
     result: object = None
     error: BaseException | None = None
     seconds: dict = field(default_factory=dict)
+    finished: float | None = None
+
+
+@dataclass
+class Item:
+    """One answer of a batch to score: ``prompt`` and ``answer`` as sent (or generated),
+    ``encoded`` their token ids (the one tokenization, scored as it is), ``spans`` resolved
+    (``isouq.spans.AnswerSpans``; None: the answer's spans were not asked for) and ``job``, the
+    place in the batch of the job it belongs to."""
+
+    prompt: str | list
+    answer: str | list[int]
+    encoded: Encoded
+    spans: AnswerSpans | None = None
+    job: int = -1
 
 
 def finite(x: float) -> float | None:
@@ -188,13 +215,14 @@ class Engine:
                                "shorten the prompt or the answer", status=413, param=where,
                                code="context_length_exceeded")
 
-    def _prepare_pair(self, pair: Pair, where: str):
-        """(prompt as scored, answer, prompt tokens, answer tokens), or a RequestError."""
+    def _prepare_pair(self, pair: Pair, where: str, spans: str | None) -> Item:
+        """The pair measured and checked (its one tokenization, its spans), or a
+        RequestError."""
         row = PairRow(key=pair.key or "", answer=pair.answer, prompt=pair.prompt,
                       question=pair.question)
         try:
             prompt = prompt_of(row, self.tokenizer)
-            enc = encode(self.tokenizer, [prompt], [pair.answer])[0]
+            enc = encode(self.tokenizer, [prompt], [pair.answer], offsets=spans is not None)[0]
         except IsouqError as e:
             raise RequestError(f"{where}: {e}", param=where) from None
         except Exception as e:  # noqa: BLE001 - a chat template (jinja) refusing the messages
@@ -209,7 +237,27 @@ class Engine:
                            answer_limit=self.settings.max_answer_tokens,
                            answer_what="the answer is", option="--max-answer-tokens")
         self._check_memory(len(enc.prompt) + len(enc.answer), len(enc.answer), where)
-        return prompt, pair.answer, len(enc.prompt), len(enc.answer)
+        item = Item(prompt, pair.answer, enc)
+        if spans is not None:
+            try:
+                item.spans = resolve_spans(self.tokenizer, [pair.answer], spans, [enc],
+                                           keys=[where])[0]
+            except IsouqError as e:
+                raise RequestError(str(e), param=where) from None
+        return item
+
+    def _generated_item(self, text: str, prompt_ids: list[int], g, spans: str | None) -> Item:
+        """A generated answer to score: its prompt's ids and its own (nothing tokenized
+        again); with ``spans``, its spans (none when its text has none: blank, or no token of
+        its own)."""
+        enc = Encoded(list(prompt_ids), list(g.token_ids))
+        item = Item(text, enc.answer, enc)
+        if spans is not None:
+            try:
+                item.spans = resolve_spans(self.tokenizer, [enc.answer], spans, [enc])[0]
+            except Exception:  # noqa: BLE001 - an answer without spans is scored whole
+                item.spans = NO_SPANS
+        return item
 
     def _prompt_text(self, kind: str, value, where: str) -> str:
         from ..llm.prompts import qa_prompt
@@ -230,21 +278,23 @@ class Engine:
                                f"messages ({type(e).__name__}: {str(e)[:120]}); check their "
                                "roles and order", param=where) from None
 
-    def _prepare_generate(self, job: GenerateJob) -> list[tuple[str, int]]:
-        """(prompt text, prompt tokens) of each of the job's prompts, or a RequestError."""
+    def _prepare_generate(self, job: GenerateJob) -> list[tuple[str, list[int]]]:
+        """(prompt text, its token ids: measured here, scored with the answer) of each of the
+        job's prompts, or a RequestError."""
         from ..llm.prompts import encode_prompt
 
         out = []
         for i, (kind, value) in enumerate(job.prompts):
             where = job.param if len(job.prompts) == 1 else f"{job.param}[{i}]"
             text = self._prompt_text(kind, value, where)
-            n = len(encode_prompt(self.tokenizer, text))
+            ids = encode_prompt(self.tokenizer, text)  # = sequences.encode's ids of the text
+            n = len(ids)
             if n == 0:
                 raise RequestError(f"{where} is empty; give the prompt text", param=where)
             self._check_tokens(n, job.max_tokens, where, answer_limit=self.settings.max_new_tokens,
                                answer_what="max_tokens asks for", option="--max-new-tokens")
             self._check_memory(n + job.max_tokens, job.max_tokens, where)
-            out.append((text, n))
+            out.append((text, ids))
         return out
 
     # ------------------------------------------------------------ the batch
@@ -252,14 +302,14 @@ class Engine:
         """Answer a batch: one :class:`Outcome` per job, in order."""
         outcomes = [Outcome() for _ in jobs]
         t0 = time.perf_counter()
-        # 1. prompts built and checked (items: job index, prompt, answer, prompt tokens)
-        pairs: dict[int, list] = {}
-        gens: dict[int, list[tuple[str, int]]] = {}
+        # 1. prompts built, tokenized and checked
+        pairs: dict[int, list[Item]] = {}
+        gens: dict[int, list[tuple[str, list[int]]]] = {}
         for j, job in enumerate(jobs):
             try:
                 if isinstance(job, ScoreJob):
                     pairs[j] = [self._prepare_pair(p, job.param if job.param == "answer"
-                                                   else f"{job.param}[{i}]")
+                                                   else f"{job.param}[{i}]", job.spans)
                                 for i, p in enumerate(job.pairs)]
                 else:
                     gens[j] = self._prepare_generate(job)
@@ -287,33 +337,39 @@ class Engine:
                     decoded[j] = g
         t2 = time.perf_counter()
         # 3. every answer of the batch scored by one score_sequences call (or, over the memory
-        # budget, as few as fit); items: (job, prompt, answer, tokens, answer tokens)
-        items: list[tuple] = []
+        # budget, as few as fit)
+        items: list[Item] = []
         for j, prepared in pairs.items():
-            items += [(j, p, a, n_p + n_a, n_a) for p, a, n_p, n_a in prepared]
+            for it in prepared:
+                it.job = j
+            items += prepared
         for j, per_prompt in decoded.items():
-            for (text, n_p), choices in zip(gens[j], per_prompt, strict=True):
-                items += [(j, text, g.token_ids, n_p + len(g.token_ids), len(g.token_ids))
-                          for g in _distinct(choices)]
+            for (text, ids), choices in zip(gens[j], per_prompt, strict=True):
+                for g in _distinct(choices):
+                    it = self._generated_item(text, ids, g, jobs[j].spans)
+                    it.job = j
+                    items.append(it)
         scores = self._score_all(items, outcomes)
         t3 = time.perf_counter()
         # 4. P(correct), then each job's answer
         calibrated = self._calibrate(scores)
         by_job: dict[int, list[dict]] = {}
-        for (j, *_), sc in zip(items, calibrated, strict=True):
-            by_job.setdefault(j, []).append(sc)
+        for it, sc in zip(items, calibrated, strict=True):
+            by_job.setdefault(it.job, []).append(sc)
         t4 = time.perf_counter()
         seconds = {"prepare": t1 - t0, "generate": t2 - t1, "score": t3 - t2,
                    "calibrate": t4 - t3}
         for j, job in enumerate(jobs):
             outcomes[j].seconds = seconds
+            outcomes[j].finished = t4
             if outcomes[j].error is not None:
                 continue
             mine = by_job.get(j, [])
             if isinstance(job, ScoreJob):
                 outcomes[j].result = [
-                    {"uncertainty": u, "prompt_tokens": n_p, "answer_tokens": n_a}
-                    for u, (_, _, n_p, n_a) in zip(mine, pairs[j], strict=True)]
+                    {"uncertainty": u, "prompt_tokens": len(it.encoded.prompt),
+                     "answer_tokens": len(it.encoded.answer)}
+                    for u, it in zip(mine, pairs[j], strict=True)]
             else:
                 outcomes[j].result = self._answers(job, gens[j], decoded[j], mine)
         return outcomes
@@ -350,7 +406,7 @@ class Engine:
             at += len(p)
         return out
 
-    def _score_all(self, items: list[tuple], outcomes: list[Outcome]) -> list[dict | None]:
+    def _score_all(self, items: list[Item], outcomes: list[Outcome]) -> list[dict | None]:
         """The scores of every item: one ``score_sequences`` call; if it fails, each job's items
         alone (a job that still fails gets the error). None for a failed job's items."""
         if not items:
@@ -360,8 +416,8 @@ class Engine:
         except Exception:  # noqa: BLE001 - find the job that fails, answer the others
             pass
         out: list[dict | None] = [None] * len(items)
-        for j in dict.fromkeys(it[0] for it in items):
-            idx = [i for i, it in enumerate(items) if it[0] == j]
+        for j in dict.fromkeys(it.job for it in items):
+            idx = [i for i, it in enumerate(items) if it.job == j]
             try:
                 got = self._score([items[i] for i in idx])
             except Exception as e:  # noqa: BLE001
@@ -371,14 +427,17 @@ class Engine:
                 out[i] = sc
         return out
 
-    def _score(self, items: list[tuple]) -> list[dict]:
-        """Scores of (job, prompt, answer, tokens, answer tokens) items: one ``score_sequences``
-        call, ``max_batch`` answers per pass; with a memory budget, the items sorted by length
-        into the fewest passes whose predicted peak fits (one call when the batch fits)."""
+    def _score(self, items: list[Item]) -> list[dict]:
+        """Scores of the items (with ``spans`` when an item has them): one ``score_sequences``
+        call on their token ids, ``max_batch`` answers per pass; with a memory budget, the
+        items sorted by length into the fewest passes whose predicted peak fits (one call when
+        the batch fits). When some items have spans, the call scores spans (the others' whole
+        answers only: :data:`NO_SPANS`), one ghost backward per span index over the batch."""
         from ..score_run import plan_batches
 
         s = self.settings
-        lengths, answers = [it[3] for it in items], [it[4] for it in items]
+        lengths = [len(it.encoded.prompt) + len(it.encoded.answer) for it in items]
+        answers = [len(it.encoded.answer) for it in items]
         if self._shape is None or (len(items) <= s.max_batch and self._fits(
                 len(items), max(lengths), max(answers))):
             chunks, size = [list(range(len(items)))], s.max_batch
@@ -389,12 +448,19 @@ class Engine:
             size = None
         out: list[dict | None] = [None] * len(items)
         for idx in chunks:
-            res = score_sequences(self.model, self.tokenizer, [items[i][1] for i in idx],
-                                  [items[i][2] for i in idx], batch_size=size or len(idx),
-                                  params=s.params)
+            part = [items[i] for i in idx]
+            spans = None
+            if any(it.spans is not None for it in part):
+                spans = [NO_SPANS if it.spans is None else it.spans for it in part]
+            res = score_sequences(self.model, self.tokenizer, [it.prompt for it in part],
+                                  [it.answer for it in part], batch_size=size or len(idx),
+                                  params=s.params, encoded=[it.encoded for it in part],
+                                  **({"spans": spans} if spans is not None else {}))
             self.params_info = res.params
-            for r, i in enumerate(idx):
+            for r, (i, it) in enumerate(zip(idx, part, strict=True)):
                 out[i] = {**res.row_scores(r), "n_tokens": int(res.n_tokens[r])}
+                if it.spans is not None:
+                    out[i]["spans"] = res.row_spans(r)
         return out
 
     def _calibrate(self, scores: list[dict | None]) -> list[dict | None]:
@@ -412,6 +478,9 @@ class Engine:
             u = {k: finite(scores[i][k]) for k in SCORE_FIELDS}
             u["n_tokens"] = scores[i]["n_tokens"]
             u["params"] = params
+            if "spans" in scores[i]:
+                u["spans"] = [_finite_span(sp) for sp in scores[i]["spans"]]
+                u["least_trusted_span"] = least_trusted(scores[i]["spans"])
             if p is not None:
                 u["p_correct"] = finite(p[r])
                 u["withheld"] = None if w is None else bool(w[r])
@@ -422,17 +491,23 @@ class Engine:
     def _answers(job: GenerateJob, prepared, decoded, uncertainty: list[dict]) -> list[dict]:
         """Per prompt: its token count and its n choices (text, finish reason, uncertainty)."""
         out, at = [], 0
-        for (_, n_prompt), choices in zip(prepared, decoded, strict=True):
+        for (_, prompt_ids), choices in zip(prepared, decoded, strict=True):
             distinct = _distinct(choices)
             mine = uncertainty[at:at + len(distinct)]
             at += len(distinct)
             u_of = {id(g): u for g, u in zip(distinct, mine, strict=True)}
-            out.append({"prompt_tokens": n_prompt, "choices": [
+            out.append({"prompt_tokens": len(prompt_ids), "choices": [
                 {"text": g.text, "raw_text": g.raw_text,
                  "finish_reason": "length" if g.stop_reason == "length" else "stop",
                  "completion_tokens": len(g.token_ids), "uncertainty": u_of[id(g)]}
                 for g in choices]})
         return out
+
+
+def _finite_span(span: dict) -> dict:
+    """A span entry of ``SpanSequenceScores.row_spans`` with its scores as JSON numbers (None
+    for NaN/inf)."""
+    return {**span, "scores": {k: finite(v) for k, v in span["scores"].items()}}
 
 
 def _distinct(choices: list) -> list:

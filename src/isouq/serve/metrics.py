@@ -4,10 +4,17 @@
 - ``isouq_request_seconds{endpoint}``: time from the request's arrival to its answer;
 - ``isouq_batch_answers`` / ``isouq_batch_requests``: answers and requests per micro-batch
   (``isouq_batch_answers_count`` is the number of batches);
+- ``isouq_batch_starts_total{reason}``: why each batch started: ``full`` (``max_batch``
+  answers queued), ``back`` (the clients the last batch answered are all back), ``waited``
+  (``max_wait_ms`` passed), ``stopping``;
 - ``isouq_queue_depth``: requests waiting for the worker;
-- ``isouq_stage_seconds{stage}``: ``queue`` (per request: waiting before its batch starts),
-  and per batch ``prepare`` (prompts built and checked), ``generate`` (decoding), ``score``
-  (the one ``score_sequences`` call), ``calibrate`` (P(correct)).
+- ``isouq_stage_seconds{stage}``: per request ``parse`` (from its arrival to its job queued:
+  the body read, validated and checked), ``queue`` (waiting before its batch starts) and
+  ``deliver`` (from its batch's end to its handler holding the answer: the hand-off from the
+  worker thread to the event loop); per batch ``prepare`` (prompts built, tokenized and
+  checked), ``generate`` (decoding), ``score`` (the one ``score_sequences`` call),
+  ``calibrate`` (P(correct)). What ``isouq_request_seconds`` holds beyond them is the
+  response's encoding and sending.
 
 Each server has its own registry (several apps in one process, as in the tests, do not mix).
 """
@@ -38,11 +45,15 @@ class Metrics:
                                        buckets=SIZES, registry=r)
         self.batch_requests = Histogram("isouq_batch_requests", "requests per micro-batch",
                                         buckets=SIZES, registry=r)
+        self.batch_starts = Counter("isouq_batch_starts", "batches started, by reason: full, "
+                                    "back (the last batch's clients are back), waited, "
+                                    "stopping", ["reason"], registry=r)
         self.queue_depth = Gauge("isouq_queue_depth", "requests waiting for the worker",
                                  registry=r)
         self.stage_seconds = Histogram("isouq_stage_seconds",
-                                       "seconds per stage: queue (per request), prepare, "
-                                       "generate, score, calibrate (per batch)", ["stage"],
+                                       "seconds per stage: parse, queue, deliver (per "
+                                       "request), prepare, generate, score, calibrate (per "
+                                       "batch)", ["stage"],
                                        buckets=SECONDS, registry=r)
 
     def observe_request(self, endpoint: str, status: int, seconds: float) -> None:
@@ -50,13 +61,19 @@ class Metrics:
         self.request_seconds.labels(endpoint).observe(seconds)
 
     def observe_batch(self, answers: int, requests: int, waits: list[float],
-                      stages: dict[str, float]) -> None:
+                      stages: dict[str, float], reason: str | None = None) -> None:
         self.batch_answers.observe(answers)
         self.batch_requests.observe(requests)
+        if reason is not None:
+            self.batch_starts.labels(reason).inc()
         for w in waits:
             self.stage_seconds.labels("queue").observe(max(w, 0.0))
         for stage, s in stages.items():
             self.stage_seconds.labels(stage).observe(s)
+
+    def observe_stage(self, stage: str, seconds: float) -> None:
+        """One request's seconds in ``stage`` (``parse``, ``deliver``)."""
+        self.stage_seconds.labels(stage).observe(max(seconds, 0.0))
 
     def text(self) -> bytes:
         """The exposition text."""

@@ -1,7 +1,11 @@
 """Request bodies: OpenAI's chat and completion requests (the fields isouq honours), the
 ``/v1/score`` pairs and the page's ``/v1/ask``. Fields isouq does not know are ignored, as
 OpenAI-compatible servers do; a known field of the wrong type or range is a 422 naming it.
-The server's own limits (``ServeSettings``) are checked by the app, which knows them."""
+The server's own limits (``ServeSettings``) are checked by the app, which knows them.
+
+``spans`` (``"sentences"`` or ``"lines"``) is an isouq extension beside OpenAI's fields, on every
+request that scores answers: each answer's ``uncertainty`` then lists its spans and their
+scores (``isouq.spans``)."""
 
 from __future__ import annotations
 
@@ -42,6 +46,8 @@ class Message(BaseModel):
 
 
 Stop = str | list[str] | None
+#: the ``spans`` field: score each answer's sentences or lines too (``isouq.spans.SPLITTERS``)
+Spans = Literal["sentences", "lines"] | None
 
 
 def _stops(v: Stop) -> Stop:
@@ -62,6 +68,7 @@ class _Sampling(BaseModel):
     seed: int | None = None
     stop: Stop = None
     stream: bool = False
+    spans: Spans = None
 
     _check_stop = field_validator("stop")(_stops)
 
@@ -144,6 +151,7 @@ class ScoreRequest(BaseModel):
     question: str | None = None
     answer: str | list[int] | None = None
     key: str | int | None = None
+    spans: Spans = None
     _single: bool = PrivateAttr(False)
 
     @model_validator(mode="after")
@@ -183,6 +191,7 @@ class AskRequest(BaseModel):
     model_config = _CONFIG
     question: str
     max_tokens: int | None = Field(None, ge=1)
+    spans: Spans = None
 
     @field_validator("question")
     @classmethod
