@@ -86,6 +86,20 @@ def test_score_rows_are_span_rows_not_qa_rows(scored, qa_rows_file):
     assert not any(str(scored) in s for s in found.skipped)
 
 
+def test_an_input_file_naming_its_own_span_ranges_is_not_taken_for_scored_rows(scored,
+                                                                               tmp_path):
+    d = tmp_path / "runs"
+    d.mkdir()
+    (d / "scored.jsonl").write_text(scored.read_text())
+    (d / "pairs.jsonl").write_text(json.dumps({"id": "k", "prompt": "who", "answer": "yes. no.",
+                                               "spans": [[0, 4], [5, 8]]}) + "\n")
+    found = collect([d])
+    assert [f.name for f, _ in found.spans] == ["scored.jsonl"]
+    assert any("pairs.jsonl" in s for s in found.skipped)
+    with pytest.raises(DataError, match="isouq score --spans sentences"):
+        collect([d / "pairs.jsonl"])
+
+
 def test_a_qa_row_with_spans_is_still_a_qa_row(qa_rows_file, tmp_path):
     rows = read_jsonl(qa_rows_file)
     for r in rows:

@@ -51,8 +51,12 @@ FIX = "write the file with `isouq score INPUT --out FILE --spans sentences`"
 
 # --------------------------------------------------------------------------- rows
 def is_span_row(row: Mapping) -> bool:
-    """Whether ``row`` is an answer row scored span by span (a ``spans`` list, an ``answer``)."""
-    return isinstance(row.get("spans"), list) and "answer" in row
+    """Whether ``row`` is an answer row scored span by span: an ``answer``, its ``scores`` and
+    a ``spans`` list of span entries (objects). An input row of ``isouq score`` naming its own
+    ranges (``"spans": [[start, end], ...]``, no scores) is not one."""
+    spans = row.get("spans")
+    return ("answer" in row and isinstance(row.get("scores"), Mapping)
+            and isinstance(spans, list) and all(isinstance(s, Mapping) for s in spans))
 
 
 def is_span_file(rows: Sequence[Mapping]) -> bool:
