@@ -119,7 +119,7 @@ def test_score_run_is_the_runner_of_score_rows(tmp_path):
                    spans="lines", batch_size=2, progress=False)
     assert run.settings == {"model": "tiny", "method": "ghost", "params": None,
                             "spans": "lines"}
-    items = run.prepare_all(list(iter_pairs(inp)))
+    items = [run.prepare(r) for r in iter_pairs(inp)]  # measured once, then planned
     assert [len(b) for b in run.plan(items)] == [2, 2]
     res = run.run(iter_pairs(inp))
     assert res["written"] == 4 and [r["key"] for r in read_jsonl(tmp_path / "out.jsonl")] == [

@@ -1,13 +1,19 @@
 """The resumable runner behind ``isouq score``: rows in, one JSONL row out per input.
 
+- One object, :class:`ScoreRun`: each row is tokenized once (:meth:`ScoreRun.prepare`; its
+  token ids go to ``score_sequences(encoded=...)``, also on a retry), and the batches it plans
+  are the batches scored (one ``score_sequences`` call each).
 - Streaming: input rows are read, tokenized and scored in windows of ``window`` rows
   (length-bucketed inside a window), so memory does not grow with the input's size.
+- Span scores: ``spans="sentences"`` or ``"lines"``, and a row's own ``spans`` ranges (checked
+  before the model loads, :func:`check_row_spans`), which win over the splitter.
 - Resumable and never mixed: every output row carries ``input_sha`` (its prompt and answer as
-  scored) and ``settings_sha`` (model file SHA-256, method, parameters, dtype, isouq version;
-  the full settings are in ``<out>.meta.json``). A resume with other settings is refused, naming
-  the setting; a row whose input changed under the same key is scored again and replaces the
-  stale one; each batch is appended whole (fsync'ed) as soon as it is scored, so a killed run
-  loses at most the batch in flight. The finished output is rewritten in input order.
+  scored, and its own spans when given) and ``settings_sha`` (model file SHA-256, method,
+  parameters, dtype, isouq version; the full settings are in ``<out>.meta.json``). A resume
+  with other settings is refused, naming the setting; a row whose input changed under the same
+  key is scored again and replaces the stale one; each batch is appended whole (fsync'ed) as
+  soon as it is scored, so a killed run loses at most the batch in flight. The finished output
+  is rewritten in input order.
 - One bad row does not stop a run (``on_error="skip"``): it gets an error row
   ``{"key", "error", ...}`` and the run goes on; ``on_error="stop"`` raises instead.
 - Data-parallel under torchrun: see :mod:`isouq.distributed`; with ``shard="fsdp"`` the
@@ -308,6 +314,8 @@ class ScoreRun:
         if self.env.world > 1:
             check_settings(self.path, self.settings)
         with exclusive(self.path) if not locked else nullcontext():
+            self.counts = {"written": 0, "skipped": 0, "rescored": 0, "errors": 0}
+            self._info = None
             doc = self._open()
             done = self._done()
             t0 = time.perf_counter()
@@ -320,7 +328,7 @@ class ScoreRun:
             for chunk in _windows(rows, self.window):
                 todo = self._select(chunk, done, keys)
                 self._advance(len(chunk) - len(todo))
-                items = self.prepare_all(todo)
+                items = self._prepare_all(todo)
                 batches = self.plan(items)
                 steps = (lockstep_steps(len(batches), self.env) if self.lockstep
                          else len(batches))
@@ -431,7 +439,7 @@ class ScoreRun:
                 f"{self._need([item]) / 2**30:.2f} GiB); raise --memory-budget")
         return item
 
-    def prepare_all(self, rows: list[PairRow]) -> list[Prepared]:
+    def _prepare_all(self, rows: list[PairRow]) -> list[Prepared]:
         """:meth:`prepare` of each row; a row that cannot be scored gets its error row."""
         out = []
         for r in rows:
