@@ -341,3 +341,132 @@ def test_clients_answered_by_a_batch_join_the_next_one():
         b.stop(10)
     assert sum(engine.sizes) == 24
     assert engine.sizes[0] == 4 and 8 in engine.sizes[1:3], engine.sizes
+
+
+class Timed:
+    """A stand-in engine whose batches take ``seconds``; it records each batch's size and
+    start time."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.sizes: list[int] = []
+        self.starts: list[float] = []
+
+    def run(self, works):
+        self.sizes.append(len(works))
+        self.starts.append(time.perf_counter())
+        time.sleep(self.seconds)
+        return [Outcome(result=w.name) for w in works]
+
+
+def _work(name: str):
+    from dataclasses import dataclass
+
+    @dataclass
+    class Work:
+        name: str
+        units: int = 1
+
+    return Work(name)
+
+
+def test_the_next_batch_waits_for_answers_handed_over_late():
+    """The clients a batch answered are waited for from when their answers are handed over
+    (Batcher.delivered), not from the batch's end: answers that reach their clients later than
+    max_wait_ms after the batch ended (a busy event loop) still join the next batch, which then
+    fills, instead of two groups taking turns with half-full batches (the old rule: wait
+    max_wait_ms from the batch's end)."""
+    from isouq.serve.batcher import Batcher
+    from isouq.serve.config import ServeSettings
+
+    engine = Timed(0.3)
+    metrics = __import__("isouq.serve.metrics", fromlist=["Metrics"]).Metrics()
+    b = Batcher(engine, ServeSettings(max_batch=16, max_wait_ms=60, max_queue=16),
+                metrics).start()
+    lag = 0.15  # from the batch's end to the answer handed over: > max_wait_ms
+
+    def client(i):
+        for r in range(3):
+            f = b.submit(_work(f"{i}-{r}"), track=True)
+            assert f.result(timeout=30).result == f"{i}-{r}"
+            time.sleep(lag)
+            b.delivered(f)
+
+    first = [threading.Thread(target=client, args=(i,)) for i in range(4)]
+    second = [threading.Thread(target=client, args=(i,)) for i in range(4, 8)]
+    try:
+        for t in first:
+            t.start()
+        time.sleep(0.15)  # the first group's batch is running: the second group queues
+        for t in second:
+            t.start()
+        for t in first + second:
+            t.join(60)
+    finally:
+        b.stop(10)
+    assert sum(engine.sizes) == 24
+    # the old rule ran [4, 4, 4, 4, 4, 4]: each group's batch started before the other was back
+    assert engine.sizes[:3] == [4, 8, 8], engine.sizes
+    assert 'isouq_batch_starts_total{reason="back"}' in metrics.text().decode()
+
+
+def test_the_wait_runs_from_the_last_answer_handed_over():
+    """While an answer of the last batch is not handed over, the next batch waits (at most
+    DELIVERY_GRACE_S); then max_wait_ms from the last hand-over or arrival."""
+    from isouq.serve.batcher import DELIVERY_GRACE_S, _Turn
+
+    t = _Turn(end=10.0, expect=4, undelivered={1, 2}, last=10.0)
+    assert t.closes(0.05) == 10.0 + DELIVERY_GRACE_S
+    t.undelivered.clear()
+    t.last = 10.2  # the last answer handed over
+    assert t.closes(0.05) == pytest.approx(10.25)
+    t.last = 20.0  # arrivals keep it open, but never past the bound
+    assert t.closes(0.05) == pytest.approx(10.0 + DELIVERY_GRACE_S + 5 * 0.05)
+
+
+def test_an_idle_server_still_batches_a_burst_and_a_lone_client_never_waits_for_others():
+    """After the wait for the last batch's clients is over (they did not come back), a burst
+    of requests is batched together (max_wait_ms from the first one) — not started the moment
+    one arrives; and a client that sends again as soon as it is answered is not kept waiting
+    for max_wait_ms: it is the one the last batch answered."""
+    from isouq.serve.batcher import Batcher
+    from isouq.serve.config import ServeSettings
+
+    engine = Timed(0.05)
+    wait = 0.8
+    b = Batcher(engine, ServeSettings(max_batch=8, max_wait_ms=wait * 1000)).start()
+    try:
+        t0 = time.perf_counter()
+        assert b.submit(_work("first")).result(timeout=30).result == "first"
+        sent = time.perf_counter()
+        assert b.submit(_work("again")).result(timeout=30).result == "again"
+        assert engine.starts[0] - t0 >= wait * 0.9  # idle: waited for others to join
+        assert engine.starts[1] - sent < wait / 2  # the client that came back went at once
+        time.sleep(wait * 1.5)  # nobody comes back: the wait for them is over
+        futures = []
+        for i in range(4):
+            futures.append(b.submit(_work(f"burst-{i}")))
+            time.sleep(0.02)
+        assert [f.result(timeout=30).result for f in futures] == [
+            f"burst-{i}" for i in range(4)]
+    finally:
+        b.stop(10)
+    assert engine.sizes == [1, 1, 4], engine.sizes
+
+
+def test_with_max_wait_zero_a_batch_never_waits():
+    from isouq.serve.batcher import Batcher
+    from isouq.serve.config import ServeSettings
+
+    engine = Timed(0.0)
+    b = Batcher(engine, ServeSettings(max_batch=8, max_wait_ms=0)).start()
+    try:
+        for i in range(3):
+            f = b.submit(_work(str(i)), track=True)
+            f.result(timeout=10)  # never delivered: nothing waits for it
+        t0 = time.perf_counter()
+        b.submit(_work("x")).result(timeout=10)
+        assert engine.starts[-1] - t0 < 0.3
+    finally:
+        b.stop(10)
+    assert engine.sizes == [1, 1, 1, 1]

@@ -63,8 +63,12 @@ class Cards(HTMLParser):
 
     def handle_data(self, data):
         cls = next((c for c in reversed(self._cls) if c), None)
-        if self.cards and cls:
-            self.cards[-1]["text"][cls] = self.cards[-1]["text"].get(cls, "") + data
+        if not self.cards or not cls:
+            return
+        text = self.cards[-1]["text"]
+        text[cls] = text.get(cls, "") + data
+        if cls != "answer" and "answer" in self._cls:  # a shaded span: the answer's text too
+            text["answer"] = text.get("answer", "") + data
 
 
 def dump_dom(url: str) -> str:

@@ -3,10 +3,15 @@
 One self-contained document (inline CSS and JavaScript, nothing fetched from elsewhere). It asks
 ``POST /v1/ask`` (the answer ``isouq ask`` gives: the QA prompt, greedy, scored), shows each
 answer with its scores, P(correct) when the server has a calibration, and marks withheld
-answers. With ``?q=QUESTION`` (repeatable) in the address it asks those questions on load and
-then sets ``data-ready`` on the body. When the server
-needs a key, the page asks for it and keeps it for the browser tab only (sessionStorage).
-Every text from the server is put in with ``textContent``, never parsed as HTML.
+answers. With "shade sentences" ticked (the default) it asks for the answer's sentences too
+(``"spans": "sentences"``) and shades each by its ``epistemic_log`` among the answer's
+sentences, the least trusted outlined, its scores in its tooltip: the color rule of
+``isouq.study.report.spans`` (``shades``: log scale between the answer's lowest and highest,
+background ``rgba(214, 39, 40, 0.06 + 0.54 · shade)``), ported to JavaScript. With
+``?q=QUESTION`` (repeatable) in the address it asks those questions on load and then sets
+``data-ready`` on the body. When the server needs a key, the page asks for it and keeps it for
+the browser tab only (sessionStorage). Every text from the server is put in with
+``textContent``, never parsed as HTML.
 """
 
 from __future__ import annotations
@@ -52,6 +57,10 @@ PAGE = """<!DOCTYPE html>
   .bar { display: inline-block; height: 8px; border-radius: 4px; background: var(--accent);
          vertical-align: middle; margin-left: 6px; }
   details { margin-top: 24px; color: var(--muted); font-size: 13px; }
+  #options { font-size: 13px; color: var(--muted); margin: 0 0 8px; }
+  .answer .s { border-radius: 3px; padding: 1px 0; }
+  .answer .worst { outline: 2px solid #b3261e; }
+  .spans-legend { font-size: 12px; color: var(--muted); margin: -4px 0 8px; }
   .error-text { color: var(--bad); }
 </style>
 </head>
@@ -68,6 +77,8 @@ PAGE = """<!DOCTYPE html>
               required></textarea>
     <button id="go" type="submit">Ask</button>
   </form>
+  <div id="options"><label><input id="spans" type="checkbox" checked> shade sentences
+    (each scored too: which one to check first)</label></div>
   <div id="status"></div>
   <section id="results"></section>
   <details>
@@ -76,6 +87,9 @@ PAGE = """<!DOCTYPE html>
     <b>Aleatoric</b>: (1/T) Σ p(1 − p) over the answer's tokens, the noise the model expects.
     <b>Epistemic</b>: ‖∇θ p̄‖², how much p̄ moves when the weights move; comparable between
     answers of one model. <b>Epistemic (log)</b>: ‖∇θ log p̄‖² = epistemic / p̄².
+    <b>Shaded sentences</b>: each sentence of the answer scored on its own tokens; the darker,
+    the higher its epistemic (log) among the answer's sentences (log scale); the outlined one
+    is the one to check first. Hover a sentence for its scores.
     <b>P(correct)</b>: a calibration fitted on labelled answers of this model
     (<code>isouq calibrate</code>, passed with <code>--calibration</code>); answers below its
     threshold are <b>withheld</b> (struck through). None of the raw scores is a probability
@@ -115,6 +129,52 @@ PAGE = """<!DOCTYPE html>
     tr.appendChild(td); table.appendChild(tr);
   }
 
+  // the color rule of isouq.study.report.spans.shades: each span's log epistemic_log between
+  // the answer's lowest (0) and highest (1); 0.5 for all when fewer than two differ; a score
+  // that is not a positive finite number (null in JSON) counts as the highest
+  function shades(spans) {
+    var logs = spans.map(function (s) {
+      var v = s.scores.epistemic_log;
+      return (typeof v === "number" && v > 0 && isFinite(v)) ? Math.log10(v) : null;
+    });
+    var have = logs.filter(function (v) { return v !== null; });
+    var lo = Math.min.apply(null, have), hi = Math.max.apply(null, have);
+    if (have.length < 2 || hi === lo) { return spans.map(function () { return 0.5; }); }
+    return logs.map(function (v) { return v === null ? 1 : (v - lo) / (hi - lo); });
+  }
+  // (text, span index or null) pieces: the answer's own text between the spans when their
+  // ranges index it, else the spans' texts joined by blanks
+  function pieces(answer, spans) {
+    var out = [];
+    if (spans.every(function (s) { return answer.slice(s.start, s.end) === s.text; })) {
+      var order = spans.map(function (s, k) { return k; });
+      order.sort(function (a, b) { return spans[a].start - spans[b].start; });
+      var at = 0;
+      order.forEach(function (k) {
+        out.push([answer.slice(at, spans[k].start), null], [spans[k].text, k]);
+        at = spans[k].end;
+      });
+      out.push([answer.slice(at), null]);
+      return out;
+    }
+    spans.forEach(function (s, k) { out.push([k ? " " : "", null], [s.text, k]); });
+    return out;
+  }
+  function shaded(answer, u) {
+    var box = el("div", "answer"), spans = u.spans, shade = shades(spans);
+    pieces(answer, spans).forEach(function (p) {
+      if (p[1] === null) { if (p[0]) { box.appendChild(document.createTextNode(p[0])); } return; }
+      var k = p[1], sc = spans[k].scores;
+      var e = el("span", "s" + (k === u.least_trusted_span ? " worst" : ""), p[0]);
+      e.style.background = "rgba(214, 39, 40, " + (0.06 + 0.54 * shade[k]).toFixed(2) + ")";
+      e.title = "p̄ " + fmt(sc.mean_prob) + " · aleatoric " + fmt(sc.aleatoric) + " · epistemic "
+        + fmt(sc.epistemic) + " · epistemic_log " + fmt(sc.epistemic_log);
+      e.dataset.span = String(k);
+      box.appendChild(e);
+    });
+    return box;
+  }
+
   function describe() {
     fetch("/v1/models", {headers: headers()}).then(function (r) {
       if (r.status === 401) { keyRow.style.display = "block"; return null; }
@@ -137,7 +197,14 @@ PAGE = """<!DOCTYPE html>
                           withheld ? "withheld" : "kept"));
     }
     card.appendChild(head);
-    card.appendChild(el("div", "answer", doc.answer || "(empty answer)"));
+    if (u.spans && u.spans.length && doc.answer) {
+      card.appendChild(shaded(doc.answer, u));
+      card.appendChild(el("div", "spans-legend", u.spans.length > 1
+        ? "sentences shaded by epistemic (log): the darker, the less trusted; outlined: check first"
+        : "one sentence"));
+    } else {
+      card.appendChild(el("div", "answer", doc.answer || "(empty answer)"));
+    }
     var t = el("table");
     row(t, "p̄ (mean token probability)", fmt(u.mean_prob), "mean-prob", u.mean_prob);
     row(t, "aleatoric", fmt(u.aleatoric, 4), "aleatoric");
@@ -159,7 +226,9 @@ PAGE = """<!DOCTYPE html>
     card.appendChild(el("div", "q", q)); card.appendChild(el("div", "answer", "…"));
     $("results").insertBefore(card, $("results").firstChild);
     $("go").disabled = true; $("status").textContent = "Answering and scoring…";
-    return fetch("/v1/ask", {method: "POST", headers: headers(), body: JSON.stringify({question: q})})
+    var body = {question: q};
+    if ($("spans").checked) { body.spans = "sentences"; }
+    return fetch("/v1/ask", {method: "POST", headers: headers(), body: JSON.stringify(body)})
       .then(function (r) {
         return r.json().then(function (doc) { return {status: r.status, doc: doc}; });
       }).then(function (res) {

@@ -1,0 +1,98 @@
+"""What one request makes the server do, counted: each prompt and answer tokenized once (the ids
+measured against the limits are the ids scored), a chat template rendered once, one
+``score_sequences`` call (one set of ghost hooks) per batch, spans placed on the offsets of the
+same tokenization."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+import isouq.sequences
+import isouq.serve.engine as engine_mod
+
+
+@pytest.fixture
+def counted(lm, monkeypatch):
+    """Counts of tokenizer calls (by text), chat-template renders, ``sequences.encode`` calls
+    (a tokenization inside ``score_sequences``), ``score_sequences`` calls and ghost hook set-ups
+    while the test runs."""
+    _, tok = lm
+    n: Counter = Counter()
+    texts: Counter = Counter()
+    cls = type(tok)
+    real_call, real_template = cls.__call__, cls.apply_chat_template
+
+    def call(self, text, *a, **kw):
+        n["tokenize"] += 1
+        texts[text if isinstance(text, str) else repr(text)] += 1
+        return real_call(self, text, *a, **kw)
+
+    def template(self, *a, **kw):
+        n["chat_template"] += 1
+        return real_template(self, *a, **kw)
+
+    real_encode, real_score = isouq.sequences.encode, engine_mod.score_sequences
+    real_ghost = isouq.sequences.GhostNorms
+
+    def encode(*a, **kw):
+        n["encode_inside_score_sequences"] += 1
+        return real_encode(*a, **kw)
+
+    def score(*a, **kw):
+        n["score_sequences"] += 1
+        return real_score(*a, **kw)
+
+    def ghost(*a, **kw):
+        n["ghost_hooks"] += 1
+        return real_ghost(*a, **kw)
+
+    monkeypatch.setattr(cls, "__call__", call)
+    monkeypatch.setattr(cls, "apply_chat_template", template)
+    monkeypatch.setattr(isouq.sequences, "encode", encode)
+    monkeypatch.setattr(engine_mod, "score_sequences", score)
+    monkeypatch.setattr(isouq.sequences, "GhostNorms", ghost)
+    return n, texts
+
+
+@pytest.mark.parametrize("pair, renders", [
+    ({"prompt": "what is the capital of france", "answer": "paris"}, 0),
+    ({"messages": [{"role": "user", "content": "who wrote hamlet"}], "answer": "shakespeare"},
+     1),
+    ({"question": "why is the sky blue", "answer": "because the sky is blue"}, 1),
+])
+def test_a_score_request_tokenizes_its_pair_once(client, counted, pair, renders):
+    n, texts = counted
+    r = client.post("/v1/score", json=pair)
+    assert r.status_code == 200, r.text
+    assert n["score_sequences"] == 1 and n["ghost_hooks"] == 1
+    assert n["encode_inside_score_sequences"] == 0  # the ids measured are the ids scored
+    assert n["tokenize"] == 2, texts  # the prompt once, the answer once
+    assert texts[pair["answer"]] == 1
+    assert n["chat_template"] == renders
+
+
+def test_spans_reuse_the_answers_one_tokenization(client, counted):
+    n, texts = counted
+    answer = "the cat sat on the mat. the dog sat"
+    r = client.post("/v1/score", json={"prompt": "the cat", "answer": answer,
+                                       "spans": "sentences"})
+    assert r.status_code == 200, r.text
+    assert len(r.json()["data"][0]["uncertainty"]["spans"]) == 2
+    assert n["tokenize"] == 2 and texts[answer] == 1  # its offsets came with its ids
+    assert n["score_sequences"] == 1 and n["encode_inside_score_sequences"] == 0
+
+
+def test_a_chat_request_renders_its_template_once_and_scores_the_generated_ids(client,
+                                                                               counted):
+    n, texts = counted
+    r = client.post("/v1/chat/completions", json={
+        "messages": [{"role": "user", "content": "who wrote hamlet"}], "max_tokens": 4,
+        "temperature": 0})
+    assert r.status_code == 200, r.text
+    assert n["chat_template"] == 1
+    assert n["score_sequences"] == 1 and n["encode_inside_score_sequences"] == 0
+    # the rendered prompt: once to measure it (its ids are scored), once by the decoder
+    # (llm.generation.generate_greedy tokenizes its prompts); the answer is ids, never text
+    assert n["tokenize"] == 2 and set(texts.values()) == {2}, texts
