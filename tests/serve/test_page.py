@@ -113,3 +113,86 @@ def test_the_page_without_calibration_says_so(lm):
     assert card["attrs"]["data-state"] == "done" and card["attrs"]["data-withheld"] == "false"
     assert card["text"]["p-correct"] == "— (no calibration)"
     assert "no calibration" in dom  # the header line from /v1/models
+
+
+class SpanEngine:
+    """A stand-in engine: every question is answered with ANSWER and the scripted spans
+    (epistemic_log 1, 100, null and 10: the third is not finite), the second the least
+    trusted of the finite ones; it records whether spans were asked for."""
+
+    calibration = None
+    answer = "Paris is big. It is old.\nYes. No"
+    logs = [1.0, 100.0, None, 10.0]
+
+    def __init__(self):
+        self.asked: list = []
+
+    def params_summary(self):
+        return {"spec": "all"}
+
+    def run(self, jobs):
+        from isouq.serve.engine import Outcome
+
+        out = []
+        for job in jobs:
+            self.asked.append(job.spans)
+            ranges = [(0, 13), (14, 24), (25, 29), (30, 32)]
+            spans = [{"text": self.answer[a:b], "start": a, "end": b, "n_tokens": 2,
+                      "scores": {"mean_prob": 0.5, "aleatoric": 0.2, "epistemic": 0.1,
+                                 "epistemic_log": v, "normalized_epistemic": 1e-6}}
+                     for (a, b), v in zip(ranges, self.logs, strict=True)]
+            u = {"mean_prob": 0.5, "aleatoric": 0.2, "epistemic": 0.1, "epistemic_log": 0.4,
+                 "normalized_epistemic": 1e-6, "n_tokens": 8, "params": {"spec": "all"}}
+            if job.spans is not None:
+                u |= {"spans": spans, "least_trusted_span": 1}
+            out.append(Outcome(result=[{"prompt_tokens": 3, "choices": [
+                {"text": self.answer, "raw_text": " " + self.answer, "finish_reason": "stop",
+                 "completion_tokens": 8, "uncertainty": u}]}]))
+        return out
+
+
+class Spans(HTMLParser):
+    """The shaded spans of the page: text, class, title and background of each."""
+
+    def __init__(self):
+        super().__init__()
+        self.spans: list[dict] = []
+        self._open: dict | None = None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "span" and "data-span" in a:
+            self._open = {**a, "text": ""}
+            self.spans.append(self._open)
+
+    def handle_endtag(self, tag):
+        if tag == "span":
+            self._open = None
+
+    def handle_data(self, data):
+        if self._open is not None:
+            self._open["text"] += data
+
+
+def test_the_page_shades_an_answers_sentences_by_the_reports_color_rule(lm):
+    """The page asks for sentences and shades each as the span report does
+    (``study.report.spans.shades``: alpha 0.06 + 0.54 · shade), the least trusted outlined."""
+    from isouq.study.report.spans import shades
+
+    engine = SpanEngine()
+    with live(make_app(lm, engine=engine)) as url:
+        dom = dump_dom(f"{url}/?q=where%20is%20paris")
+    assert engine.asked == ["sentences"]
+    page = Spans()
+    page.feed(dom)
+    want = shades([{"scores": {"epistemic_log": float("inf") if v is None else v}}
+                   for v in SpanEngine.logs])
+    assert [s["text"] for s in page.spans] == ["Paris is big.", "It is old.", "Yes.", "No"]
+    alphas = [float(re.search(r"rgba\(214, 39, 40, ([0-9.]+)\)", s["style"]).group(1))
+              for s in page.spans]
+    assert alphas == [round(0.06 + 0.54 * w, 2) for w in want], (alphas, want)
+    assert [("worst" in s["class"]) for s in page.spans] == [False, True, False, False]
+    assert "epistemic_log 100" in page.spans[1]["title"]
+    cards = Cards()
+    cards.feed(dom)
+    assert cards.cards[0]["text"]["answer"] == SpanEngine.answer  # the text between spans kept
