@@ -163,8 +163,8 @@ def test_samples_of_one_prompt_share_one_prefill(family):
 
 @pytest.mark.parametrize("family", ["llama", "qwen2", "gemma3"])
 def test_shared_prefix_gives_the_logits_of_each_prompt_alone(family):
-    from isouq.llm.prompts import entailment_prompt
     from isouq.llm import generation
+    from isouq.llm.prompts import entailment_prompt
     from tiny import causal_lm, tokenizer
 
     tk, lm = tokenizer(chat=False), causal_lm(family)
