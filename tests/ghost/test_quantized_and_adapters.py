@@ -300,6 +300,76 @@ def test_lora_adapter_and_all_sets_equal_the_brute_force_loop():
     assert a.set == "adapter" and 0 < a.share < 0.5
 
 
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_dora_adapter_and_all_sets_equal_the_brute_force_loop(family):
+    """PEFT DoRA (use_dora=True) on q/v, magnitudes moved off their initial column norms:
+    every parameter's norm (adapter set and whole model) against one backward per answer
+    through the model itself, no fallback warning; Qwen2's q/v carry a bias, which DoRA reads
+    a second time (subtracting it from the base output). A zero magnitude sends the layer to
+    the exact fallback, with its warning."""
+    import warnings
+
+    import peft
+
+    tok = tiny.tokenizer()
+    cfg = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
+                          lora_dropout=0.0, init_lora_weights=False, use_dora=True)
+    torch.manual_seed(1)
+    m = peft.get_peft_model(_llama() if family == "llama" else tiny.causal_lm("qwen2"), cfg).eval()
+    mags = [p for n, p in m.named_parameters() if "lora_magnitude_vector" in n]
+    assert len(mags) == 4
+    with torch.no_grad():
+        for p in mags:
+            p.mul_(1 + 0.5 * torch.rand_like(p))
+    for params in ("adapter", "all"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", UserWarning)  # a fallback would warn
+            g = isouq.score_sequences(m, tok, PROMPTS, ANSWERS, params=params, per_param=True)
+        lo = isouq.score_sequences(m, tok, PROMPTS, ANSWERS, method="loop", params=params,
+                                   per_param=True)
+        assert g.params.names == lo.params.names
+        mag = [i for i, n in enumerate(g.params.names) if "magnitude" in n]
+        assert len(mag) == 4 and g.per_param[:, mag].min() > 0
+        torch.testing.assert_close(g.per_param, lo.per_param, rtol=1e-5,
+                                   atol=1e-9 * float(lo.per_param.max()))
+        assert _rel(g.epistemic, lo.epistemic) < 1e-5, params
+    with torch.no_grad():
+        mags[0][3] = 0.0
+    with pytest.warns(UserWarning, match="Linear.*fallback"):
+        g = isouq.score_sequences(m, tok, PROMPTS, ANSWERS, params="adapter")
+    lo = isouq.score_sequences(m, tok, PROMPTS, ANSWERS, method="loop", params="adapter")
+    assert _rel(g.epistemic, lo.epistemic) < 1e-5
+
+
+def test_dora_on_a_4bit_base_equals_the_dequantized_twins_loop():
+    """QDoRA: a DoRA adapter on bitsandbytes NF4 q/v layers. The adapter set against one
+    backward per answer through the model itself; the whole model (4-bit weights as their
+    dequantized values) against one through a copy whose base layers hold those values.
+    (DoRA on bitsandbytes int8 layers does not run on CPU with peft 0.21: its second forward
+    fails inside peft, which moves the int8 weight and so drops its row scales.)"""
+    import bitsandbytes as bnb
+    import peft
+
+    tok = tiny.tokenizer()
+    cfg = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
+                          lora_dropout=0.0, init_lora_weights=False, use_dora=True)
+    torch.manual_seed(1)
+    m = peft.get_peft_model(_quantize(_llama()), cfg).eval()
+    assert sum(isinstance(getattr(mod, "base_layer", None), bnb.nn.Linear4bit)
+               for mod in m.modules()) == 4
+    with torch.no_grad():
+        for n, p in m.named_parameters():
+            if "lora_magnitude_vector" in n:
+                p.mul_(1 + 0.5 * torch.rand_like(p))
+    g = isouq.score_sequences(m, tok, PROMPTS, ANSWERS, params="adapter")
+    lo = isouq.score_sequences(m, tok, PROMPTS, ANSWERS, method="loop", params="adapter")
+    assert _rel(g.epistemic, lo.epistemic) < 1e-5
+    full = isouq.score_sequences(m, tok, PROMPTS, ANSWERS)
+    ref = isouq.score_sequences(_twin(m), tok, PROMPTS, ANSWERS, method="loop")
+    assert _rel(full.epistemic, ref.epistemic) < 1e-5
+    assert full.params.n_params == ref.params.n_params
+
+
 def test_merged_adapter_scores_as_the_unmerged_base_weights():
     """W' = W + s·BA: ∇W' = ∇W, so the merged model's 'all' score equals the unmerged model's
     score over its base weights (everything but the adapter)."""

@@ -10,6 +10,7 @@ from . import (  # noqa: F401  (each registers its rules)
     channel_norms,
     conv,
     conv1d,
+    dora,
     embedding,
     linear,
     norms,

@@ -46,8 +46,12 @@ class Rule:
     contributions: RuleFn
     name: str
     subclasses: bool = False
-    composite: bool = False
+    composite: bool | Callable[[nn.Module], bool] = False
     applies: Callable[[nn.Module], bool] | None = None
+
+    def owns_children(self, module: nn.Module) -> bool:
+        """True if ``module``'s forward uses its children's parameters (``composite``)."""
+        return bool(self.composite(module) if callable(self.composite) else self.composite)
     uses_output: bool = True
     reads_params: bool = True
 
@@ -63,7 +67,7 @@ def register_rule(
     match: Callable[[nn.Module], bool] | None = None,
     applies: Callable[[nn.Module], bool] | None = None,
     subclasses: bool = False,
-    composite: bool = False,
+    composite: bool | Callable[[nn.Module], bool] = False,
     uses_output: bool = True,
     reads_params: bool = True,
 ) -> Callable[[RuleFn], RuleFn]:
@@ -76,7 +80,9 @@ def register_rule(
         applies: extra condition; when it returns False the exact fallback runs.
         subclasses: True if the rule is exact for subclasses that override ``forward``.
         composite: True if the module's children's parameters are used by its own forward
-            (they are then owned by this module, under dotted names).
+            (they are then owned by this module, under dotted names), or a predicate saying
+            so of a module (a PEFT layer with a DoRA adapter; when ``applies`` then says no,
+            the fallback differentiates the whole module).
         uses_output: False if the rule never reads ``call.output``: the engine then does not
             keep the layer's output alive until the backward (a Linear layer's output is
             memory autograd itself would free early: 0.6 GiB for SmolLM2 at batch 32).
@@ -136,7 +142,7 @@ def is_composite(module: nn.Module) -> bool:
     rule = _registered(module)
     if rule is None:  # a subclass with its own forward still uses its children's weights
         rule = next((r for k in type(module).__mro__ if (r := _BY_TYPE.get(k))), None)
-    return bool(rule and rule.composite)
+    return bool(rule and rule.owns_children(module))
 
 
 def rule_for(module: nn.Module) -> Rule | None:
@@ -144,7 +150,7 @@ def rule_for(module: nn.Module) -> Rule | None:
     rule = _registered(module)
     if rule is None:
         return None
-    if not rule.composite and any(True for _ in module.children()):
+    if not rule.owns_children(module) and any(True for _ in module.children()):
         return None
     if rule.applies is not None and not rule.applies(module):
         return None
