@@ -134,6 +134,30 @@ def test_every_plan_of_a_group_is_exact(flags, monkeypatch):
                                rtol=1e-10, atol=1e-14)
 
 
+@pytest.mark.parametrize("blocks", [2, 3])
+def test_symmetric_block_grams_are_exact(blocks, monkeypatch):
+    """Each symmetric Gram from the blocks on and above its diagonal (T = 10 in 2 or 3 blocks
+    of unequal sizes), per parameter and summed, against brute force."""
+    monkeypatch.setattr(factors, "GRAM_BLOCKS", blocks)
+    m = model_of("untied")
+    params = params_of(m, "untied")
+    ids = torch.randint(4, tiny.VOCAB, (N, T))
+    ref = reference(m, params, ids)
+    torch.testing.assert_close(run(m, params, ids, share=True, detailed=True).per_param, ref,
+                               rtol=1e-10, atol=1e-14)
+    torch.testing.assert_close(run(m, params, ids, share=True, detailed=False), ref.sum(1),
+                               rtol=1e-10, atol=1e-14)
+
+
+def test_block_gram_inner_is_the_whole_grams_inner_product():
+    x, y = torch.randn(3, 7, 5, dtype=torch.float64), torch.randn(3, 7, 2, dtype=torch.float64)
+    whole = factors.gram_inner(x @ x.transpose(1, 2), y @ y.transpose(1, 2))
+    for k in range(1, 8):
+        xs, ys = factors.block_gram(x, k), factors.block_gram(y, k)
+        assert len(xs) == k * (k + 1) // 2
+        torch.testing.assert_close(factors.block_gram_inner(xs, ys, k), whole)
+
+
 def test_groups_are_released_in_the_backward_not_kept_to_its_end():
     """With sharing, no input (nor its Gram) is cached to the end of the backward: each group
     is computed and dropped once its last member's gradient arrived; the unshared path caches

@@ -23,6 +23,10 @@ import torch
 
 #: Largest per-example gradient block (bytes) the cost rule may materialize for one parameter.
 MATERIALIZE_BYTES = int(os.environ.get("ISOUQ_GHOST_MATERIALIZE_BYTES", 256 * 2**20))
+#: Symmetric Grams X Xᵀ of layers sharing an input (``shared.py``): T split into this many
+#: blocks, only the blocks on and above the diagonal multiplied ((k + 1) / 2k of the products);
+#: 1: the whole Gram in one product
+GRAM_BLOCKS = int(os.environ.get("ISOUQ_GHOST_GRAM_BLOCKS", 1))
 #: dtypes whose products and sums are accumulated in float32 (a bf16 Gram loses digits)
 LOW_PRECISION = (torch.float16, torch.bfloat16)
 
@@ -174,6 +178,36 @@ def gram_inner(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     (1×T²)·(T²×1) bmm)."""
     N = x.shape[0]
     return torch.linalg.vecdot(x.reshape(N, -1), y.reshape(N, -1))
+
+
+def block_gram(x: torch.Tensor, k: int) -> list[torch.Tensor]:
+    """The blocks on and above the diagonal of x xᵀ per example (float32 at least).
+
+    Args:
+        x: (N, T, d).
+        k: the T positions split into k near-equal consecutive blocks (1 ≤ k ≤ T).
+
+    Returns:
+        k (k + 1) / 2 blocks (N, Tᵢ, Tⱼ), i ≤ j, row by row: the rest of the symmetric Gram is
+        their transposes, so (k + 1) / 2k of the whole Gram's products.
+    """
+    T = x.shape[1]
+    edges = [T * i // k for i in range(k + 1)]
+    parts = [x[:, edges[i]:edges[i + 1]] for i in range(k)]
+    return [bmm_f32(parts[i], parts[j].transpose(1, 2)) for i in range(k) for j in range(i, k)]
+
+
+def block_gram_inner(xs: list[torch.Tensor], ys: list[torch.Tensor], k: int) -> torch.Tensor:
+    """⟨X, Y⟩ per example (N,) of two symmetric Grams given as :func:`block_gram` blocks: the
+    diagonal blocks once, those above it twice (for the ones below)."""
+    total, n = None, 0
+    for i in range(k):
+        for j in range(i, k):
+            term = gram_inner(xs[n], ys[n])
+            term = term if i == j else 2 * term
+            total = term if total is None else total + term
+            n += 1
+    return total
 
 
 def _dense_gram(x: torch.Tensor, y: torch.Tensor, cache: dict | None) -> torch.Tensor:

@@ -26,6 +26,12 @@ that casts the input makes a new one), so only identical factors share a Gram. O
 ``sq_norms`` would compute from one dense Pair joins: a weight used by several calls (tied,
 reused) needs its cross terms and stays out, as do embedding indices, folded groups and Grams a
 rule gives itself.
+
+Every Gram here is symmetric: with ``factors.GRAM_BLOCKS`` = k > 1 (environment variable
+``ISOUQ_GHOST_GRAM_BLOCKS``) the T positions are split into k blocks and only the blocks on and
+above the diagonal are multiplied ((k + 1) / 2k of the products, in k (k + 1) / 2 smaller
+ones); the inner product counts the blocks above the diagonal twice. The default, 1, is the
+whole Gram in one product.
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ import torch
 
 from . import factors
 from .calls import Call
-from .factors import Contribution, Pair, bmm_f32, gram_inner, storage_key
+from .factors import Contribution, Pair, block_gram, block_gram_inner, storage_key
 
 
 def joins(c: Contribution) -> bool:
@@ -173,20 +179,22 @@ class SharedInputs:
                 self._gram_form(grams)
 
     def _gram_form(self, members: list[tuple[str, Pair]]) -> None:
-        """⟨Bₚ Bₚᵀ, A Aᵀ⟩ of each member (or of their sum, ``summed``), A Aᵀ computed once."""
+        """⟨Bₚ Bₚᵀ, A Aᵀ⟩ of each member (or of their sum, ``summed``), A Aᵀ computed once;
+        each symmetric Gram as the blocks on and above its diagonal (``factors.GRAM_BLOCKS``)."""
         A = input_factor(members[0][1])
-        gram_a = bmm_f32(A, A.transpose(1, 2))
+        k = max(1, min(factors.GRAM_BLOCKS, A.shape[1]))
+        gram_a = block_gram(A, k)
 
-        def own(p: Pair) -> torch.Tensor:
-            B = gradient_factor(p)
-            return bmm_f32(B, B.transpose(1, 2))
+        def own(p: Pair) -> list[torch.Tensor]:
+            return block_gram(gradient_factor(p), k)
 
         if not self.summed:
             for name, p in members:
-                self.norms[name] = gram_inner(own(p), gram_a)
+                self.norms[name] = block_gram_inner(own(p), gram_a, k)
             return
         S = None
         for _, p in members:
             g = own(p)
-            S = g if S is None else (S.add_(g) if S.dtype == g.dtype else S + g)
-        self.totals.append(gram_inner(S, gram_a))
+            S = g if S is None else [s.add_(b) if s.dtype == b.dtype else s + b
+                                     for s, b in zip(S, g, strict=True)]
+        self.totals.append(block_gram_inner(S, gram_a, k))
