@@ -96,3 +96,30 @@ def test_a_chat_request_renders_its_template_once_and_scores_the_generated_ids(c
     # the rendered prompt: once to measure it (its ids are scored), once by the decoder
     # (llm.generation.generate_greedy tokenizes its prompts); the answer is ids, never text
     assert n["tokenize"] == 2 and set(texts.values()) == {2}, texts
+
+
+def test_a_requests_stages_are_in_the_metrics_and_add_up(lm):
+    """/metrics holds each stage of a request (parse, queue, its batch's prepare … calibrate,
+    deliver, respond) once per request or batch; together they fit in its request seconds."""
+    import re
+
+    from fastapi.testclient import TestClient
+
+    from .conftest import make_app
+
+    with TestClient(make_app(lm, max_wait_ms=1.0)) as c:
+        assert c.post("/v1/score", json={"prompt": "the cat", "answer": "sat"}).status_code == 200
+        text = c.get("/metrics").text
+
+    def value(name: str, label: str = "") -> float:
+        m = re.search(rf"^{re.escape(name + label)} (\S+)$", text, re.M)
+        assert m, (name, label)
+        return float(m.group(1))
+
+    stages = ("parse", "queue", "prepare", "generate", "score", "calibrate", "deliver",
+              "respond")
+    for stage in stages:
+        assert value("isouq_stage_seconds_count", f'{{stage="{stage}"}}') == 1, stage
+    total = sum(value("isouq_stage_seconds_sum", f'{{stage="{stage}"}}') for stage in stages)
+    assert 0 < total <= value("isouq_request_seconds_sum", '{endpoint="/v1/score"}')
+    assert value("isouq_batch_starts_total", '{reason="waited"}') == 1

@@ -36,8 +36,9 @@ ENDPOINTS = ("/", "/health", "/metrics", "/v1/models", "/v1/chat/completions",
              "/v1/completions", "/v1/score", "/v1/ask")
 #: HTTP status of a client that went away before its answer (nginx's convention)
 CLIENT_GONE = 499
-#: the scope key that holds when the request arrived (``time.perf_counter``)
-ARRIVED = "isouq.arrived"
+#: the scope key of a request's timestamps (``time.perf_counter``): ``arrived`` (set by the
+#: middleware), ``delivered`` (the handler holds its answer); a dict shared by the scope's copies
+MARKS = "isouq.marks"
 
 
 class _Limits:
@@ -51,7 +52,8 @@ class _Limits:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         t0 = time.perf_counter()
-        scope = {**scope, ARRIVED: t0}  # the handler's parse stage starts here
+        marks = {"arrived": t0}  # the handler's parse stage starts here
+        scope = {**scope, MARKS: marks}
         path = scope.get("path", "")
         endpoint = path if path in ENDPOINTS else (
             "/v1/models" if path.startswith("/v1/models/") else "other")
@@ -62,6 +64,9 @@ class _Limits:
             if message["type"] == "http.response.start":
                 status["code"] = message["status"]
             await send(message)
+            if (message["type"] == "http.response.body" and not message.get("more_body")
+                    and "delivered" in marks):  # the answer encoded and sent
+                self.metrics.observe_stage("respond", time.perf_counter() - marks["delivered"])
 
         length = dict(scope.get("headers") or []).get(b"content-length")
         try:
@@ -234,16 +239,17 @@ def create_app(engine, settings: ServeSettings, *, batcher: Batcher | None = Non
     async def run(request: Request, work):
         """Queue ``work``, wait for its answer, its timeout or its client's departure."""
         future = batcher.submit(work, track=True)
-        arrived = request.scope.get(ARRIVED)
-        if arrived is not None:
-            metrics.observe_stage("parse", time.perf_counter() - arrived)
+        marks = request.scope.get(MARKS, {})
+        if "arrived" in marks:
+            metrics.observe_stage("parse", time.perf_counter() - marks["arrived"])
         try:
             outcome = await _wait(request, future)
         finally:  # the answer is handed over (or never will be): the next batch knows
             batcher.delivered(future)
+        marks["delivered"] = time.perf_counter()
         finished = getattr(outcome, "finished", None)
         if finished is not None:
-            metrics.observe_stage("deliver", time.perf_counter() - finished)
+            metrics.observe_stage("deliver", marks["delivered"] - finished)
         if outcome.error is not None:
             e = outcome.error
             if isinstance(e, RequestError):

@@ -11,10 +11,11 @@
 - ``isouq_stage_seconds{stage}``: per request ``parse`` (from its arrival to its job queued:
   the body read, validated and checked), ``queue`` (waiting before its batch starts) and
   ``deliver`` (from its batch's end to its handler holding the answer: the hand-off from the
-  worker thread to the event loop); per batch ``prepare`` (prompts built, tokenized and
-  checked), ``generate`` (decoding), ``score`` (the one ``score_sequences`` call),
-  ``calibrate`` (P(correct)). What ``isouq_request_seconds`` holds beyond them is the
-  response's encoding and sending.
+  worker thread to the event loop), ``respond`` (from then to the response's last byte
+  handed to the server: the response built, encoded as JSON and sent); per batch ``prepare``
+  (prompts built, tokenized and checked), ``generate`` (decoding), ``score`` (the one
+  ``score_sequences`` call), ``calibrate`` (P(correct)). A request's seconds are the sum of
+  its stages and its batch's.
 
 Each server has its own registry (several apps in one process, as in the tests, do not mix).
 """
@@ -51,9 +52,9 @@ class Metrics:
         self.queue_depth = Gauge("isouq_queue_depth", "requests waiting for the worker",
                                  registry=r)
         self.stage_seconds = Histogram("isouq_stage_seconds",
-                                       "seconds per stage: parse, queue, deliver (per "
-                                       "request), prepare, generate, score, calibrate (per "
-                                       "batch)", ["stage"],
+                                       "seconds per stage: parse, queue, deliver, respond "
+                                       "(per request), prepare, generate, score, calibrate "
+                                       "(per batch)", ["stage"],
                                        buckets=SECONDS, registry=r)
 
     def observe_request(self, endpoint: str, status: int, seconds: float) -> None:
@@ -72,7 +73,7 @@ class Metrics:
             self.stage_seconds.labels(stage).observe(s)
 
     def observe_stage(self, stage: str, seconds: float) -> None:
-        """One request's seconds in ``stage`` (``parse``, ``deliver``)."""
+        """One request's seconds in ``stage`` (``parse``, ``deliver``, ``respond``)."""
         self.stage_seconds.labels(stage).observe(max(seconds, 0.0))
 
     def text(self) -> bytes:
