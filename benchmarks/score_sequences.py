@@ -10,6 +10,17 @@ SmolLM2-135M-Instruct), each method runs in its own subprocess (so peak RSS is i
 - loop: one backward pass per answer (the paper's way), ``score_sequences(method="loop")``;
 - ghost: ``score_sequences(method="ghost")``, every answer from one backward pass.
 
+Variants of the ghost engine, for before/after comparisons in one run (asked for by name in
+--methods; each is ghost under the environment it names):
+
+- ghost_unshared: ``ISOUQ_GHOST_SHARE_GRAMS=0``, every parameter on its own (no Gram shared by
+  the layers reading one input, no group cost rule: ``ghost/shared.py``);
+- ghost_blocks2: ``ISOUQ_GHOST_GRAM_BLOCKS=2``, the shared path's symmetric Grams from their
+  blocks on and above the diagonal (3/4 of the products).
+
+    python benchmarks/score_sequences.py --methods floor ghost ghost_unshared ghost_blocks2 \
+        --batch-sizes 16 --rounds 3 --prompt-tokens 256 --tag shared
+
 Reports seconds per answer (median of --repeats after --warmups untimed calls, default 1), the
 ratios loop/ghost, ghost/forward and ghost/floor, and peak RSS (the process's peak, loading
 included), with the size of the weights as stored beside it (``weights_gib``; a 4-bit weight:
@@ -56,6 +67,9 @@ import time
 from pathlib import Path
 
 METHODS = ("forward", "floor", "full_backward", "loop", "ghost")
+#: ghost under another environment (read when isouq is imported, in the method's own process)
+VARIANTS = {"ghost_unshared": {"ISOUQ_GHOST_SHARE_GRAMS": "0"},
+            "ghost_blocks2": {"ISOUQ_GHOST_GRAM_BLOCKS": "2"}}
 
 
 def load_pairs(n: int, tokenizer=None, total: int | None = None) -> tuple[list, list[str]]:
@@ -111,7 +125,7 @@ def method_fn(method: str, model, tok, prompts, answers, batch: int, loop_params
         score_sequences(model, tok, prompts, answers, method="ghost", batch_size=batch)
 
     fns = {"forward": forward, "floor": floor, "full_backward": full_backward, "loop": loop,
-           "ghost": ghost}
+           "ghost": ghost, **dict.fromkeys(VARIANTS, ghost)}
     return fns[method], b
 
 
@@ -197,7 +211,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2")
     ap.add_argument("--batch-sizes", type=int, nargs="+", default=[16, 32])
-    ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    ap.add_argument("--methods", nargs="+", default=list(METHODS),
+                    choices=[*METHODS, *VARIANTS])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--warmups", type=int, default=1, help="untimed calls before the repeats")
     ap.add_argument("--rounds", type=int, default=1,
@@ -240,7 +255,8 @@ def main() -> None:
                 cmd += ["--device", a.device, "--dtype", a.dtype, "--warmups", str(a.warmups)]
                 cmd += ["--quantize", a.quantize] if a.quantize else []
                 cmd += ["--lora", str(a.lora)] if a.lora else []
-                out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+                out = subprocess.run(cmd, capture_output=True, text=True, check=True,
+                                     env={**os.environ, **VARIANTS.get(m, {})}).stdout
                 runs[m].append(json.loads(out.strip().splitlines()[-1]))
                 print(f"batch {batch} {m:>13} (round {rnd + 1}): "
                       f"{runs[m][-1]['seconds_per_answer']:.3f} s/answer, "
@@ -256,7 +272,8 @@ def main() -> None:
         t = {r["method"]: r["seconds_per_answer"] for r in rows if r["batch"] == batch}
         ratio = {"batch": batch}
         for num, den in (("loop", "ghost"), ("ghost", "forward"), ("ghost", "floor"),
-                         ("floor", "forward")):  # those the methods run allow
+                         ("floor", "forward"), *((v, "ghost") for v in VARIANTS)):
+            # those the methods run allow
             if num in t and den in t:
                 ratio[f"{num}/{den}"] = t[num] / t[den]
         if "ghost" in t and "floor" in t:
