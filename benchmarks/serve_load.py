@@ -11,10 +11,16 @@ file) with a short answer, scored in the QA prompt (as ``isouq score`` does with
 
     python benchmarks/serve_load.py                       # writes benchmarks/results/serve_load.json
     python benchmarks/serve_load.py --score-requests 16 --chat-requests 8 --levels 1 4 16
+    python benchmarks/serve_load.py --spans sentences --out benchmarks/results/serve_load_spans.json
 
 The JSON holds, per endpoint and level: requests, seconds, answers/s, p50/p95 latency, the
-batches the server ran (from /metrics) and answers per batch; the speed-up of each level over
-one client; the machine, the load average before and after (other processes may share the CPU)
+batches the server ran (from /metrics) and answers per batch, why they started (``full``,
+``back``: the clients the last batch answered were back, ``waited``: ``--max-wait-ms`` passed),
+where a request's time went (``stages``: the mean seconds per request of ``parse``, ``queue``,
+``deliver`` and ``respond``, and per batch of ``prepare``, ``generate``, ``score`` and
+``calibrate``, from the server's ``isouq_stage_seconds``), and the server process's CPU seconds
+per request (when this script started it, on Linux); the speed-up of each level over one
+client; the machine, the load average before and after (other processes may share the CPU)
 and the server's settings.
 """
 
@@ -77,17 +83,55 @@ def start_server(args, port: int) -> subprocess.Popen:
         time.sleep(0.25)
 
 
-def batches(url: str) -> tuple[float, float]:
-    """(batches run, answers scored) so far, from /metrics."""
+REQUEST_STAGES = ("parse", "queue", "deliver", "respond")
+BATCH_STAGES = ("prepare", "generate", "score", "calibrate")
+
+
+def scrape(url: str) -> dict[str, float]:
+    """The server's counters so far, from /metrics: ``batches``, ``answers``, ``start:REASON``
+    (batches started for that reason), ``sum:STAGE`` and ``count:STAGE`` of each stage."""
     import httpx
 
     text = httpx.get(f"{url}/metrics", timeout=10).text
-    count = re.search(r"^isouq_batch_answers_count (\S+)$", text, re.M)
-    total = re.search(r"^isouq_batch_answers_sum (\S+)$", text, re.M)
-    return (float(count.group(1)) if count else 0.0, float(total.group(1)) if total else 0.0)
+    out: dict[str, float] = {}
+    for key, pattern in (("batches", r"^isouq_batch_answers_count (\S+)$"),
+                         ("answers", r"^isouq_batch_answers_sum (\S+)$")):
+        m = re.search(pattern, text, re.M)
+        out[key] = float(m.group(1)) if m else 0.0
+    for reason, v in re.findall(r'^isouq_batch_starts_total\{reason="(\w+)"\} (\S+)$', text,
+                                re.M):
+        out[f"start:{reason}"] = float(v)
+    for kind, stage, v in re.findall(
+            r'^isouq_stage_seconds_(sum|count)\{stage="(\w+)"\} (\S+)$', text, re.M):
+        out[f"{kind}:{stage}"] = float(v)
+    return out
 
 
-def level(url: str, model: str, endpoint: str, clients: int, n: int, pairs, max_tokens: int):
+def cpu_seconds(pid: int | None) -> float | None:
+    """CPU seconds (user + system) of process ``pid`` so far, from /proc (Linux), else None."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, TypeError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def breakdown(before: dict[str, float], after: dict[str, float]) -> tuple[dict, dict]:
+    """(mean seconds of each stage, per request or per batch; batches started by reason)
+    between two scrapes."""
+    stages = {}
+    for stage in REQUEST_STAGES + BATCH_STAGES:
+        n = after.get(f"count:{stage}", 0) - before.get(f"count:{stage}", 0)
+        if n > 0:
+            total = after.get(f"sum:{stage}", 0) - before.get(f"sum:{stage}", 0)
+            stages[stage] = round(total / n, 4)
+    starts = {k.split(":", 1)[1]: int(after[k] - before.get(k, 0)) for k in after
+              if k.startswith("start:") and after[k] - before.get(k, 0) > 0}
+    return stages, starts
+
+
+def level(url: str, model: str, endpoint: str, clients: int, n: int, pairs, max_tokens: int,
+          server_pid: int | None = None, spans: str | None = None):
     """n requests from `clients` threads; per-request latencies and the wall time."""
     from openai import OpenAI
 
@@ -97,6 +141,7 @@ def level(url: str, model: str, endpoint: str, clients: int, n: int, pairs, max_
     todo = iter(range(n))
 
     gate = threading.Barrier(clients + 1)
+    extra = {"spans": spans} if spans else {}
 
     def client_loop():
         client = OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=600)
@@ -112,12 +157,12 @@ def level(url: str, model: str, endpoint: str, clients: int, n: int, pairs, max_
             try:
                 if endpoint == "score":
                     r = client.post("/score", body={"model": model, "question": q,
-                                                    "answer": a}, cast_to=object)
+                                                    "answer": a, **extra}, cast_to=object)
                     assert r["data"][0]["uncertainty"]["epistemic"] is not None
                 else:
                     r = client.chat.completions.create(
                         model=model, messages=[{"role": "user", "content": q}],
-                        max_tokens=max_tokens, temperature=0)
+                        max_tokens=max_tokens, temperature=0, extra_body=extra or None)
                     assert r.choices[0].uncertainty["epistemic"] is not None
             except Exception as e:  # noqa: BLE001 - counted and reported
                 with lock:
@@ -129,26 +174,31 @@ def level(url: str, model: str, endpoint: str, clients: int, n: int, pairs, max_
     threads = [threading.Thread(target=client_loop) for _ in range(clients)]
     for t in threads:
         t.start()
+    b0, c0 = scrape(url), cpu_seconds(server_pid)  # before the clients are let go
     gate.wait()
-    b0 = batches(url)
     t0 = time.perf_counter()
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0
-    b1 = batches(url)
+    b1, c1 = scrape(url), cpu_seconds(server_pid)
     lat.sort()
+    stages, starts = breakdown(b0, b1)
 
     def pct(p):
         return lat[min(len(lat) - 1, int(round(p / 100 * (len(lat) - 1))))] if lat else None
 
-    n_batches = b1[0] - b0[0]
+    n_batches = b1["batches"] - b0["batches"]
     return {"endpoint": f"/v1/{'score' if endpoint == 'score' else 'chat/completions'}",
             "clients": clients, "requests": n, "ok": len(lat), "errors": errors[:3],
             "seconds": round(wall, 3), "answers_per_s": round(len(lat) / wall, 3),
             "p50_s": round(pct(50), 3) if lat else None,
             "p95_s": round(pct(95), 3) if lat else None,
             "batches": int(n_batches),
-            "answers_per_batch": round((b1[1] - b0[1]) / n_batches, 2) if n_batches else None}
+            "answers_per_batch": (round((b1["answers"] - b0["answers"]) / n_batches, 2)
+                                  if n_batches else None),
+            "batch_starts": starts, "stages": stages,
+            "server_cpu_s_per_request": (round((c1 - c0) / len(lat), 4)
+                                         if c0 is not None and c1 is not None and lat else None)}
 
 
 def main() -> None:
@@ -163,6 +213,8 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=16, help="chat answers' max_tokens")
     ap.add_argument("--max-batch", type=int, default=16)
     ap.add_argument("--max-wait-ms", type=float, default=10.0)
+    ap.add_argument("--spans", choices=("sentences", "lines"), default=None,
+                    help="ask for span scores too (each answer's sentences or lines)")
     ap.add_argument("--out", default="benchmarks/results/serve_load.json")
     a = ap.parse_args()
     if a.url is not None and not re.match(r"^http://(127\.\d+\.\d+\.\d+|localhost|\[::1\])",
@@ -181,17 +233,19 @@ def main() -> None:
     load_before = os.getloadavg()
     results = []
     try:
-        level(url, a.model, "score", 2, 2, pairs, a.max_tokens)  # warm-up
+        pid = proc.pid if proc is not None else None
+        level(url, a.model, "score", 2, 2, pairs, a.max_tokens, pid)  # warm-up
         for endpoint, n in (("score", a.score_requests), ("chat", a.chat_requests)):
             if n <= 0:
                 continue
             for c in a.levels:
-                r = level(url, a.model, endpoint, c, n, pairs, a.max_tokens)
+                r = level(url, a.model, endpoint, c, n, pairs, a.max_tokens, pid, a.spans)
                 results.append(r)
                 print(f"{r['endpoint']:<22} {c:>3} clients: {r['answers_per_s']:7.2f} answers/s, "
                       f"p50 {r['p50_s']} s, p95 {r['p95_s']} s, {r['batches']} batches "
-                      f"({r['answers_per_batch']} answers each), errors {len(r['errors'])}",
-                      flush=True)
+                      f"({r['answers_per_batch']} answers each, started {r['batch_starts']}), "
+                      f"errors {len(r['errors'])}\n    seconds: {r['stages']}; server CPU "
+                      f"{r['server_cpu_s_per_request']} s per request", flush=True)
     finally:
         if proc is not None:
             proc.terminate()
@@ -205,7 +259,8 @@ def main() -> None:
         print(f"speed-up over one client, {ep}: {s}")
     save_json(a.out, {"benchmark": "serve_load", "model": a.model,
                       "max_batch": a.max_batch, "max_wait_ms": a.max_wait_ms,
-                      "chat_max_tokens": a.max_tokens, "loadavg_before": load_before,
+                      "chat_max_tokens": a.max_tokens, "spans": a.spans,
+                      "loadavg_before": load_before,
                       "loadavg_after": os.getloadavg(),
                       "note": "loopback; other processes may have shared the CPU (see loadavg)",
                       "command": " ".join(["python", *sys.argv])},
