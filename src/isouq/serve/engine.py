@@ -244,6 +244,10 @@ class Engine:
                                            keys=[where])[0]
             except IsouqError as e:
                 raise RequestError(str(e), param=where) from None
+            except Exception as e:  # noqa: BLE001 - a tokenizer that cannot decode the ids
+                raise RequestError(f"{where}: its spans cannot be placed on its tokens "
+                                   f"({type(e).__name__}); score it without spans",
+                                   param=where) from None
         return item
 
     def _generated_item(self, text: str, prompt_ids: list[int], g, spans: str | None) -> Item:
