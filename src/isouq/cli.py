@@ -117,6 +117,12 @@ def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="smollm2",
                    help="registry name (see `isouq models`), local folder/.gguf, or HF hub id "
                         "(default: smollm2, the embedded SmolLM2-135M-Instruct)")
+    _load_args(p)
+
+
+def _load_args(p: argparse.ArgumentParser) -> None:
+    """How the model loads (``isouq.models.load_model``'s options), on every command that
+    loads one."""
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, mps or auto")
     p.add_argument("--dtype", default=None, help="float32 (default), bfloat16, float16, auto")
     p.add_argument("--trust-remote-code", action="store_true",
@@ -127,8 +133,8 @@ def _model_args(p: argparse.ArgumentParser) -> None:
                    help="quantize on load with bitsandbytes (CPU or CUDA; the quantize extra); "
                         "4-bit weights are scored as their dequantized values")
     p.add_argument("--adapter", default=None, metavar="DIR",
-                   help="a PEFT adapter folder put over the model (unmerged; --params adapter "
-                        "scores it alone)")
+                   help="a PEFT adapter folder put over the model (unmerged; where the "
+                        "command has --params, --params adapter scores it alone)")
     p.add_argument("--device-map", default=None, choices=DEVICE_MAPS,
                    help="place a model larger than one device with accelerate: auto fills the "
                         "GPUs, then CPU memory, then disk; offloaded layers are scored exactly "
@@ -176,22 +182,26 @@ def _methods_arg(p: argparse.ArgumentParser, flag: str, among, default, what: st
                    help=f"{what}: " + "; ".join(f"{m}: {METHODS[m].help}" for m in among))
 
 
-#: the commands whose model may be quantized on load, carry an adapter or be placed with a
-#: device map
-_QUANT_OK = ("score", "ask", "serve")
+#: the load options given only when asked for (``_load_args``)
+_LOAD_OPTIONS = ("quantize", "adapter", "device_map", "max_memory", "offload_folder")
 
 
 def _load_kw(args) -> dict:
+    """``load_model``'s keyword arguments from ``_load_args``' options."""
     kw = {"device": args.device, "dtype": args.dtype,
           "trust_remote_code": args.trust_remote_code, "allow_pickle": args.allow_pickle}
-    for opt in ("quantize", "adapter", "device_map", "max_memory", "offload_folder"):
-        if getattr(args, opt, None) is not None:
-            if args.command not in _QUANT_OK:
-                raise InputError(f"--{opt.replace('_', '-')} applies to isouq "
-                                 f"{', '.join(_QUANT_OK)}; drop it for "
-                                 f"isouq {args.command}")
-            kw[opt] = getattr(args, opt)
+    kw.update({opt: getattr(args, opt) for opt in _LOAD_OPTIONS
+               if getattr(args, opt, None) is not None})
     return kw
+
+
+def _refuse_load_options(args, why: str) -> None:
+    """InputError naming the load options given to a run that loads no model (``why``)."""
+    given = [f"--{o.replace('_', '-')}" for o in _LOAD_OPTIONS
+             if getattr(args, o, None) is not None]
+    if given:
+        raise InputError(f"{' '.join(given)}: {why} and loads no model; drop "
+                         f"{'it' if len(given) == 1 else 'them'}")
 
 
 def _load(args):
@@ -206,6 +216,7 @@ def cmd_demo(args) -> int:
 
     configure()
     if args.toy:
+        _refuse_load_options(args, "--toy trains its own small network")
         demo.run_toy(Path(args.out), seed=args.seed)
     else:
         demo.run_llm(args.model, n=args.n, max_new_tokens=args.max_new_tokens, **_load_kw(args))
@@ -405,14 +416,14 @@ def cmd_qa_long(args) -> int:
 
     configure()
     if args.evaluate_only:
+        _refuse_load_options(args, "--evaluate-only rewrites the tables from the rows")
         path = write_long_results(args.out, n_bootstrap=args.n_bootstrap, seed=args.seed)
     else:
         path = run_long(args.model, args.out, settings=tuple(args.settings),
                         questions=args.questions, answers=args.answers, seed=args.seed,
                         short_dir=None if args.short == "none" else args.short,
                         max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
-                        device=args.device, dtype=args.dtype, n_bootstrap=args.n_bootstrap,
-                        say=print)
+                        n_bootstrap=args.n_bootstrap, say=print, **_load_kw(args))
     print(f"qa long: tables in {path}")
     return 0
 
@@ -662,8 +673,7 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
                    help="answers per scoring pass (each is 6 rows)")
     q.add_argument("--n-bootstrap", type=positive_int, default=1000,
                    help="resamples of the answers for the intervals")
-    q.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps")
-    q.add_argument("--dtype", default=None, help="float32 (default on CPU), bfloat16, …")
+    _load_args(q)
     q.add_argument("--evaluate-only", action="store_true",
                    help="only rewrite results.json, tables.md and the figure from the rows")
     q.set_defaults(func=cmd_qa_long)

@@ -36,6 +36,26 @@ def is_quantized(p: torch.Tensor) -> bool:
             or is_torchao(p))
 
 
+def quantizes_inputs(p: torch.Tensor) -> bool:
+    """True for a torchao weight whose layer rounds its input too (dynamic or static activation
+    quantization): its layer passes no gradient to its input."""
+    return is_torchao(p) and (getattr(p, "act_quant_kwargs", None) is not None
+                              or getattr(p, "activation_quantization", None) is not None)
+
+
+def check_inputs_not_quantized(model: nn.Module) -> None:
+    """Raise ModelError when torchao rounds the inputs of some layer of ``model``: autograd
+    passes no gradient through such a layer (the rounded input is a new tensor without a
+    history), so every parameter before it would score 0 and its own weight has no rule."""
+    kinds = sorted({type(p).__name__ for p in model.parameters() if quantizes_inputs(p)})
+    if kinds:
+        raise ModelError(
+            f"torchao quantizes the inputs of this model's layers too ({', '.join(kinds)} with "
+            "activation quantization): no gradient passes through them, so there is nothing "
+            "to score; quantize the weights only (torchao Int8WeightOnlyConfig or "
+            "IntxWeightOnlyConfig), which isouq scores exactly")
+
+
 def computes_as_dequantized(p: torch.Tensor) -> bool:
     """True when ``F.linear(x, p, b)`` is ``x Wᵀ + b`` with W = ``dequantized(p)``: a plain
     weight, or a torchao weight-only one (``Int8Tensor`` without activation quantization,
@@ -45,14 +65,12 @@ def computes_as_dequantized(p: torch.Tensor) -> bool:
     if not is_torchao(p):
         return True
     kind = type(p).__name__
+    if quantizes_inputs(p):
+        return False
     if kind == "Int8Tensor":
         zero = getattr(p, "zero_point", None)
-        return (getattr(p, "act_quant_kwargs", None) is None
-                and getattr(p, "act_pre_scale", None) is None
-                and (zero is None or not bool(zero.any())))
-    if kind == "IntxUnpackedToInt8Tensor":
-        return getattr(p, "activation_quantization", None) is None
-    return False
+        return getattr(p, "act_pre_scale", None) is None and (zero is None or not bool(zero.any()))
+    return kind == "IntxUnpackedToInt8Tensor"
 
 
 def logical_numel(p: torch.Tensor) -> int:
@@ -100,10 +118,39 @@ def dequantized(p: torch.Tensor, owner: nn.Module | None = None) -> torch.Tensor
         state = getattr(p, "quant_state", None)
         if state is not None:
             if getattr(state, "packing_format_for_cpu", False):
-                data, state = bnbf._convert_weight_packed_for_cpu_inverse(p.data, state)
+                data, state = cpu_unpacked(p.data, state, in_place=False)
                 return bnbf.dequantize_4bit(data, state).float()
             return bnbf.dequantize_4bit(p.data, state).float()
         return p.data.float() * (int8_row_scales(p, owner).float()[:, None] / 127.0)
+
+
+def cpu_unpacked(data: torch.Tensor, state, *, in_place: bool = True) -> tuple:
+    """(codes, quant_state) of a 4-bit weight that bitsandbytes repacked for its CPU kernel, in
+    the layout ``dequantize_4bit`` and the autograd path read; ``in_place=False`` leaves
+    ``state`` as it was. bitsandbytes' own inverse leaves a non-nested ``absmax`` in the packed
+    layout ((K/blocksize, N), bfloat16), which later forwards read in the wrong order: it is
+    put back as the flat (N·K/blocksize,) float32 vector (keeping its bfloat16 rounding)."""
+    import copy
+
+    import bitsandbytes.functional as bnbf
+
+    nested = getattr(state, "original_nested", state.nested)
+    if not in_place:
+        state = copy.copy(state)
+    data, state = bnbf._convert_weight_packed_for_cpu_inverse(data, state)
+    if not nested and state.absmax.dim() == 2:
+        state.absmax = state.absmax.T.reshape(-1).float()
+    return data, state
+
+
+def keep_unpacked(model: nn.Module) -> nn.Module:
+    """Stop bitsandbytes from repacking ``model``'s 4-bit weights for its CPU kernel without
+    autograd on a forward without gradients (``support_avx512bf16_for_cpu``): generation and
+    scoring then compute with the same weights, whatever ran before. Returns ``model``."""
+    for m in _linear4bit_layers(model):
+        if getattr(m, "support_avx512bf16_for_cpu", None) is not None:
+            m.support_avx512bf16_for_cpu = False
+    return model
 
 
 def _linear4bit_layers(model: nn.Module) -> list[nn.Module]:
@@ -125,14 +172,11 @@ def autograd_ready(model: nn.Module):
     if not layers:
         yield
         return
-    import bitsandbytes.functional as bnbf
-
     saved = []
     for m in layers:
         w = m.weight
         if getattr(w.quant_state, "packing_format_for_cpu", False):
-            w.data, w.quant_state = bnbf._convert_weight_packed_for_cpu_inverse(w.data,
-                                                                                 w.quant_state)
+            w.data, w.quant_state = cpu_unpacked(w.data, w.quant_state)
         saved.append((m, getattr(m, "support_avx512bf16_for_cpu", None)))
         if saved[-1][1] is not None:
             m.support_avx512bf16_for_cpu = False

@@ -193,7 +193,8 @@ def check_resume(rows: list[dict], expected: Callable[[dict], dict | None], file
         want = expected(r)
         if want is not None and r.get("settings") != want:
             got = r.get("settings") or {}
-            diff = {k: (got.get(k), v) for k, v in want.items() if got.get(k) != v}
+            diff = {k: (got.get(k), want.get(k)) for k in dict.fromkeys([*got, *want])
+                    if got.get(k) != want.get(k)}  # a setting only one side has: None there
             raise InputError(
                 f"{r['key']} in {filename} was made with other settings (row, now: {diff}); "
                 "use another --out, or pass the same settings to resume"

@@ -18,8 +18,10 @@ from .fetching import fetch, requirements_text
 from .files import FileCheck, cache_root, installed, sha256_file
 from .info import ModelInfo
 from .loading import (
+    adapter_files,
     architectures,
     check_loadable,
+    content_options,
     is_sequence_classifier,
     load_classifier_or_lm,
     load_model,
@@ -34,9 +36,11 @@ __all__ = [
     "FileCheck",
     "ModelEntry",
     "ModelInfo",
+    "adapter_files",
     "architectures",
     "cache_root",
     "check_loadable",
+    "content_options",
     "fetch",
     "get_entry",
     "installed",

@@ -38,6 +38,7 @@ from .info import (
 from .options import (
     bnb_config,
     check_device_map,
+    check_quantize,
     dtype_kwargs,
     parse_max_memory,
     resolve_device,
@@ -272,7 +273,8 @@ def load_model(
         name=str(name_or_path),
         source=loaded.source,
         kind=kind,
-        files={c.path: c.sha256 for c in loaded.files},
+        files={**{c.path: c.sha256 for c in loaded.files},
+               **{str(adapter_dir / n): h for n, h in adapter_files(adapter_dir).items()}},
         sha256_verified=loaded.verified,
         sha256_check=loaded.check,
         licence=entry.licence if entry else _licence(kind, target),
@@ -363,6 +365,33 @@ def check_adapter(adapter: str | Path | None) -> Path | None:
     return folder
 
 
+#: the files of an adapter folder that PEFT reads: its config and its weights (either format)
+ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin")
+
+
+def adapter_files(adapter: str | Path | None) -> dict[str, str]:
+    """{file name: SHA-256} of the files PEFT reads from an adapter folder (``ADAPTER_FILES``
+    present there); {} for None. The folder is checked first (``check_adapter``)."""
+    folder = check_adapter(adapter)
+    if folder is None:
+        return {}
+    return {n: sha256_file(folder / n) for n in ADAPTER_FILES if (folder / n).is_file()}
+
+
+def content_options(quantize: str | None = None, adapter: str | Path | None = None) -> dict:
+    """The load options that change what a model computes, as a run's settings record them:
+    ``{"quantize": "4bit"}`` and ``{"adapter_sha256": …}`` (one digest of the adapter's files
+    by name, so the same adapter in another folder is the same setting). An option not given
+    is left out, so the settings of a run made before these options existed compare equal.
+    InputError for an unknown ``quantize`` or a folder without an adapter, before any load."""
+    from ..data.pairs import content_sha
+
+    out: dict = {} if check_quantize(quantize) is None else {"quantize": quantize}
+    if adapter is not None:
+        out["adapter_sha256"] = content_sha(adapter_files(adapter))
+    return out
+
+
 def put_adapter(model: torch.nn.Module, folder: Path) -> torch.nn.Module:
     """The base model with the PEFT adapter in ``folder`` over it (unmerged, eval mode)."""
     from peft import PeftModel
@@ -379,12 +408,18 @@ def put_adapter(model: torch.nn.Module, folder: Path) -> torch.nn.Module:
 
 
 def _finish(model, dtype, device: str, quant, placed: bool = False) -> torch.nn.Module:
-    """Cast and move (unless bitsandbytes or a device map placed it already), eval mode."""
+    """Cast and move (unless bitsandbytes or a device map placed it already), eval mode; a
+    4-bit model is kept from repacking its weights for bitsandbytes' CPU kernel
+    (``quantized.keep_unpacked``: its answers and scores use the same weights)."""
     if quant is None and not placed:
         if isinstance(dtype, torch.dtype) and next(model.parameters()).dtype != dtype:
             model = model.to(dtype)
         if device != "cpu":
             model = model.to(device)
+    if quant is not None:
+        from ..quantized import keep_unpacked
+
+        keep_unpacked(model)
     model.eval()
     return model
 

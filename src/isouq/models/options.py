@@ -111,6 +111,13 @@ def dtype_kwargs(dtype: torch.dtype | str) -> dict:
     return {key: dtype}
 
 
+def check_quantize(quantize: str | None) -> str | None:
+    """``quantize`` when it is None, "4bit" or "8bit"; InputError otherwise."""
+    if quantize is not None and quantize not in QUANTIZE:
+        raise InputError(f"quantize={quantize!r}; use None, '4bit' or '8bit'.")
+    return quantize
+
+
 def bnb_config(quantize: str | None, device: str, dtype: torch.dtype | str):
     """A BitsAndBytesConfig for "4bit"/"8bit" (None: no quantization), on CPU or CUDA.
 
@@ -118,10 +125,8 @@ def bnb_config(quantize: str | None, device: str, dtype: torch.dtype | str):
     loading. The quantized weights are scored as their dequantized values (``params="all"``);
     ``params="trainable"`` leaves them out, as a plain backward does.
     """
-    if quantize is None:
+    if check_quantize(quantize) is None:
         return None
-    if quantize not in QUANTIZE:
-        raise InputError(f"quantize={quantize!r}; use None, '4bit' or '8bit'.")
     if not (device.startswith("cuda") or device == "cpu"):
         raise ModelError(
             f"quantize={quantize!r} runs on a CUDA GPU or the CPU (bitsandbytes), not on "

@@ -227,13 +227,32 @@ def groups_of(pool: Sequence, k: int = K) -> list[tuple[str, list]]:
     return [(f"g{g:04d}", list(pool[g * k:(g + 1) * k])) for g in range(len(pool) // k)]
 
 
-def kept_short_rows(short_dir: str | Path | None, model: str) -> dict[str, dict]:
-    """The kept ``qa short`` rows of ``model`` (newest revision of each), by TriviaQA key."""
+def kept_short_rows(short_dir: str | Path | None, model: str,
+                    load_settings: dict | None = None) -> dict[str, dict]:
+    """The kept ``qa short`` rows of ``model`` (newest revision of each), by TriviaQA key.
+
+    ``load_settings``: this run's ``models.content_options`` (quantize, adapter digest); kept
+    rows whose run.json records others (absent: None) are an InputError naming the fix.
+    """
     if short_dir is None:
         return {}
     path = Path(short_dir) / f"qa_{SOURCE_DATASET}__{slug(model)}.jsonl"
     rows = latest_by_key(read_jsonl(path))
-    return {str(r["key"]).removeprefix("short-"): r for r in rows if "correct" in r}
+    kept = {str(r["key"]).removeprefix("short-"): r for r in rows if "correct" in r}
+    if kept:
+        from .runner import LOAD_SETTINGS
+
+        run = path.with_suffix(".run.json")
+        made = ((json.loads(run.read_text(encoding="utf-8")).get("config") or {})
+                if run.is_file() else {})
+        now = load_settings or {}
+        diff = {k: (made.get(k), now.get(k)) for k in LOAD_SETTINGS
+                if made.get(k) != now.get(k)}
+        if diff:
+            raise InputError(f"the kept qa short rows {path} were made with other load options "
+                             f"(there, now: {diff}); pass --short none, or a --short folder of "
+                             "qa short rows made with the same --quantize/--adapter")
+    return kept
 
 
 # ------------------------------------------------------------------ scoring
@@ -306,22 +325,29 @@ class LongRunner:
     def __init__(self, model: str, out: str | Path, *, questions: int = 1050,
                  answers: int | None = None, seed: int = 0, short_dir: str | Path | None =
                  "results/qa_short", max_new_tokens: int = 64, batch_size: int = 2,
-                 device: str = "cpu", dtype: str | None = None, loader=None,
-                 generator: Callable | None = None, items=None, progress: bool = True,
-                 say: Callable[[str], None] | None = None):
+                 device: str = "cpu", dtype: str | None = None, load: dict | None = None,
+                 loader=None, generator: Callable | None = None, items=None,
+                 progress: bool = True, say: Callable[[str], None] | None = None):
+        from ...models import content_options
+
         if questions < K:
             raise InputError(f"--questions {questions}: give at least {K} (one prompt)")
         self.name, self.out = model, Path(out)
         self.questions, self.answers, self.seed = questions, answers, seed
         self.short_dir, self.max_new_tokens, self.batch_size = short_dir, max_new_tokens, batch_size
         self.device, self.dtype = device, dtype
+        #: further ``load_model`` options (trust_remote_code, allow_pickle, quantize, adapter,
+        #: device_map, max_memory, offload_folder); quantize and the adapter are settings
+        self.load_options = {k: v for k, v in (load or {}).items() if v is not None}
+        self.load_settings = content_options(self.load_options.get("quantize"),
+                                             self.load_options.get("adapter"))
         self._loader, self._generator, self._items = loader, generator, items
         self.progress, self.say = progress, say or (lambda text: None)
         self._loaded = None
         self.info = None
         self.planned = groups_of(question_pool(questions, seed, items))
         self.groups = self.planned if answers is None else self.planned[:answers]
-        self.kept = kept_short_rows(short_dir, model)
+        self.kept = kept_short_rows(short_dir, model, self.load_settings)
 
     # ---------------------------------------------------------------- files
     def path(self, setting: str) -> Path:
@@ -338,7 +364,7 @@ class LongRunner:
     def settings(self, setting: str) -> dict:
         """What a row's content depends on (a resume with others is refused)."""
         s = {"prompt": PROMPT_NAME, "k": K, "seed": self.seed, "setting": setting,
-             "dataset": SOURCE_DATASET}
+             "dataset": SOURCE_DATASET, **self.load_settings}
         if setting == "generated":
             s["max_new_tokens"] = self.max_new_tokens
             s["stop"] = list(STOP)
@@ -354,7 +380,8 @@ class LongRunner:
             else:
                 from ...models import load_model
 
-                self._loaded = load_model(self.name, device=self.device, dtype=self.dtype)
+                self._loaded = load_model(self.name, device=self.device, dtype=self.dtype,
+                                          **self.load_options)
             self.info = self._loaded[2]
         return self._loaded
 
@@ -370,7 +397,10 @@ class LongRunner:
         """{TriviaQA key: {answer, correct, source}} of ``items``: the kept short row, else one
         answered here (and kept in ``short__<model>.jsonl``)."""
         w = JsonlWriter(self.short_path)
-        mine = {r["key"]: r for r in read_jsonl(self.short_path)}
+        made = {"prompt": "kuhn2023-fewshot-10", "greedy": True,
+                "max_new_tokens": SHORT_MAX_NEW_TOKENS, **self.load_settings}
+        mine = {r["key"]: r for r in read_jsonl(self.short_path)  # made with these settings
+                if r.get("settings", made) == made}
         miss = [it for it in items if it.key not in self.kept and it.key not in mine]
         if miss:
             model, tok, _ = self.load()
@@ -383,9 +413,7 @@ class LongRunner:
                 row = {"key": it.key, "model": self.name, "question": it.question,
                        "answer": g.text, "stop_reason": g.stop_reason,
                        "correct": int(alias_match(g.text, list(it.answers))),
-                       "label_source": "alias_match", "seconds": dt,
-                       "settings": {"prompt": "kuhn2023-fewshot-10", "greedy": True,
-                                    "max_new_tokens": SHORT_MAX_NEW_TOKENS}}
+                       "label_source": "alias_match", "seconds": dt, "settings": made}
                 w.write(row)
                 mine[it.key] = row
         out = {}
@@ -694,8 +722,12 @@ def run_long(models: Sequence[str], out: str | Path, *, settings: Sequence[str] 
              questions: int = 1050, answers: int | None = None, seed: int = 0,
              short_dir: str | Path | None = "results/qa_short", max_new_tokens: int = 64,
              batch_size: int = 2, device: str = "cpu", dtype: str | None = None,
-             n_bootstrap: int = 1000, loader=None, generator=None, items=None,
-             progress: bool = True, say: Callable[[str], None] | None = None) -> Path:
+             trust_remote_code: bool = False, allow_pickle: bool = False,
+             quantize: str | None = None, adapter: str | Path | None = None,
+             device_map: str | dict | None = None, max_memory: str | dict | None = None,
+             offload_folder: str | Path | None = None, n_bootstrap: int = 1000, loader=None,
+             generator=None, items=None, progress: bool = True,
+             say: Callable[[str], None] | None = None) -> Path:
     """Run (or resume) ``qa long`` for each model and setting (one after the other, the tables
     rewritten after each); returns ``OUT/results.json``.
 
@@ -709,7 +741,11 @@ def run_long(models: Sequence[str], out: str | Path, *, settings: Sequence[str] 
         short_dir: the kept ``qa short`` rows (None: answer every question here).
         max_new_tokens: the generated setting's answer length cap.
         batch_size: answers per scoring pass (each is 1 + K rows) and per generation batch.
-        device, dtype: as ``isouq.models.load_model``.
+        device, dtype, trust_remote_code, allow_pickle: as ``isouq.models.load_model``.
+        quantize, adapter: as ``isouq.models.load_model``, for every model (an adapter fits
+            one base model: one model only); settings of the rows, so a resume with others, or
+            kept ``qa short`` rows made with others, is refused.
+        device_map, max_memory, offload_folder: as ``isouq.models.load_model``.
         n_bootstrap: resamples of the answers for the intervals.
         loader, generator, items: tests: ``name -> (model, tok, info)``, a stand-in for
             ``generate_greedy``, the questions instead of the shipped TriviaQA.
@@ -718,10 +754,17 @@ def run_long(models: Sequence[str], out: str | Path, *, settings: Sequence[str] 
     """
     started = time.time()
     say = say or (lambda text: None)
+    if adapter is not None and len(models) > 1:
+        raise InputError(f"--adapter fits one base model, and {len(models)} models are given; "
+                         "run each model with its own adapter (one --model per run)")
+    load = dict(trust_remote_code=trust_remote_code, allow_pickle=allow_pickle,
+                quantize=quantize, adapter=adapter, device_map=device_map,
+                max_memory=max_memory, offload_folder=offload_folder)
     for name in models:
         runner = LongRunner(name, out, questions=questions, answers=answers, seed=seed,
                             short_dir=short_dir, max_new_tokens=max_new_tokens,
-                            batch_size=batch_size, device=device, dtype=dtype, loader=loader,
+                            batch_size=batch_size, device=device, dtype=dtype, load=load,
+                            loader=loader,
                             generator=generator, items=items, progress=progress, say=say)
         for setting in settings:
             runner.run([setting])

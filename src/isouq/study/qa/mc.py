@@ -240,7 +240,10 @@ def rows_path(out: str | Path, model: str) -> Path:
 
 def run_mc(model_name: str, out: str | Path, *, limit: int | None = None, data: str | None = None,
            device: str = "cpu", dtype: str | None = None, trust_remote_code: bool = False,
-           allow_pickle: bool = False, loader=None, progress: bool = True) -> Path:
+           allow_pickle: bool = False, quantize: str | None = None,
+           adapter: str | Path | None = None, device_map: str | dict | None = None,
+           max_memory: str | dict | None = None, offload_folder: str | Path | None = None,
+           loader=None, progress: bool = True) -> Path:
     """Run (or resume) TruthfulQA MC1 for one model; returns the rows file.
 
     Args:
@@ -251,6 +254,10 @@ def run_mc(model_name: str, out: str | Path, *, limit: int | None = None, data: 
         device: torch device of the model.
         dtype, trust_remote_code, allow_pickle: as ``isouq.models.load_model`` (a dtype other
             than float32 is a setting of the rows: a resume with another is refused).
+        quantize, adapter: as ``isouq.models.load_model``; settings of the rows (``quantize``,
+            ``adapter_sha256``: ``models.content_options``), so a resume with others is refused.
+        device_map, max_memory, offload_folder: as ``isouq.models.load_model`` (where the
+            weights are placed; the scores do not depend on it).
         loader: optional ``name -> (model, tokenizer, info)`` (tests).
         progress: show a progress bar.
 
@@ -258,11 +265,13 @@ def run_mc(model_name: str, out: str | Path, *, limit: int | None = None, data: 
         Path of the JSONL rows.
     """
     from ...data.qa import load_truthfulqa_mc
+    from ...models import content_options
 
     items = load_truthfulqa_mc(data, limit=limit, seed=None)
     path = rows_path(out, model_name)
     settings = dict(SETTINGS, data=str(data) if data else "shipped mc_task_v1.json",
-                    **({"dtype": dtype} if dtype not in (None, "float32") else {}))
+                    **({"dtype": dtype} if dtype not in (None, "float32") else {}),
+                    **content_options(quantize, adapter))
     with exclusive(path):
         have = {r["key"]: r for r in latest_by_key(read_jsonl(path))}
         check_resume(list(have.values()), lambda r: settings, path.name)
@@ -278,7 +287,9 @@ def run_mc(model_name: str, out: str | Path, *, limit: int | None = None, data: 
             check_loadable(model_name)
             model, tok, info = load_model(model_name, device=device, dtype=dtype,
                                           trust_remote_code=trust_remote_code,
-                                          allow_pickle=allow_pickle)
+                                          allow_pickle=allow_pickle, quantize=quantize,
+                                          adapter=adapter, device_map=device_map,
+                                          max_memory=max_memory, offload_folder=offload_folder)
         else:
             model, tok, info = loader(model_name)
         machine = machine_label(device)

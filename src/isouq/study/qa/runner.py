@@ -36,10 +36,17 @@ from .methods import AnswerBatch, run_methods
 
 #: settings that define what the rows and the cached generations hold: resuming with others
 #: would mix rows (the limit, methods, judge, batch size and device may change)
-CONTENT_SETTINGS = ("seed", "k", "k_p_true", "temperature", "max_new_tokens", "dtype")
-#: recorded in run.json but not compared: the same dataset under another spelling of its path is
-#: the same run (the dataset's content is compared through ``dataset_sha`` and each row's text)
-SPELLING_SETTINGS = ("data_path",)
+CONTENT_SETTINGS = ("seed", "k", "k_p_true", "temperature", "max_new_tokens", "dtype",
+                    "quantize", "adapter_sha256")
+#: content settings a run.json written before they existed lacks: absent there means None
+LOAD_SETTINGS = ("quantize", "adapter_sha256")
+#: recorded in run.json but not compared: the same dataset (or adapter) under another spelling
+#: of its path is the same run (the dataset's content is compared through ``dataset_sha`` and
+#: each row's text, the adapter's through ``adapter_sha256``)
+SPELLING_SETTINGS = ("data_path", "adapter")
+#: the load options of the model under study only (the judge and entailment models load
+#: without them)
+STUDY_LOAD_OPTIONS = ("quantize", "adapter", "device_map", "max_memory", "offload_folder")
 DEFAULT_JUDGE_PROMPT = "strict"  # measured against hand labels: README, QA study
 #: the judge of correctness and semantic entropy's entailment judge unless one is named
 DEFAULT_JUDGE_MODEL = "qwen2.5-coder-1.5b"
@@ -101,6 +108,12 @@ class QAConfig:
     dtype: str | None = None                         # the models' dtype (default float32)
     trust_remote_code: bool = False
     allow_pickle: bool = False
+    # the model under study only (``STUDY_LOAD_OPTIONS``; as ``isouq.models.load_model``)
+    quantize: str | None = None                      # "4bit" | "8bit": bitsandbytes on load
+    adapter: str | None = None                       # a PEFT adapter folder over the model
+    device_map: str | dict | None = None             # accelerate's placement
+    max_memory: str | dict | None = None
+    offload_folder: str | None = None
     data_path: str | None = None
     extra: dict = field(default_factory=dict)
 
@@ -183,7 +196,11 @@ class QARunner:
                 self.paths[k] = shard_path(self.paths[k], self.env.rank, self.env.world)
             self.paths["shard"] = shard_path(self.paths["rows"], self.env.rank, self.env.world)
         self._loader = loader
-        self._models: dict[str, tuple] = {}
+        self._models: dict[tuple[str, bool], tuple] = {}
+        from ...models import content_options
+
+        # checked (and the adapter hashed) before anything is read or loaded
+        self.load_settings = content_options(cfg.quantize, cfg.adapter)
         self.machine: str | None = None
         self.changed: set[str] = set()  # keys whose question was edited since its row was made
         self.dataset_sha: str | None = None
@@ -192,21 +209,30 @@ class QARunner:
         """Where this run's timings are taken (``runio.machine_label``; rows' ``timed_on``)."""
 
     # ---------------------------------------------------------------- models
-    def load(self, name: str, *, classifier_ok: bool = False):
+    def study_options(self) -> dict:
+        """The load options given for the model under study (``STUDY_LOAD_OPTIONS`` not None)."""
+        return {k: getattr(self.cfg, k) for k in STUDY_LOAD_OPTIONS
+                if getattr(self.cfg, k) is not None}
+
+    def load(self, name: str, *, classifier_ok: bool = False, study: bool = False):
         """(model, tokenizer, info) of ``name``, loaded once: a causal LM, or, where
-        ``classifier_ok`` and the checkpoint is one, a sequence classifier (an NLI model)."""
-        if name not in self._models:
+        ``classifier_ok`` and the checkpoint is one, a sequence classifier (an NLI model).
+        ``study``: the model under study, with ``study_options()`` (a judge naming the same
+        model then loads apart, without them)."""
+        opts = self.study_options() if study else {}
+        key = (name, bool(opts))
+        if key not in self._models:
             if self._loader is not None:
-                self._models[name] = self._loader(name)
+                self._models[key] = self._loader(name)
             else:
                 from ...models import load_classifier_or_lm, load_model
 
                 load = load_classifier_or_lm if classifier_ok else load_model
                 cfg = self.cfg
-                self._models[name] = load(name, device=cfg.device, dtype=cfg.dtype,
-                                          trust_remote_code=cfg.trust_remote_code,
-                                          allow_pickle=cfg.allow_pickle)
-        return self._models[name]
+                self._models[key] = load(name, device=cfg.device, dtype=cfg.dtype,
+                                         trust_remote_code=cfg.trust_remote_code,
+                                         allow_pickle=cfg.allow_pickle, **opts)
+        return self._models[key]
 
     def _judges(self):
         from .baselines.semantic_entropy import entailment_judge
@@ -260,7 +286,7 @@ class QARunner:
             for name in dict.fromkeys([cfg.model, cfg.judge_model, self.entailment_name()]):
                 if name:
                     check_loadable(name)
-        model, tok, info = self.load(cfg.model)
+        model, tok, info = self.load(cfg.model, study=True)
         judge, ent = self._judges()
         if env.is_main:
             self._write_run(info, judge, ent, status="running", n=len(items))
@@ -316,8 +342,9 @@ class QARunner:
             return {}
 
     def _config_as_recorded(self) -> dict:
-        """This run's config as run.json records it (tuples as lists)."""
-        return json.loads(dumps(dataclasses.asdict(self.cfg)))
+        """This run's config as run.json records it (tuples as lists), with the adapter's
+        digest (``adapter_sha256``) when one is given."""
+        return json.loads(dumps({**dataclasses.asdict(self.cfg), **self.load_settings}))
 
     def _check_resume(self, have: dict[str, dict]) -> None:
         """InputError, before any model loads, when rows exist that run.json says were made
@@ -326,8 +353,8 @@ class QARunner:
         if not doc:
             return
         before, now = doc.get("config") or {}, self._config_as_recorded()
-        diff = {k: (before[k], now[k]) for k in CONTENT_SETTINGS
-                if k in before and before[k] != now[k]}
+        diff = {k: (before.get(k), now.get(k)) for k in CONTENT_SETTINGS
+                if (k in before or k in LOAD_SETTINGS) and before.get(k) != now.get(k)}
         ent_before, ent_now = (doc.get("entailment") or {}).get("name"), self.entailment_name()
         if (ent_before and ent_now and ent_before != ent_now
                 and any("semantic_entropy" in r.get("scores", {}) for r in have.values())):
@@ -465,8 +492,8 @@ class QARunner:
         return new
 
     def _write_run(self, info, judge, ent, *, status: str, n: int) -> None:
-        cfg = dataclasses.asdict(self.cfg)
-        doc = {"status": status, "config": cfg, "n_questions": n, "versions": versions(),
+        doc = {"status": status, "config": self._config_as_recorded(), "n_questions": n,
+               "versions": versions(),
                "dataset_sha": self.dataset_sha,
                "model": info.to_dict() if hasattr(info, "to_dict") else str(info),
                "judge": judge.config() if judge else None,

@@ -187,7 +187,10 @@ def run_short(model: str, out: str | Path, *, limit: int = 1000, seed: int = 0,
               max_new_tokens: int = 24, batch_size: int = 8,
               entailment_model: str | None = DEFAULT_JUDGE_MODEL, device: str = "cpu",
               dtype: str | None = None, trust_remote_code: bool = False,
-              allow_pickle: bool = False, loader=None, progress: bool = True) -> Path:
+              allow_pickle: bool = False, quantize: str | None = None,
+              adapter: str | Path | None = None, device_map: str | dict | None = None,
+              max_memory: str | dict | None = None, offload_folder: str | Path | None = None,
+              loader=None, progress: bool = True) -> Path:
     """Run (or resume) TriviaQA short answers for one model; returns the rows file.
 
     Args:
@@ -206,6 +209,9 @@ def run_short(model: str, out: str | Path, *, limit: int = 1000, seed: int = 0,
             id; an MNLI-style classifier or a causal LM), loaded only with that method.
         device: torch device.
         dtype, trust_remote_code, allow_pickle: as ``isouq.models.load_model``.
+        quantize, adapter, device_map, max_memory, offload_folder: as
+            ``isouq.models.load_model``, for the model under study only (``QAConfig``);
+            ``quantize`` and the adapter's digest are content settings of the run.
         loader: optional ``name -> (model, tokenizer, info)`` (tests).
         progress: show a progress bar.
 
@@ -216,5 +222,8 @@ def run_short(model: str, out: str | Path, *, limit: int = 1000, seed: int = 0,
                    k=k, max_new_tokens=max_new_tokens, batch_size=batch_size, judge_model=None,
                    entailment_model=entailment_model if "semantic_entropy" in methods else None,
                    device=device, dtype=dtype, trust_remote_code=trust_remote_code,
-                   allow_pickle=allow_pickle)
+                   allow_pickle=allow_pickle, quantize=quantize,
+                   adapter=None if adapter is None else str(adapter), device_map=device_map,
+                   max_memory=max_memory,
+                   offload_folder=None if offload_folder is None else str(offload_folder))
     return ShortRunner(cfg, out, loader=loader, progress=progress).run()
