@@ -13,7 +13,7 @@ from torch import nn
 from .errors import InputError, ModelError
 from .ghost.weights import is_offloaded, offloaded_ties, resolve
 from .param_sets import DEFAULT_SET, PARAM_SETS
-from .quantized import dequantized, is_quantized, logical_numel
+from .quantized import check_inputs_not_quantized, dequantized, is_quantized, logical_numel
 from .scores import ParamInfo
 
 ParamSpec = None | str | Sequence[str] | Sequence[nn.Parameter]
@@ -84,9 +84,11 @@ def select_params(
         {name: parameter}, in ``model.named_parameters()`` order.
 
     Raises:
-        ModelError: the model has no parameters (or none requires grad, for "trainable").
+        ModelError: the model has no parameters (or none requires grad, for "trainable"), or
+            torchao rounds its layers' inputs (no gradient passes through them).
         InputError: ``spec`` matches nothing, or is of the wrong type.
     """
+    check_inputs_not_quantized(model)
     all_named = dict(model.named_parameters())
     for alias in offloaded_ties(model):  # one weight, as in the model before offloading
         all_named.pop(alias, None)

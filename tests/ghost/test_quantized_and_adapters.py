@@ -13,7 +13,7 @@ from torch import nn
 
 import isouq
 import tiny
-from isouq.errors import InputError
+from isouq.errors import InputError, ModelError
 from isouq.quantized import dequantized, is_quantized
 
 PROMPTS = ["Question: who sat?\nAnswer:", "Q: what is it\nA:", "Say a word:"]
@@ -425,3 +425,68 @@ def test_quantize_8bit_on_the_command_line_scores_every_weight_exactly(tiny_llam
     got = torch.tensor([r["scores"]["epistemic"] for r in rows])
     assert _rel(got, ref.epistemic) < 1e-5 and _rel(g.epistemic, ref.epistemic) < 1e-5
     assert rows[0]["n_params"] == ref.params.n_params == g.params.n_model
+
+
+def _torchao(config_name: str):
+    """A tiny Llama whose linear layers torchao quantized in place (``quantize_``):
+    "int4-groups" is IntxWeightOnlyConfig with 4-bit codes in groups of 8 inputs."""
+    q = pytest.importorskip("torchao.quantization")
+    m = _llama()
+    if config_name == "int4-groups":
+        from torchao.quantization.granularity import PerGroup
+
+        config = q.IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(8))
+    else:
+        config = getattr(q, config_name)()
+    q.quantize_(m, config)
+    assert all(is_quantized(mod.weight) for mod in m.modules() if isinstance(mod, nn.Linear))
+    return m
+
+
+def _float_twin(model):
+    """A copy with every torchao weight replaced by a float parameter of its dequantized values."""
+    t = copy.deepcopy(model)
+    for mod in t.modules():
+        if isinstance(mod, nn.Linear) and is_quantized(mod.weight):
+            mod.weight = nn.Parameter(dequantized(mod.weight))
+    return t
+
+
+@pytest.mark.parametrize("config_name", ["Int8WeightOnlyConfig", "int4-groups"])
+def test_torchao_weight_only_ghost_equals_the_dequantized_twins_loop(config_name):
+    """torchao weight-only quantization (int8 codes with a scale per row; int4 codes with a
+    scale per group of 8 inputs, IntxWeightOnlyConfig), every linear layer and the head: the
+    layers compute x Wᵀ with W the
+    dequantized weight (the twin's logits agree ≤ 1e-5), and ghost params='all' equals one
+    backward per answer through the twin (≤ 1e-5), counts and ‖θ*‖² those of W; the
+    per-answer method refuses the quantized weights in one line."""
+    tok = tiny.tokenizer()
+    m = _torchao(config_name)
+    twin = _float_twin(m)
+    ids = torch.tensor([[4, 5, 6, 7]])
+    with torch.no_grad():
+        a, b = m(input_ids=ids).logits, twin(input_ids=ids).logits
+    assert ((a - b).abs().max() / b.abs().max()) < 1e-5
+    g = isouq.score_sequences(m, tok, PROMPTS, ANSWERS, method="ghost")
+    ref = isouq.score_sequences(twin, tok, PROMPTS, ANSWERS, method="loop")
+    assert _rel(g.epistemic, ref.epistemic) < 1e-5
+    assert g.params.n_params == ref.params.n_params == g.params.n_model
+    assert g.params.sq_norm == pytest.approx(ref.params.sq_norm, rel=1e-6)
+    plain = isouq.score_sequences(_llama(), tok, PROMPTS, ANSWERS, method="ghost")
+    assert _rel(g.epistemic, plain.epistemic) > 1e-4  # the rounding shows
+    with pytest.raises(InputError, match="quantized.*params='trainable'"):
+        isouq.score_sequences(m, tok, PROMPTS, ANSWERS, method="loop")
+
+
+def test_torchao_activation_quantization_is_refused_in_one_line():
+    """Int8DynamicActivationInt8WeightConfig rounds each layer's input as well, into a tensor
+    without autograd history: no gradient reaches anything before such a layer (the model's own
+    backward gives none), so scoring is refused before any forward, whatever the set, naming
+    the weight-only configurations."""
+    tok = tiny.tokenizer()
+    m = _torchao("Int8DynamicActivationInt8WeightConfig")
+    x = torch.randn(2, 16, requires_grad=True)
+    assert not m.model.layers[0].mlp.gate_proj(x).requires_grad
+    for params in ("all", "trainable"):
+        with pytest.raises(ModelError, match="no gradient passes.*Int8WeightOnlyConfig"):
+            isouq.score_sequences(m, tok, PROMPTS, ANSWERS, params=params)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..quantized import computes_as_dequantized
 from .calls import Call, as_tokens
 from .factors import Contribution, Materialized, Pair, at_least_f32
 from .registry import register_rule
@@ -26,8 +27,10 @@ def linear_contributions(x: torch.Tensor, grad: torch.Tensor, bias: bool
 
 
 # subclasses that change forward (LoRA, ...) go to the exact fallback; bitsandbytes' quantized
-# layers have their own rules (quantized.py)
-@register_rule(nn.Linear, uses_output=False, reads_params=False)
+# layers have their own rules (quantized.py); a torchao weight counts as its dequantized values
+# when it is weight-only quantized, and no rule covers one that quantizes the input too
+@register_rule(nn.Linear, uses_output=False, reads_params=False,
+               applies=lambda m: computes_as_dequantized(m.weight))
 def contributions(module: nn.Linear, call: Call) -> dict[str, Contribution]:
     """weight: Pair(B, A) (Gram or materialized by the cost rule); bias: Σₜ bₜ (N, out)."""
     return linear_contributions(call.args[0].to(call.grad.dtype), call.grad,
