@@ -131,7 +131,7 @@ def _load_args(p: argparse.ArgumentParser) -> None:
                    help="accept pickled .bin weights (read with torch.load(weights_only=True))")
     p.add_argument("--quantize", choices=["4bit", "8bit"], default=None,
                    help="quantize on load with bitsandbytes (CPU or CUDA; the quantize extra); "
-                        "4-bit weights are scored as their dequantized values")
+                        "quantized weights are scored as their dequantized values")
     p.add_argument("--adapter", default=None, metavar="DIR",
                    help="a PEFT adapter folder put over the model (unmerged; where the "
                         "command has --params, --params adapter scores it alone)")

@@ -215,7 +215,7 @@ def load_model(
         trust_remote_code: allow the repository's own Python code (off by default).
         revision: branch, tag or commit, for hub ids only.
         quantize: ``None``, ``"4bit"`` or ``"8bit"``: quantize on load with bitsandbytes (CPU
-            or CUDA); 4-bit weights are scored as their dequantized values.
+            or CUDA); quantized weights are scored as their dequantized values.
         adapter: a PEFT adapter folder (``adapter_config.json`` + weights) put over the base
             model, unmerged (its weights form the ``"adapter"`` parameter set).
         allow_pickle: accept pickled ``.bin`` weights, read with
