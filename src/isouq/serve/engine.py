@@ -19,9 +19,10 @@ the same decoding settings together, one batched decode), then scores every answ
 batch in ONE ``score_sequences`` call (one backward pass when the batch has ≤ ``max_batch``
 answers), and adds P(correct) with a calibration. Each prompt and answer is tokenized once:
 the token ids measured against the limits are the ones scored (``score_sequences(encoded=)``),
-and a generated answer is scored on its prompt's ids and its own. A job that fails (a limit, a prompt the chat
-template refuses, a failing decode) gets its own error; the others are answered. If the batch's
-scoring call fails, each job is scored alone, so a bad job never takes its batch-mates with it.
+and a generated answer is scored on its prompt's ids and its own. A job that fails (a limit, a
+prompt the chat template refuses, a failing decode) gets its own error; the others are
+answered. If the batch's scoring call fails, each job is scored alone, so a bad job never takes
+its batch-mates with it.
 """
 
 from __future__ import annotations
