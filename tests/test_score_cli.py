@@ -253,3 +253,28 @@ def test_quantize_adapter_and_parameter_sets_on_the_command_line(model_dir, tmp_
     assert main(["score", str(inp), "--out", str(tmp_path / "y.jsonl"), "--model", str(model_dir),
                  "--params", "adapter"]) == 2
     assert "no PEFT adapter" in capsys.readouterr().err
+
+
+def test_a_resume_with_other_load_options_is_refused(model_dir, tmp_path, capsys):
+    """--quantize and the adapter's digest are settings of the rows: resuming a float run with
+    --quantize 4bit (or the reverse), or with another adapter, is refused in one line."""
+    pytest.importorskip("bitsandbytes")
+    inp = write_input(tmp_path / "in.jsonl", 2)
+    out = tmp_path / "f.jsonl"
+    assert main(["score", str(inp), "--out", str(out), "--model", str(model_dir)]) == 0
+    meta = json.loads((tmp_path / "f.jsonl.meta.json").read_text())["settings"]
+    assert "quantize" not in meta and "adapter_sha256" not in meta  # older runs compare equal
+    capsys.readouterr()
+    assert main(["score", str(inp), "--out", str(out), "--model", str(model_dir),
+                 "--quantize", "4bit"]) == 2
+    err = capsys.readouterr().err
+    assert "quantize: None there, '4bit' now" in err and len(err.strip().splitlines()) == 1
+    q = tmp_path / "q.jsonl"
+    assert main(["score", str(inp), "--out", str(q), "--model", str(model_dir),
+                 "--quantize", "4bit"]) == 0
+    assert json.loads((tmp_path / "q.jsonl.meta.json").read_text())["settings"]["quantize"] == "4bit"
+    assert main(["score", str(inp), "--out", str(q), "--model", str(model_dir),
+                 "--quantize", "4bit"]) == 0  # the same options resume
+    capsys.readouterr()
+    assert main(["score", str(inp), "--out", str(q), "--model", str(model_dir)]) == 2
+    assert "quantize: '4bit' there, None now" in capsys.readouterr().err

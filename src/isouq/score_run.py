@@ -60,14 +60,21 @@ def prompt_of(row: PairRow, tokenizer) -> str | list:
     return qa_prompt(tokenizer, row.question)
 
 
+#: the settings ``models.content_options`` writes; a run without one was made without it
+LOAD_OPTION_KEYS = ("quantize", "adapter_sha256")
+
+
 def run_settings(*, model: str, method: str, params=None, dtype: str = "float32",
-                 model_files: dict[str, str] | None = None) -> dict:
+                 model_files: dict[str, str] | None = None,
+                 options: dict | None = None) -> dict:
     """What makes a score: the model (name and, once loaded, the SHA-256 of its files), the
-    method, the parameters that take part, the dtype, the isouq version."""
+    load options that change what it computes (``models.content_options``: quantization, the
+    adapter's digest; absent when not given, so older runs resume), the method, the parameters
+    that take part, the dtype, the isouq version."""
     from . import __version__
 
-    out = {"model": str(model), "method": method, "params": params, "dtype": str(dtype),
-           "isouq": __version__}
+    out = {"model": str(model), **(options or {}), "method": method, "params": params,
+           "dtype": str(dtype), "isouq": __version__}
     if model_files is not None:
         out["model_sha256"] = content_sha(sorted(model_files.values()))
     return out
@@ -115,8 +122,9 @@ def check_token_ids(index: PairIndex, model: str) -> None:
 
 
 def check_settings(out: str | Path, settings: dict) -> None:
-    """InputError when ``out`` holds rows made with settings other than ``settings`` (only the
-    fields both sides know are compared: call it before the model loads, and after)."""
+    """InputError when ``out`` holds rows made with settings other than ``settings`` (the fields
+    both sides know are compared, and the load options, absent = not given: call it before the
+    model loads, and after)."""
     out, side = Path(out), meta_path(out)
     has_rows = out.exists() and out.stat().st_size > 0
     if not side.exists():
@@ -135,8 +143,9 @@ def check_settings(out: str | Path, settings: dict) -> None:
                              "give another --out")
         return
     diff = [k for k in settings if k in old and old[k] != settings[k]]
+    diff += [k for k in LOAD_OPTION_KEYS if k not in diff and old.get(k) != settings.get(k)]
     if diff:
-        said = "; ".join(f"{k}: {old[k]!r} there, {settings[k]!r} now" for k in diff)
+        said = "; ".join(f"{k}: {old.get(k)!r} there, {settings.get(k)!r} now" for k in diff)
         raise InputError(f"{out} was scored with other settings ({said}); give another --out, "
                          "or the same settings to resume")
 
@@ -608,10 +617,11 @@ def score_file(input: str | Path, out: str | Path, *, model: str, load: dict | N
     """
     from .data.pairs import iter_pairs, scan_pairs
     from .distributed import device_for, dist_env, init_process_group
-    from .models import check_loadable, load_model
+    from .models import check_loadable, content_options, load_model
     from .runio import exclusive
 
     load = dict(load or {})
+    options = content_options(load.get("quantize"), load.get("adapter"))
     # everything a user can get wrong is checked before the model loads
     index = scan_pairs(input, limit=limit, check=check_row_spans)
     check_out(out, [input])
@@ -622,7 +632,8 @@ def score_file(input: str | Path, out: str | Path, *, model: str, load: dict | N
     dtype = load.get("dtype") or "float32"
     if spans is not None and spans not in SPLITTERS:
         raise InputError(f"--spans {spans} is not one of {', '.join(SPLITTERS)}")
-    check_settings(out, {**run_settings(model=model, method=method, params=params, dtype=dtype),
+    check_settings(out, {**run_settings(model=model, method=method, params=params, dtype=dtype,
+                                        options=options),
                          "params": params, **({"spans": spans} if spans is not None else {})})
     if isinstance(memory_budget, str):
         from .memory_plan import parse_bytes
@@ -651,7 +662,8 @@ def score_file(input: str | Path, out: str | Path, *, model: str, load: dict | N
             calibration.check_model(model, files)
         runner = ScoreRun(
             lm, tok, Path(out), settings=run_settings(model=model, method=method, params=params,
-                                                      dtype=dtype, model_files=files),
+                                                      dtype=dtype, model_files=files,
+                                                      options=options),
             method=method, params=params, spans=spans, batch_size=batch_size,
             max_tokens_per_batch=max_tokens_per_batch, bucket=bucket,
             memory_budget=memory_budget, on_error=on_error, env=env,
