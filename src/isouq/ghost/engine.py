@@ -44,10 +44,11 @@ from .weights import execution_device, gathered_copy, is_sharded, offloaded_ties
 
 @dataclass
 class GhostResult:
-    """total: (N,) ‖g‖²; per_param: (N, n) by parameter tensor, columns in ``names`` order."""
+    """total: (N,) ‖g‖²; per_param: (N, n) by parameter tensor, columns in ``names`` order
+    (None when not asked for)."""
 
     total: torch.Tensor
-    per_param: torch.Tensor
+    per_param: torch.Tensor | None
     names: tuple[str, ...]
 
 
@@ -256,22 +257,25 @@ class GhostNorms:
         Returns:
             (N,) ‖∇θ sᵢ‖² over the selected parameters (s's units squared), float32 or wider.
         """
-        per, summed = self._run(s, retain_graph, per_param=False)
-        total = per.sum(1)
-        return total if summed is None else total + summed
+        return self.backward_detailed(s, retain_graph=retain_graph, per_param=False).total
 
-    def backward_detailed(self, s: torch.Tensor, *, retain_graph: bool = False) -> GhostResult:
+    def backward_detailed(self, s: torch.Tensor, *, retain_graph: bool = False,
+                          per_param: bool = True) -> GhostResult:
         """Backward of Σᵢ sᵢ; per-example squared norms, total and per parameter tensor.
 
         Args:
             s: (N,) per-example scalars computed inside the context.
             retain_graph: keep the graph (and the recorded inputs) for another backward.
+            per_param: also the norms by parameter tensor; False: the total only, which lets
+                layers sharing an input sum their Grams before one inner product.
 
         Returns:
-            GhostResult: ``total`` (N,), ``per_param`` (N, n) in the order of ``names``.
+            GhostResult: ``total`` (N,), ``per_param`` (N, n) in the order of ``names`` (None
+            without ``per_param``).
         """
-        per, _ = self._run(s, retain_graph, per_param=True)
-        return GhostResult(total=per.sum(1), per_param=per, names=self.names)
+        per, summed = self._run(s, retain_graph, per_param=per_param)
+        total = per.sum(1) if summed is None else per.sum(1) + summed
+        return GhostResult(total=total, per_param=per if per_param else None, names=self.names)
 
     def _run(self, s: torch.Tensor, retain_graph: bool, per_param: bool
              ) -> tuple[torch.Tensor, torch.Tensor | None]:
