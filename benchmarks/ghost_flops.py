@@ -12,11 +12,14 @@ matrix product (mm, bmm, ...) in a forward + backward of B TruthfulQA answers of
 
 ghost − floor is what the norms themselves multiply (Grams, materialized blocks); the output
 splits it by product (bmm: Grams and blocks; mm/addmm: the model's own). Element-wise work and
-the Grams' inner products (vecdot) are not counted. ``--prompt-tokens L`` leads each question
-with few-shot context to about L tokens (the cost rule's choices depend on T):
+the Grams' inner products (vecdot) are not counted. Beside the flops, ``held_mib``: what the
+engine still holds in its cache of layer inputs and their Grams when the backward ends (the
+per-parameter path keeps them to the end; the shared path releases each group when it is
+done). ``--prompt-tokens L`` leads each question with few-shot context to about L tokens (the
+cost rule's choices depend on T):
 
-    python benchmarks/ghost_flops.py --batch 16
-    python benchmarks/ghost_flops.py --batch 4 --prompt-tokens 256 --out benchmarks/results
+    python benchmarks/ghost_flops.py --batch 4 --out benchmarks/results
+    python benchmarks/ghost_flops.py --batch 2 --prompt-tokens 256 --out benchmarks/results
 """
 
 from __future__ import annotations
@@ -55,24 +58,38 @@ def main() -> None:
             p, mask = token_probs(model, b)
             summarize(p, mask)[0].sum().backward()
 
-    def ghost(share: bool, blocks: int = 1):
+    held: dict[str, float] = {}
+
+    def ghost(share: bool, blocks: int = 1, name: str = ""):
         def run():
             factors.GRAM_BLOCKS = blocks
             with GhostNorms(model, params, warn=False, share_grams=share) as g, \
                     torch.enable_grad():
+                norms = g._norms
+
+                def at_end(*args, **kw):  # the cache of inputs and Grams as the backward ends
+                    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
+                                for pair in g._cache.values() for t in pair}
+                    held[name] = sum(storages.values()) / 2**20
+                    return norms(*args, **kw)
+
+                g._norms = at_end
                 p, mask = token_probs(model, b)
                 g.backward_detailed(summarize(p, mask)[0])  # as score_sequences calls it
         return run
 
     counts = {}
-    for name, fn in (("floor", floor), ("ghost_shared", ghost(True)),
-                     ("ghost_unshared", ghost(False)), ("ghost_blocks2", ghost(True, 2))):
+    for name, fn in (("floor", floor), ("ghost_shared", ghost(True, 1, "ghost_shared")),
+                     ("ghost_unshared", ghost(False, 1, "ghost_unshared")),
+                     ("ghost_blocks2", ghost(True, 2, "ghost_blocks2"))):
         fn()  # untimed first call: the norm layers' formula checks run once
         with FlopCounterMode(display=False) as fc:
             fn()
         by_op = {str(op).split(".")[-1]: int(n)
                  for op, n in fc.get_flop_counts().get("Global", {}).items()}
         counts[name] = {"total": int(fc.get_total_flops()), "by_op": by_op}
+        if name in held:
+            counts[name]["held_mib"] = held[name]
     floor_total = counts["floor"]["total"]
     doc = {"model": info.name, "batch": a.batch, "tokens_padded": int(b.input_ids.shape[1]),
            "prompt_tokens": a.prompt_tokens, "counts": counts,
@@ -83,7 +100,8 @@ def main() -> None:
         doc[f"saved_fraction_{k}"] = (1 - doc[f"norms_{k}"] / doc["norms_unshared"]
                                       if doc["norms_unshared"] else 0.0)
     for name, c in counts.items():
-        print(f"{name:>15}: {c['total'] / 1e9:10.2f} GFLOP  {c['by_op']}")
+        mib = f"  held at the end {c['held_mib']:.1f} MiB" if "held_mib" in c else ""
+        print(f"{name:>15}: {c['total'] / 1e9:10.2f} GFLOP  {c['by_op']}{mib}")
     print(f"norms (ghost − floor), batch {a.batch}, T = {doc['tokens_padded']}: unshared "
           f"{doc['norms_unshared'] / 1e9:.2f} GFLOP, shared {doc['norms_shared'] / 1e9:.2f} "
           f"({100 * doc['saved_fraction_shared']:.1f}% fewer), blocks2 "
