@@ -301,6 +301,34 @@ def _score_sequences(root: Path) -> str:
                   "peak RSS ghost (floor)"], rows)
 
 
+GHOST_FLOPS = ("benchmarks/results/ghost_flops.json", "benchmarks/results/ghost_flops_t256.json")
+
+
+@register("ghost_flops", *GHOST_FLOPS)
+def _ghost_flops(root: Path) -> str:
+    """Matrix-product flops of the norms (ghost − floor) per path, and what the engine holds as
+    the backward ends (``benchmarks/ghost_flops.py``; counted, not timed)."""
+    def gflop(x: float) -> str:
+        return f"{sig(x / 1e9)} GFLOP"
+
+    def saved(x: float) -> str:
+        return "same" if x == 0 else f"−{100 * x:.1f}%"
+
+    rows = []
+    for rel in GHOST_FLOPS:
+        d, c = _json(root, rel), _json(root, rel)["counts"]
+        rows.append([
+            f"{d['tokens_padded']} (batch {d['batch']})", gflop(c["floor"]["total"]),
+            gflop(d["norms_unshared"]),
+            f"{gflop(d['norms_shared'])} ({saved(d['saved_fraction_shared'])})",
+            f"{gflop(d['norms_blocks2'])} ({saved(d['saved_fraction_blocks2'])})",
+            f"{fixed(c['ghost_unshared']['held_mib'], 1)} MiB / "
+            f"{sig(c['ghost_shared']['held_mib'])}"])
+    return _grid(["SmolLM2, tokens per row", "floor", "norms, per parameter", "norms, shared",
+                  "norms, shared + 2 blocks", "inputs and Grams held as the backward ends, per "
+                  "parameter / shared"], rows)
+
+
 SCORE_SEQUENCES_WARM3 = "benchmarks/results/score_sequences_warm3.json"
 
 
