@@ -329,6 +329,105 @@ def _ghost_flops(root: Path) -> str:
                   "parameter / shared"], rows)
 
 
+MODELS_CPU = {"float32": SCORE_SEQUENCES,
+              "bitsandbytes 4-bit (NF4, `--quantize 4bit`)": "benchmarks/results/score_sequences_4bit.json",
+              "float32 + LoRA rank 8 on every projection": "benchmarks/results/score_sequences_lora8.json"}
+
+
+@register("models_cpu", *MODELS_CPU.values())
+def _models_cpu(root: Path) -> str:
+    """SmolLM2 as people score it — float32, quantized to 4 bits on load, under a LoRA adapter —
+    at batch 16 on the CPU: ghost against its own floor and the per-answer loop."""
+    rows = []
+    for kind, rel in MODELS_CPU.items():
+        d = _json(root, rel)
+        by = _rows_by(d, "batch", "method")
+        s = {m: r for (b, m), r in by.items() if b == 16}
+        rq = next(r for r in d["ratios"] if r["batch"] == 16)
+        loop = s["loop"]
+        weights = s["ghost"].get("weights_gib")
+        rows.append([
+            kind, f"{sig(s['floor']['seconds_per_answer'])} s",
+            f"**{sig(s['ghost']['seconds_per_answer'])} s**", f"**{sig(rq['ghost/floor'])}**",
+            f"{sig(loop['seconds_per_answer'])} s" + (f" ({loop['loop_params']} weights)"
+                                                       if loop.get("loop_params") else ""),
+            f"**{sig(rq['loop/ghost'])}×**",
+            "" if weights is None else f"{fixed(weights, 2)} GiB",
+            f"{fixed(s['ghost']['peak_rss_gib'], 1)} GiB"])
+    return _grid(["model", "floor", "**ghost**", "ghost / floor", "loop", "loop / ghost",
+                  "weights as stored", "peak RSS of ghost (loading included)"], rows)
+
+
+SERVE_LOAD = "benchmarks/results/serve_load.json"
+
+
+@register("serve_load", SERVE_LOAD)
+def _serve_load(root: Path) -> str:
+    """Answers per second and latency of ``isouq serve`` under 1, 4 and 16 clients."""
+    d = _json(root, SERVE_LOAD)
+    rows = []
+    for r in d["results"]:
+        speed = d["speedup"][r["endpoint"]][str(r["clients"])]
+        rows.append([f"`{r['endpoint']}`", str(r["clients"]), sig(r["answers_per_s"]),
+                     sig(r["p50_s"]), sig(r["p95_s"]), str(r["batches"]),
+                     sig(r["answers_per_batch"]), f"{sig(speed)}×"])
+    return _grid(["endpoint", "clients", "answers/s", "p50 s", "p95 s", "batches",
+                  "answers per batch", "vs 1 client"], rows)
+
+
+SPANS_CPU = "benchmarks/results/spans_cpu.json"
+SPANS_ALONE = {m: f"benchmarks/results/spans_cpu_{m}.json"
+               for m in ("whole", "spans_retain", "spans_rows", "whole_loop")}
+
+
+@register("spans_cpu", SPANS_CPU, *SPANS_ALONE.values())
+def _spans_cpu(root: Path) -> str:
+    """Span scores against the whole answer and the per-span loop (``benchmarks/spans.py``):
+    wall and CPU seconds of one run; peak memory of each method alone in a process."""
+    d = _json(root, SPANS_CPU)
+    wall, cpu = d["seconds"], d["cpu_seconds"]
+    alone = {m: _json(root, rel) for m, rel in SPANS_ALONE.items() if (root / rel).exists()}
+    labels = {"whole": "whole answers, no spans (ghost)",
+              "spans_retain": "**spans, ghost (the default: 1 forward + 6 backwards)**",
+              "spans_rows": "spans, rows (`engine=\"rows\"`, 4 answers = 24 rows per pass)",
+              "spans_loop": "spans, loop (`method=\"per_example\"`: one backward per row)"}
+    rows = []
+    for m, label in labels.items():
+        peak = alone.get(m, {}).get("peak_rss_gib")
+        rows.append([label, fixed(wall[m], 1), fixed(cpu[m], 1), sig(wall[m] / wall["whole"]),
+                     sig(wall["spans_loop"] / wall[m]) if m != "whole" else "",
+                     "" if peak is None else f"{fixed(peak, 2)} GiB"])
+    return _grid(["", "wall s", "CPU s", "wall / whole", "loop wall / this",
+                  "peak RSS (alone)"], rows)
+
+
+GHOST_VARIANTS = ("benchmarks/results/score_sequences_variants.json",
+                  "benchmarks/results/score_sequences_t256_variants.json")
+
+
+@register("ghost_variants", *GHOST_VARIANTS)
+def _ghost_variants(root: Path) -> str:
+    """The ghost engine's paths side by side: shared input Grams (the default), per parameter
+    (``ISOUQ_GHOST_SHARE_GRAMS=0``) and symmetric Grams from 2 blocks
+    (``ISOUQ_GHOST_GRAM_BLOCKS=2``), seconds per answer, median of the rounds."""
+    rows = []
+    for rel in GHOST_VARIANTS:
+        d = _json(root, rel)
+        by = _rows_by(d, "batch", "method")
+        for batch in sorted({b for b, _ in by}):
+            s = {m: by[(batch, m)] for b, m in by if b == batch}
+            rq = next(r for r in d["ratios"] if r["batch"] == batch)
+            rows.append([str(batch), str(s["ghost"]["tokens_padded"]),
+                         f"{sig(s['floor']['seconds_per_answer'])} s",
+                         f"{sig(s['ghost']['seconds_per_answer'])} s",
+                         f"{sig(s['ghost_unshared']['seconds_per_answer'])} s",
+                         f"{sig(s['ghost_blocks2']['seconds_per_answer'])} s",
+                         f"{sig(rq['ghost/floor'])} ({rq['ghost/floor by round']})"])
+    return _grid(["batch", "tokens per row", "floor", "ghost, shared (default)",
+                  "ghost, per parameter", "ghost, shared + 2 blocks", "ghost / floor (by round)"],
+                 rows)
+
+
 SCORE_SEQUENCES_WARM3 = "benchmarks/results/score_sequences_warm3.json"
 
 
