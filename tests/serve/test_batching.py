@@ -327,18 +327,7 @@ def test_clients_answered_by_a_batch_join_the_next_one():
         for r in range(3):
             assert b.submit(Work(f"{i}-{r}")).result(timeout=30) == f"{i}-{r}"
 
-    first = [threading.Thread(target=client, args=(i,)) for i in range(4)]
-    second = [threading.Thread(target=client, args=(i,)) for i in range(4, 8)]
-    try:
-        for t in first:
-            t.start()
-        time.sleep(0.2)  # the first group's batch is running: the second group queues
-        for t in second:
-            t.start()
-        for t in first + second:
-            t.join(60)
-    finally:
-        b.stop(10)
+    two_groups(client, b, gap=0.2)
     assert sum(engine.sizes) == 24
     assert engine.sizes[0] == 4 and 8 in engine.sizes[1:3], engine.sizes
 
@@ -392,18 +381,7 @@ def test_the_next_batch_waits_for_answers_handed_over_late():
             time.sleep(lag)
             b.delivered(f)
 
-    first = [threading.Thread(target=client, args=(i,)) for i in range(4)]
-    second = [threading.Thread(target=client, args=(i,)) for i in range(4, 8)]
-    try:
-        for t in first:
-            t.start()
-        time.sleep(0.15)  # the first group's batch is running: the second group queues
-        for t in second:
-            t.start()
-        for t in first + second:
-            t.join(60)
-    finally:
-        b.stop(10)
+    two_groups(client, b, gap=0.15)
     assert sum(engine.sizes) == 24
     # the old rule ran [4, 4, 4, 4, 4, 4]: each group's batch started before the other was back
     assert engine.sizes[:3] == [4, 8, 8], engine.sizes
@@ -470,3 +448,20 @@ def test_with_max_wait_zero_a_batch_never_waits():
     finally:
         b.stop(10)
     assert engine.sizes == [1, 1, 1, 1]
+
+
+def two_groups(client, batcher, gap: float) -> None:
+    """Clients 0-3 start, then, ``gap`` seconds later (their batch running), clients 4-7 queue;
+    every client runs to its end, then the batcher stops."""
+    first = [threading.Thread(target=client, args=(i,)) for i in range(4)]
+    second = [threading.Thread(target=client, args=(i,)) for i in range(4, 8)]
+    try:
+        for t in first:
+            t.start()
+        time.sleep(gap)
+        for t in second:
+            t.start()
+        for t in first + second:
+            t.join(60)
+    finally:
+        batcher.stop(10)
