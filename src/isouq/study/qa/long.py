@@ -60,7 +60,7 @@ groups written, rows made with other settings are refused): ``<setting>__<model>
 row per answer), ``<setting>__<model>.run.json`` (settings, model files, how many answers were
 asked for and written), ``short__<model>.jsonl``, ``cache/generated__<model>.jsonl`` (the
 generations), and, after each run, ``results.json``, ``tables.md`` and the figure
-(``evaluation.long_spans``) over every answer row in ``OUT``.
+(``study.analysis.long_spans``) over every answer row in ``OUT``.
 """
 
 from __future__ import annotations

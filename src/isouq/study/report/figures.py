@@ -184,7 +184,7 @@ CRITIQUE_COLOR, BASELINE_COLOR = "#e08a1e", "#7f7f7f"
 
 def raw_auroc_forest(raw: Sequence[Mapping], pooled: Sequence[Mapping], path: str | Path) -> Path:
     """Raw AUROC of each score with its 95% interval: one panel per model, then one for the
-    models pooled (when given). Rows are :func:`evaluation.evidence.raw_auroc_rows` /
+    models pooled (when given). Rows are :func:`study.analysis.evidence.raw_auroc_rows` /
     ``raw_pooled_rows`` (scores oriented as confidences), so a point right of the dashed 0.5
     line means the score ranks correct answers as more trustworthy. Writes a PNG, returns it."""
     path = Path(path)

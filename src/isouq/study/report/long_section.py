@@ -1,5 +1,5 @@
 """Report section of ``isouq qa long`` (long answers, every sentence labelled by alias match):
-its ``results.json`` (``evaluation.long_spans`` tables and verdict) as one section with the
+its ``results.json`` (``study.analysis.long_spans`` tables and verdict) as one section with the
 AUROC figure, and that figure (:func:`auroc_figure`, also written by the run)."""
 
 from __future__ import annotations
