@@ -279,16 +279,20 @@ def _rows_by(d: Mapping, *keys: str) -> dict:
     return {tuple(r[k] for k in keys): r for r in d["rows"]}
 
 
+def _batches(d: Mapping) -> dict[int, tuple[dict, dict]]:
+    """{batch: (its rows by method, its ratio row)} of a ``benchmarks/score_sequences.py`` file,
+    batches in order."""
+    by = _rows_by(d, "batch", "method")
+    ratios = {r["batch"]: r for r in d["ratios"]}
+    return {b: ({m: r for (bb, m), r in by.items() if bb == b}, ratios[b])
+            for b in sorted({b for b, _ in by})}
+
+
 @register("score_sequences", SCORE_SEQUENCES)
 def _score_sequences(root: Path) -> str:
     """Seconds per answer of every method, SmolLM2 on a 2-core CPU, median of the rounds."""
-    d = _json(root, SCORE_SEQUENCES)
-    by = _rows_by(d, "batch", "method")
-    ratios = {r["batch"]: r for r in d["ratios"]}
     rows = []
-    for batch in sorted({b for b, _ in by}):
-        s = {m: by[(batch, m)] for b, m in by if b == batch}
-        rq = ratios[batch]
+    for batch, (s, rq) in _batches(_json(root, SCORE_SEQUENCES)).items():
         rows.append([
             str(batch), *(f"{sig(s[m]['seconds_per_answer'])} s"
                           for m in ("forward", "floor", "full_backward", "loop")),
@@ -340,10 +344,7 @@ def _models_cpu(root: Path) -> str:
     at batch 16 on the CPU: ghost against its own floor and the per-answer loop."""
     rows = []
     for kind, rel in MODELS_CPU.items():
-        d = _json(root, rel)
-        by = _rows_by(d, "batch", "method")
-        s = {m: r for (b, m), r in by.items() if b == 16}
-        rq = next(r for r in d["ratios"] if r["batch"] == 16)
+        s, rq = _batches(_json(root, rel))[16]
         loop = s["loop"]
         weights = s["ghost"].get("weights_gib")
         rows.append([
@@ -412,11 +413,7 @@ def _ghost_variants(root: Path) -> str:
     (``ISOUQ_GHOST_GRAM_BLOCKS=2``), seconds per answer, median of the rounds."""
     rows = []
     for rel in GHOST_VARIANTS:
-        d = _json(root, rel)
-        by = _rows_by(d, "batch", "method")
-        for batch in sorted({b for b, _ in by}):
-            s = {m: by[(batch, m)] for b, m in by if b == batch}
-            rq = next(r for r in d["ratios"] if r["batch"] == batch)
+        for batch, (s, rq) in _batches(_json(root, rel)).items():
             rows.append([str(batch), str(s["ghost"]["tokens_padded"]),
                          f"{sig(s['floor']['seconds_per_answer'])} s",
                          f"{sig(s['ghost']['seconds_per_answer'])} s",
@@ -434,12 +431,9 @@ SCORE_SEQUENCES_WARM3 = "benchmarks/results/score_sequences_warm3.json"
 @register("score_sequences_warm3", SCORE_SEQUENCES_WARM3)
 def _score_sequences_warm3(root: Path) -> str:
     """floor and ghost only, three untimed calls before seven timed ones per process."""
-    d = _json(root, SCORE_SEQUENCES_WARM3)
-    by = _rows_by(d, "batch", "method")
-    ratios = {r["batch"]: r for r in d["ratios"]}
     rows = []
-    for batch in sorted({b for b, _ in by}):
-        f, g, rq = by[(batch, "floor")], by[(batch, "ghost")], ratios[batch]
+    for batch, (s, rq) in _batches(_json(root, SCORE_SEQUENCES_WARM3)).items():
+        f, g = s["floor"], s["ghost"]
         rows.append([str(batch), f"{sig(f['seconds_per_answer'])} s",
                      f"**{sig(g['seconds_per_answer'])} s**",
                      f"**{sig(rq['ghost/floor'])}** ({rq['ghost/floor by round']})",

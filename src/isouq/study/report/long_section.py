@@ -119,26 +119,19 @@ def long_section(exp: Experiment, out_dir: Path, taken: set[str]) -> Section:
             "long_auroc_no_echo", wide_auroc(tables["auroc_no_echo"]),
             title="The same with the sentences that only echo the question (an alias the "
                   "question itself contains) counted wrong")))
-    if tables.get("paired"):
-        blocks.append(Block(ours=make_table(
-            "long_paired", tables["paired"],
-            title="Span scores vs baselines: ΔAUROC [95% interval], BH-adjusted",
-            formatters={"p": format_p, "p_bh": format_p})))
-    if tables.get("pooled"):
-        blocks.append(Block(ours=make_table(
-            "long_pooled", tables["pooled"],
-            title="Pooled over the models (each weighing the same): mean AUROC for the wrong "
-                  "sentences [95% interval]")))
-    if tables.get("paired_pooled"):
-        blocks.append(Block(ours=make_table(
-            "long_paired_pooled", tables["paired_pooled"],
-            title="Pooled over the models: span scores vs baselines, mean ΔAUROC, BH-adjusted",
-            formatters={"p": format_p, "p_bh": format_p})))
-    if tables.get("within"):
-        blocks.append(Block(ours=make_table(
-            "long_within", tables["within"],
-            title="Within answers with wrong and correct sentences: share whose top-scored "
-                  "sentence is wrong (chance: the share of wrong sentences)")))
+    p_values = {"p": format_p, "p_bh": format_p}
+    for key, title, formatters in (
+            ("paired", "Span scores vs baselines: ΔAUROC [95% interval], BH-adjusted", p_values),
+            ("pooled", "Pooled over the models (each weighing the same): mean AUROC for the "
+                       "wrong sentences [95% interval]", None),
+            ("paired_pooled", "Pooled over the models: span scores vs baselines, mean ΔAUROC, "
+                              "BH-adjusted", p_values),
+            ("within", "Within answers with wrong and correct sentences: share whose "
+                       "top-scored sentence is wrong (chance: the share of wrong sentences)",
+             None)):
+        if tables.get(key):
+            blocks.append(Block(ours=make_table(f"long_{key}", tables[key], title=title,
+                                                formatters=formatters)))
     meta = {k: str(doc[k]) for k in ("started", "elapsed_s") if k in doc}
     return Section(id=sid, title=TITLE, source=str(exp.path), meta=meta,
                    details={"settings": {str(k): str(v)
