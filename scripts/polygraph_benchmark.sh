@@ -5,11 +5,12 @@
 #   bash scripts/polygraph_benchmark.sh [--limit 500] [--chunk 24] [--models "smollm2 ..."] \
 #        [--datasets "triviaqa truthfulqa"] [--config configs/polygraph/polygraph_eval.yaml]
 #
-# Resumable: each chunk of --chunk questions is one polygraph_eval run under
-# .cache/polygraph_runs/<dataset>__<model>__n<limit>-s<seed>-c<chunk>/chunk-KKK/; a chunk with its
-# `done` mark is skipped, an unfinished one is run again. Models in turn; within a model, chunk
-# by chunk with the datasets alternating. After each chunk the kept results
-# results/polygraph/polygraph__<dataset>__<model>.json are rebuilt from every finished chunk
+# Resumable, also on a fresh checkout: each chunk of --chunk questions is one polygraph_eval run
+# under .cache/polygraph_runs/<dataset>__<model>__n<limit>-s<seed>-c<chunk>/chunk-KKK/ (git-ignored),
+# archived when it finishes as results/polygraph/chunks/<same name>/chunk-KKK.json (committed);
+# an archived chunk is skipped, an unfinished one is run again. Models in turn; within a model,
+# chunk by chunk with the datasets alternating. After each chunk the kept results
+# results/polygraph/polygraph__<dataset>__<model>.json are rebuilt from every archived chunk
 # (scripts/polygraph/collect.py), marked partial until --limit questions are in.
 # Needs .venv-polygraph (docs/polygraph.md: python3 -m venv .venv-polygraph;
 # .venv-polygraph/bin/pip install -c constraints.txt -e ".[polygraph]"; the registry models
@@ -58,16 +59,20 @@ for model in $MODELS; do
       name="$ds-$style-n$LIMIT-s$SEED-c$CHUNK"
       chunk="$DATADIR/$name/$(printf 'chunk-%03d' "$k")"
       [ -d "$chunk" ] || continue
-      out="$RUNDIR/${ds}__${model}__n$LIMIT-s$SEED-c$CHUNK$SUFFIX/$(basename "$chunk")"
-      if [ -f "$out/done" ]; then continue; fi
-      rm -rf "$out"; mkdir -p "$out"
-      echo "[polygraph] $model × $ds: $(basename "$chunk") of $nchunks ($(date +%H:%M:%S))"
-      HYDRA_CONFIG="$PWD/$CONFIG" "$EVAL" model.path="$MODELDIR/$model" instruct=$instruct \
-          dataset="$chunk" save_path="$out" > "$out/stdout.log" 2>&1
-      printf '%s\n' "$name" > "$out/done"
-      $PY scripts/polygraph/collect.py --runs "$(dirname "$out")" --data "$DATADIR/$name" \
-          --dataset "$ds" --model "$model" --limit "$LIMIT" --config "$CONFIG" \
-          --out "results/polygraph/polygraph__${ds}__${model}$SUFFIX.json"
+      run="${ds}__${model}__n$LIMIT-s$SEED-c$CHUNK$SUFFIX"
+      out="$RUNDIR/$run/$(basename "$chunk")"
+      kept="results/polygraph/chunks/$run"
+      if [ -f "$kept/$(basename "$chunk").json" ]; then continue; fi
+      if [ ! -f "$out/done" ]; then
+        rm -rf "$out"; mkdir -p "$out"
+        echo "[polygraph] $model × $ds: $(basename "$chunk") of $nchunks ($(date +%H:%M:%S))"
+        HYDRA_CONFIG="$PWD/$CONFIG" "$EVAL" model.path="$MODELDIR/$model" instruct=$instruct \
+            dataset="$chunk" save_path="$out" > "$out/stdout.log" 2>&1
+        printf '%s\n' "$name" > "$out/done"
+      fi
+      $PY scripts/polygraph/collect.py --chunks "$kept" --archive "$out" --data-chunk "$chunk" \
+          --data "$DATADIR/$name" --dataset "$ds" --model "$model" --limit "$LIMIT" \
+          --config "$CONFIG" --out "results/polygraph/polygraph__${ds}__${model}$SUFFIX.json"
     done
   done
 done

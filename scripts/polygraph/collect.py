@@ -1,19 +1,24 @@
-"""Gather finished polygraph_eval chunks into one kept results file per (dataset, model).
+"""Archive finished polygraph_eval chunks under results/ and gather them into one kept results
+file per (dataset, model).
 
-    python scripts/polygraph/collect.py --runs .cache/polygraph_runs/triviaqa__smollm2 \
-        --data .cache/polygraph_data/triviaqa-chat-n500-s0 --dataset triviaqa --model smollm2 \
+    python scripts/polygraph/collect.py --chunks results/polygraph/chunks/triviaqa__smollm2 \
+        [--archive .cache/polygraph_runs/.../chunk-003 --data-chunk .cache/polygraph_data/.../chunk-003] \
+        --data .cache/polygraph_data/triviaqa-chat-n500-s0-c24 --dataset triviaqa --model smollm2 \
         --limit 500 --config configs/polygraph/polygraph_eval.yaml \
         --out results/polygraph/polygraph__triviaqa__smollm2.json
 
-Reads each chunk's saved UEManager (``ue_manager_seed1``: estimations, generation metrics,
-greedy texts and tokens) and its ``polygraph_eval.log`` (``log_time``: seconds of every stat
-calculator and estimator per batch), and writes: per question its key, question, greedy
-answer, quality (LM-Polygraph's accuracy and ROUGE-L) and every estimator's uncertainty;
-LM-Polygraph's UE metrics over all finished questions, computed by its own classes as
-``UEManager.eval_ue`` does (PRR, PRR at 50% rejection, both normalized by oracle and random,
-isotonic PCC, ECE); and the cost per answer of each estimator from the same run: the seconds
+``--archive`` reads a finished chunk's saved UEManager (``ue_manager_seed1``: estimations,
+generation metrics, greedy texts and tokens) and its ``polygraph_eval.log`` (``log_time``:
+seconds of every stat calculator and estimator per batch) and keeps them as
+``--chunks/chunk-KKK.json`` under results/ (a few tens of KB), so a run on a fresh checkout
+resumes from what is committed. Then every archived chunk is gathered: per question its key,
+question, greedy answer, quality (LM-Polygraph's accuracy and ROUGE-L) and every estimator's
+uncertainty; LM-Polygraph's UE metrics over all finished questions, computed by its own classes
+as ``UEManager.eval_ue`` does (PRR, PRR at 50% rejection, both normalized by oracle and random,
+isotonic PCC, ECE); and the cost per answer of each estimator from the same runs: the seconds
 of the calculators it needs (its dependency closure, LM-Polygraph's shared greedy generation
-apart) plus its own. Runs in .venv-polygraph (needs LM-Polygraph).
+apart) plus its own, over the chunks that kept their seconds. Runs in .venv-polygraph (needs
+LM-Polygraph).
 """
 
 from __future__ import annotations
@@ -134,63 +139,100 @@ def versions() -> dict:
     return out
 
 
-def collect(runs: Path, data: Path, dataset: str, model: str, limit: int, config_path: Path,
-            out: Path) -> dict:
+def archive_chunk(chunk: Path, data: Path, batch_size: int, out: Path) -> dict:
+    """One finished polygraph_eval chunk as a small JSON kept under ``results/`` (what a later
+    run on a fresh checkout resumes from; the chunk's UEManager and log stay in the git-ignored
+    run folder).
+
+    Args:
+        chunk: the chunk's run folder (``ue_manager_seed1``, ``polygraph_eval.log``, ``done``).
+        data: the prepared ``datasets`` folder of the same chunk.
+        batch_size: the config's ``batch_size`` (how the log's per-batch lines split).
+        out: the JSON to write.
+
+    Returns:
+        ``{"chunk", "questions": [per question: key, question, references, answer, n_tokens,
+        quality, ue, isouq_mean_prob], "batches": [[answers, {calculator or estimator:
+        seconds}]], "seconds": {name: total seconds}, "logged": [first, last timestamp]}``.
+    """
     import datasets
     import torch
 
-    from isouq.runio import dumps, machine_label
+    from isouq.runio import dumps
 
+    man = torch.load(chunk / "ue_manager_seed1", weights_only=False)
+    if man.get("state") == "failed":
+        raise SystemExit(f"{chunk}: polygraph_eval marked this chunk failed")
+    rows = datasets.Dataset.load_from_disk(str(data))
+    inputs = list(man["stats"]["input_texts"])
+    if len(inputs) == 2 * len(rows):  # a config that also lists input_texts in save_stats
+        inputs = list(dict.fromkeys(inputs))
+    if inputs != list(rows["input"]):
+        raise SystemExit(f"{chunk}: its inputs are not those of {data}")
+    n = len(inputs)
+    texts, tokens = man["stats"]["greedy_texts"], man["stats"]["greedy_tokens"]
+    ests = {name: list(v) for (level, name), v in man["estimations"].items() if level == "sequence"}
+    gens = {name: list(v) for (level, name), v in man["gen_metrics"].items()}
+    mean_prob = list(man["stats"].get("isouq_mean_prob", []))
+    questions = []
+    for i in range(n):
+        questions.append({
+            "key": rows["key"][i],
+            "question": rows["input"][i].split("Question: ", 1)[-1].removesuffix("\nAnswer:"),
+            "references": list(rows["output"][i])[:5], "answer": texts[i],
+            "n_tokens": len(tokens[i]),
+            "quality": {g: float(v[i]) for g, v in gens.items()},
+            "ue": {e: (float(v[i]) if np.isfinite(v[i]) else None) for e, v in ests.items()},
+            **({"isouq_mean_prob": float(mean_prob[i])} if mean_prob else {}),
+        })
+    sec, stamps = log_seconds(chunk / "polygraph_eval.log")
+    sizes = [min(batch_size, n - i) for i in range(0, n, batch_size)]
+    batches = [[size, {k: v[b] for k, v in sec.items() if len(v) == len(sizes)}]
+               for b, size in enumerate(sizes)]
+    doc = {"chunk": chunk.name, "questions": questions, "batches": batches,
+           "seconds": {k: round(sum(v), 4) for k, v in sec.items()}, "logged": stamps}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    tmp.replace(out)
+    return doc
+
+
+def collect(chunks_dir: Path, data: Path, dataset: str, model: str, limit: int,
+            config_path: Path, out: Path) -> dict:
+    """The kept results of one (dataset, model) from its archived chunks (``archive_chunk``):
+    per question rows, LM-Polygraph's UE metrics over them and the cost per answer."""
     config = load_config(config_path)
     questions, estimations, quality = [], defaultdict(list), defaultdict(list)
     seconds, chunks = defaultdict(float), []
     batches: list[tuple[int, dict[str, float]]] = []  # (answers, {name: seconds}) per batch
-    bs = int(config.get("batch_size", 1))
-    for chunk in sorted(runs.glob("chunk-*")):
-        if not (chunk / "done").exists() or not (chunk / "ue_manager_seed1").exists():
-            continue
-        man = torch.load(chunk / "ue_manager_seed1", weights_only=False)
-        if man.get("state") == "failed":
-            continue
-        rows = datasets.Dataset.load_from_disk(str(data / chunk.name))
-        inputs = list(man["stats"]["input_texts"])
-        if len(inputs) == 2 * len(rows):  # a config that also lists input_texts in save_stats
-            inputs = list(dict.fromkeys(inputs))
-        if inputs != list(rows["input"]):
-            raise SystemExit(f"{chunk}: its inputs are not those of {data / chunk.name}")
-        n = len(inputs)
-        texts, tokens = man["stats"]["greedy_texts"], man["stats"]["greedy_tokens"]
-        ests = {name: list(v) for (level, name), v in man["estimations"].items()
-                if level == "sequence"}
-        gens = {name: list(v) for (level, name), v in man["gen_metrics"].items()}
-        extra = {k: list(man["stats"][k]) for k in ("isouq_seconds", "isouq_mean_prob")
-                 if k in man["stats"]}
-        for i in range(n):
-            questions.append({
-                "key": rows["key"][i], "question": rows["input"][i].split("Question: ", 1)[-1]
-                .removesuffix("\nAnswer:"),
-                "references": list(rows["output"][i])[:5], "answer": texts[i],
-                "n_tokens": len(tokens[i]),
-                "quality": {g: float(v[i]) for g, v in gens.items()},
-                "ue": {e: (float(v[i]) if np.isfinite(v[i]) else None) for e, v in ests.items()},
-                **({"isouq_mean_prob": float(extra["isouq_mean_prob"][i])}
-                   if "isouq_mean_prob" in extra else {}),
-            })
-        for e, v in ests.items():
-            estimations[e] += v
-        for g, v in gens.items():
-            quality[g] += v
-        sec, stamps = log_seconds(chunk / "polygraph_eval.log")
-        for k, v in sec.items():
-            seconds[k] += sum(v)
-        sizes = [min(bs, n - i) for i in range(0, n, bs)]
-        for b, size in enumerate(sizes):
-            batches.append((size, {k: v[b] for k, v in sec.items() if len(v) == len(sizes)}))
-        chunks.append({"chunk": chunk.name, "questions": n, "logged": stamps,
-                       "seconds": round(sum(map(sum, sec.values())), 2)})
+    timed = 0  # answers whose chunk kept its per-batch seconds
+    for path in sorted(chunks_dir.glob("chunk-*.json")):
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        rows = doc["questions"]
+        questions += rows
+        for e in rows[0]["ue"]:
+            estimations[e] += [np.nan if r["ue"].get(e) is None else r["ue"][e] for r in rows]
+        for g in rows[0]["quality"]:
+            quality[g] += [r["quality"][g] for r in rows]
+        if doc.get("batches"):
+            timed += len(rows)
+            for k, v in doc["seconds"].items():
+                seconds[k] += v
+            batches += [(size, t) for size, t in doc["batches"]]
+        chunks.append({"chunk": doc["chunk"], "questions": len(rows), "logged": doc.get("logged"),
+                       "seconds": round(sum(doc["seconds"].values()), 2)
+                       if doc.get("batches") else None})
     if not questions:
-        raise SystemExit(f"no finished chunk under {runs}")
+        raise SystemExit(f"no archived chunk under {chunks_dir}")
+    from isouq.runio import dumps, machine_label
+
     n = len(questions)
+
+    def per_answer(total: float) -> float | None:
+        """Seconds per answer over the chunks that kept their seconds (None: no such chunk)."""
+        return total / timed if timed else None
+
     needs = dependency_closure(config)
     # an estimator may name itself after its first call ("AttentionScore (layer=15)")
     for name in estimations:
@@ -204,11 +246,11 @@ def collect(runs: Path, data: Path, dataset: str, model: str, limit: int, config
         own = [c for c in calcs if c != GENERATION]
         per_batch = [(sum(t.get(c, 0.0) for c in own) + t.get(est, 0.0)) / size
                      for size, t in batches]
-        cost[est] = {"s_per_answer": (sum(seconds.get(c, 0.0) for c in own)
-                                      + seconds.get(est, 0.0)) / n,
+        cost[est] = {"s_per_answer": per_answer(sum(seconds.get(c, 0.0) for c in own)
+                                                + seconds.get(est, 0.0)),
                      "median_batch_s_per_answer": float(np.median(per_batch)) if per_batch
                      else None,
-                     "calculators": own, "estimator_s_per_answer": seconds.get(est, 0.0) / n}
+                     "calculators": own, "estimator_s_per_answer": per_answer(seconds.get(est, 0.0))}
     isouq_names = [e for e in estimations if e.startswith("Isouq")]
     doc = {
         "kind": "isouq-polygraph",
@@ -218,11 +260,13 @@ def collect(runs: Path, data: Path, dataset: str, model: str, limit: int, config
         "quality_metrics": list(quality),
         "lm_polygraph_metrics": ue_metrics(estimations, quality),
         "accuracy": {g: float(np.mean(v)) for g, v in quality.items()},
-        "cost": {"generation_s_per_answer": seconds.get(GENERATION, 0.0) / n,
+        "cost": {"answers_timed": timed,
+                 "generation_s_per_answer": per_answer(seconds.get(GENERATION, 0.0)),
                  "generation_median_batch_s_per_answer": float(np.median(
                      [t.get(GENERATION, 0.0) / size for size, t in batches])) if batches else None,
                  "note": "s_per_answer: total seconds / answers (every process's first-batch "
-                         "warm-up included); median_batch_s_per_answer: the median over batches",
+                         "warm-up included); median_batch_s_per_answer: the median over batches; "
+                         "answers_timed: the answers of the chunks that kept their seconds",
                  "estimators": cost,
                  "calculator_seconds": {k: round(v, 3) for k, v in sorted(seconds.items())},
                  "machine": machine_label()},
@@ -248,7 +292,11 @@ def collect(runs: Path, data: Path, dataset: str, model: str, limit: int, config
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runs", required=True)
+    ap.add_argument("--chunks", required=True,
+                    help="the archived chunks' folder (results/polygraph/chunks/DATASET__MODEL)")
+    ap.add_argument("--archive", help="a finished chunk's run folder: archive it into --chunks "
+                    "first (needs --data-chunk)")
+    ap.add_argument("--data-chunk", help="the prepared datasets folder of --archive's chunk")
     ap.add_argument("--data", required=True)
     ap.add_argument("--dataset", required=True)
     ap.add_argument("--model", required=True)
@@ -256,7 +304,11 @@ def main(argv=None) -> int:
     ap.add_argument("--config", default="configs/polygraph/polygraph_eval.yaml")
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
-    collect(Path(a.runs), Path(a.data), a.dataset, a.model, a.limit, Path(a.config), Path(a.out))
+    if a.archive:
+        chunk = Path(a.archive)
+        batch_size = int(load_config(Path(a.config)).get("batch_size", 1))
+        archive_chunk(chunk, Path(a.data_chunk), batch_size, Path(a.chunks) / f"{chunk.name}.json")
+    collect(Path(a.chunks), Path(a.data), a.dataset, a.model, a.limit, Path(a.config), Path(a.out))
     return 0
 
 
