@@ -161,8 +161,7 @@ def create_app(engine, settings: ServeSettings, *, batcher: Batcher | None = Non
 
     @asynccontextmanager
     async def lifespan(app):
-        if not batcher._thread.is_alive() and not batcher._thread.ident:
-            batcher.start()
+        batcher.start()
         yield
         # uvicorn has answered the requests in flight by now (graceful shutdown); the worker
         # finishes anything still queued, then ends

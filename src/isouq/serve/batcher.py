@@ -1,4 +1,5 @@
-"""Micro-batching: a bounded queue and the one worker thread that owns the model.
+"""Micro-batching: a bounded queue and its worker, run on the one thread that owns the model
+(:class:`~isouq.serve.model_thread.ModelThread`).
 
 Requests are queued as jobs (``engine.ScoreJob`` / ``engine.GenerateJob``). The worker takes
 the jobs at the front that fit in ``max_batch`` answers (always at least one) and runs them as
@@ -36,10 +37,12 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import Future
+from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
 
 from .config import ServeSettings
 from .errors import RequestError
+from .model_thread import ModelThread
 
 #: the longest the next batch waits for the app to hand the last batch's answers to their
 #: clients (:meth:`Batcher.delivered`; the app reports every one, this only bounds a lost report)
@@ -80,9 +83,12 @@ class Batcher:
         engine: runs a batch (``Engine.run(list of work) -> list of Outcome``).
         settings: ``max_batch``, ``max_wait_ms``, ``max_queue``.
         metrics: a :class:`~isouq.serve.metrics.Metrics` (or None).
+        thread: the :class:`ModelThread` that loaded the engine's model (the worker runs on it;
+            default: a new one).
     """
 
-    def __init__(self, engine, settings: ServeSettings, metrics=None):
+    def __init__(self, engine, settings: ServeSettings, metrics=None,
+                 thread: ModelThread | None = None):
         self.engine, self.settings, self.metrics = engine, settings, metrics
         self._queue: deque[Job] = deque()
         self._cond = threading.Condition()
@@ -90,18 +96,29 @@ class Batcher:
         self._running = 0  # jobs in the batch being run
         self._batch_seconds = 0.0  # moving average, for Retry-After
         self._turn: _Turn | None = None  # the clients the last batch answered
-        self._thread = threading.Thread(target=self._work, name="isouq-serve-worker",
-                                        daemon=True)
+        self._model_thread = thread
+        self._worker: Future | None = None  # the worker loop, once started
         self.batches = 0
 
     # ------------------------------------------------------------ the handlers' side
     def start(self) -> Batcher:
-        self._thread.start()
+        """Start the worker on the model thread (once)."""
+        if self._worker is None:
+            self._model_thread = self._model_thread or ModelThread()
+            self._worker = self._model_thread.submit(self._work)
         return self
 
     @property
+    def started(self) -> bool:
+        return self._worker is not None
+
+    @property
+    def _running_worker(self) -> bool:
+        return self._worker is not None and not self._worker.done()
+
+    @property
     def alive(self) -> bool:
-        return self._thread.is_alive() and not self._stopping
+        return self._running_worker and not self._stopping
 
     @property
     def depth(self) -> int:
@@ -130,7 +147,7 @@ class Batcher:
         """
         job = Job(work, max(int(work.units), 1), tracked=track)
         with self._cond:
-            if self._stopping or not self._thread.is_alive():
+            if self._stopping or not self._running_worker:
                 raise RequestError("the server is shutting down; retry on another instance",
                                    status=503, code="shutting_down")
             if len(self._queue) >= self.settings.max_queue:
@@ -174,8 +191,8 @@ class Batcher:
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
+        if self._worker is not None:
+            wait_futures([self._worker], timeout)
 
     # ------------------------------------------------------------ the worker
     def _gauge(self) -> None:

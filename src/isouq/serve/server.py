@@ -1,5 +1,9 @@
 """Start a server: check what a user can get wrong, load the model once, run uvicorn.
 
+The model is loaded, warmed up and run on one thread (:class:`~.model_thread.ModelThread`),
+never on the event loop's: a second thread running torch's parallel loops makes every batch
+slower on the CPU (the module says why and how much).
+
 uvicorn owns the signals: on SIGTERM (or Ctrl-C) it stops accepting connections and waits for
 the requests in flight to be answered (up to ``--request-timeout`` seconds more); then the app's
 shutdown lets the worker finish anything still queued and ends it.
@@ -63,7 +67,10 @@ def run_server(model: str, *, load: dict | None = None, calibration=None,
 
     from ..models import check_loadable, load_model
     from .app import create_app
+    from .batcher import Batcher
     from .engine import Engine
+    from .metrics import Metrics
+    from .model_thread import ModelThread
 
     settings = settings or ServeSettings(model_id=model)
     if not is_loopback(host) and settings.api_key is None:
@@ -71,13 +78,16 @@ def run_server(model: str, *, load: dict | None = None, calibration=None,
             f"reach this address can use the model (set --api-key or {API_KEY_ENV})")
     check_port(host, port)
     check_loadable(model)
-    lm, tok, info = load_model(model, **(load or {}))
+    owner = ModelThread()
+    lm, tok, info = owner.call(load_model, model, **(load or {}))
     files = getattr(info, "files", None)
     if calibration is not None:
         calibration.check_model(model, files)
-    engine = Engine(lm, tok, settings, calibration)
-    engine.warm_up()
-    app = create_app(engine, settings, model_info={"model": str(model)})
+    engine = owner.call(Engine, lm, tok, settings, calibration)
+    owner.call(engine.warm_up)
+    metrics = Metrics()
+    app = create_app(engine, settings, batcher=Batcher(engine, settings, metrics, thread=owner),
+                     metrics=metrics, model_info={"model": str(model)})
     p = engine.params_summary()
     say(f"isouq serve: {settings.model_id} on http://{host}:{port} (page at /, OpenAI API "
         f"at /v1; {p.get('n_params', 0):,} parameters scored; batches of ≤ "
