@@ -8,6 +8,8 @@ SmolLM2-135M-Instruct), each method runs in its own subprocess (so peak RSS is i
   per-example gradient method can be cheaper;
 - full_backward: forward + ordinary backward of Σ p̄ᵢ (weight gradients summed over the batch);
 - loop: one backward pass per answer (the paper's way), ``score_sequences(method="loop")``;
+- loop_trainable: the loop over the trainable weights only (with ``--quantize``: what a plain
+  backward of a 4-bit model differentiates, its 4-bit weights left out);
 - ghost: ``score_sequences(method="ghost")``, every answer from one backward pass.
 
 Variants of the ghost engine, for before/after comparisons in one run (asked for by name in
@@ -22,9 +24,11 @@ Variants of the ghost engine, for before/after comparisons in one run (asked for
         --batch-sizes 16 --rounds 3 --prompt-tokens 256 --tag shared
 
 Reports seconds per answer (median of --repeats after --warmups untimed calls, default 1), the
-ratios loop/ghost, ghost/forward and ghost/floor, and peak RSS (the process's peak, loading
-included), with the size of the weights as stored beside it (``weights_gib``; a 4-bit weight:
-its packed bytes); writes JSON + Markdown to --out.
+ratios loop/ghost, ghost/forward and ghost/floor, and peak RSS: the process's peak, loading
+included (``peak_rss_gib``), and on Linux the peak over the scoring calls alone, the weights
+resident (``peak_rss_scoring_gib``: VmHWM reset after loading), with the size of the weights as
+stored beside it (``weights_gib``; a 4-bit weight: its packed bytes); writes JSON + Markdown to
+--out.
 A method's time moves by several percent from one process to the next: ``--rounds R`` runs
 every method (but the slow loop) in R fresh processes, one round after the other, and reports
 the median over rounds, with each round's ghost/floor ratio beside it.
@@ -38,9 +42,11 @@ context or few-shot examples; the files are then named ``score_sequences_tL.*``:
     python benchmarks/score_sequences.py --prompt-tokens 1024 --batch-sizes 4 --out benchmarks/results
 
 The models people score: ``--quantize 4bit`` (bitsandbytes on load; ghost scores every weight,
-the 4-bit ones as their dequantized values; the loop, which cannot differentiate 4-bit weights,
-differentiates the trainable ones) and ``--lora R`` (a random rank-R PEFT adapter on every
-projection; every method over base weights and adapter); the files are then named with --tag:
+the 4-bit ones as their dequantized values; bitsandbytes cannot differentiate a 4-bit weight, so
+the loop runs on a float32 twin whose layers hold those dequantized values, the same scores,
+and ``loop_trainable`` on the 4-bit model over its trainable weights) and ``--lora R`` (a
+random rank-R PEFT adapter on every projection; every method over base weights and adapter);
+the files are then named with --tag:
 
     python benchmarks/score_sequences.py --quantize 4bit --batch-sizes 16 --tag 4bit
     python benchmarks/score_sequences.py --lora 8 --batch-sizes 16 --tag lora8
@@ -66,7 +72,9 @@ import sys
 import time
 from pathlib import Path
 
-METHODS = ("forward", "floor", "full_backward", "loop", "ghost")
+METHODS = ("forward", "floor", "full_backward", "loop", "loop_trainable", "ghost")
+#: methods run once per batch size (slow), not once per round
+ONCE = ("loop", "loop_trainable")
 #: ghost under another environment (read when isouq is imported, in the method's own process)
 VARIANTS = {"ghost_unshared": {"ISOUQ_GHOST_SHARE_GRAMS": "0"},
             "ghost_blocks2": {"ISOUQ_GHOST_GRAM_BLOCKS": "2"}}
@@ -92,9 +100,8 @@ def load_pairs(n: int, tokenizer=None, total: int | None = None) -> tuple[list, 
     return prompts, answers
 
 
-def method_fn(method: str, model, tok, prompts, answers, batch: int, loop_params=None):
-    """The callable that runs ``method`` once on these pairs (one batch of ``batch``); the loop
-    over the parameters ``loop_params`` (default: all)."""
+def method_fn(method: str, model, tok, prompts, answers, batch: int):
+    """The callable that runs ``method`` once on these pairs (one batch of ``batch``)."""
     import torch
 
     from isouq.sequences import collate, encode, score_sequences, summarize, token_probs
@@ -118,22 +125,27 @@ def method_fn(method: str, model, tok, prompts, answers, batch: int, loop_params
         model.zero_grad(set_to_none=True)
 
     def loop():
+        score_sequences(model, tok, prompts, answers, method="loop", batch_size=batch)
+
+    def loop_trainable():
         score_sequences(model, tok, prompts, answers, method="loop", batch_size=batch,
-                        params=loop_params)
+                        params="trainable")
 
     def ghost():
         score_sequences(model, tok, prompts, answers, method="ghost", batch_size=batch)
 
     fns = {"forward": forward, "floor": floor, "full_backward": full_backward, "loop": loop,
-           "ghost": ghost, **dict.fromkeys(VARIANTS, ghost)}
+           "loop_trainable": loop_trainable, "ghost": ghost, **dict.fromkeys(VARIANTS, ghost)}
     return fns[method], b
 
 
 def timed(fn, warmups: int, repeats: int, cuda: bool) -> tuple[list[float], float]:
     """(seconds of each of ``repeats`` calls after ``warmups`` untimed ones, peak memory in GiB:
-    the GPU's max_memory_allocated over the timed calls, else the process's peak RSS)."""
+    the GPU's max_memory_allocated over the timed calls, else the process's peak RSS, and on
+    Linux the peak RSS over these calls alone (None elsewhere))."""
     import torch
 
+    scoring_peak = reset_peak_rss()
     for _ in range(warmups):
         fn()
     if cuda:
@@ -148,7 +160,51 @@ def timed(fn, warmups: int, repeats: int, cuda: bool) -> tuple[list[float], floa
         times.append(time.perf_counter() - t)
     peak = (torch.cuda.max_memory_allocated() if cuda
             else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 2**10) / 2**30
-    return times, peak
+    return times, peak, (peak_rss_since_reset() if scoring_peak else None)
+
+
+def reset_peak_rss() -> bool:
+    """Reset the process's peak RSS (Linux: VmHWM, by writing 5 to /proc/self/clear_refs);
+    whether it could."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+def peak_rss_since_reset() -> float:
+    """The process's peak RSS in GiB since :func:`reset_peak_rss` (VmHWM)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 2**10 / 2**30
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
+def dequantized_twin(model):
+    """A float32 copy of a bitsandbytes 4-bit model whose every ``Linear4bit`` is an
+    ``nn.Linear`` holding the dequantized weight (and the bias): it computes what the 4-bit
+    model computes, and autograd can differentiate every weight."""
+    import copy
+
+    import bitsandbytes as bnb
+    import torch
+    from torch import nn
+
+    from isouq.quantized import dequantized
+
+    twin = copy.deepcopy(model)
+    for mod in list(twin.modules()):
+        for name, child in list(mod.named_children()):
+            if isinstance(child, bnb.nn.Linear4bit):
+                w = dequantized(child.weight).float()
+                lin = nn.Linear(w.shape[1], w.shape[0], bias=child.bias is not None)
+                with torch.no_grad():
+                    lin.weight.copy_(w)
+                    if child.bias is not None:
+                        lin.bias.copy_(child.bias.float())
+                setattr(mod, name, lin)
+    return twin
 
 
 def add_lora(model, r: int):
@@ -192,16 +248,21 @@ def run_one(method: str, model_name: str, batch: int, repeats: int, threads: int
     weights = sum(t.numel() * t.element_size()
                   for t in (*model.parameters(), *model.buffers())) / 2**30
     prompts, answers = load_pairs(batch, tok, total)
-    loop_params = "trainable" if quantize and method == "loop" else None  # 4-bit: not differentiable
-    fn, b = method_fn(method, model, tok, prompts, answers, batch, loop_params)
+    loop_params = None
+    if quantize == "4bit" and method == "loop":  # bitsandbytes cannot differentiate 4-bit weights
+        model, loop_params = dequantized_twin(model), "every weight, on the float32 twin"
+    elif method == "loop_trainable":
+        loop_params = "trainable weights"
+    fn, b = method_fn(method, model, tok, prompts, answers, batch)
     with autograd_ready(model):
-        times, peak = timed(fn, warmups, repeats, cuda)
+        times, peak, scoring_peak = timed(fn, warmups, repeats, cuda)
     return {
         "method": method, "batch": batch, "tokens_padded": int(b.input_ids.shape[1]),
         "answer_tokens_mean": float(b.answer_mask.sum(1).float().mean()),
         "seconds_batch": statistics.median(times), "seconds_per_answer":
         statistics.median(times) / batch, "repeats": repeats,
-        "peak_rss_gib": peak, "device": torch.cuda.get_device_name() if cuda else "cpu",
+        "peak_rss_gib": peak, "peak_rss_scoring_gib": scoring_peak,
+        "device": torch.cuda.get_device_name() if cuda else "cpu",
         "dtype": dtype, "model": name, "n_params": n_params, "malloc_tuned": tuned,
         "quantize": quantize, "lora": lora, "loop_params": loop_params, "weights_gib": weights,
     }
@@ -225,8 +286,9 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     ap.add_argument("--quantize", default=None, choices=["4bit", "8bit"],
-                    help="quantize the model on load (bitsandbytes); the loop then differentiates "
-                         "the trainable parameters only (4-bit weights cannot be)")
+                    help="quantize the model on load (bitsandbytes); with 4bit the loop runs on a "
+                         "float32 twin of the dequantized weights (4-bit weights cannot be "
+                         "differentiated), loop_trainable on the model over its trainable weights")
     ap.add_argument("--lora", type=int, default=None, metavar="R",
                     help="put a random PEFT LoRA adapter of rank R on every projection")
     ap.add_argument("--tag", default=None, help="suffix of the result files' names")
@@ -243,9 +305,9 @@ def main() -> None:
         runs: dict[str, list[dict]] = {m: [] for m in a.methods}
         for rnd in range(a.rounds):
             for m in a.methods:
-                if m == "loop" and rnd:
+                if m in ONCE and rnd:
                     continue
-                reps = 1 if m == "loop" else a.repeats
+                reps = 1 if m in ONCE else a.repeats
                 cmd = [sys.executable, __file__, "--child", m, str(batch), "--model", a.model,
                        "--repeats", str(reps), "--threads", str(a.threads)]
                 if a.prompt_tokens:
@@ -267,12 +329,15 @@ def main() -> None:
             row.update(seconds_per_answer=statistics.median(per_round),
                        seconds_batch=statistics.median(r["seconds_batch"] for r in rs),
                        peak_rss_gib=max(r["peak_rss_gib"] for r in rs),
+                       peak_rss_scoring_gib=max((r["peak_rss_scoring_gib"] for r in rs
+                                                 if r.get("peak_rss_scoring_gib") is not None),
+                                                default=None),
                        rounds_seconds_per_answer=per_round)
             rows.append(row)
         t = {r["method"]: r["seconds_per_answer"] for r in rows if r["batch"] == batch}
         ratio = {"batch": batch}
-        for num, den in (("loop", "ghost"), ("ghost", "forward"), ("ghost", "floor"),
-                         ("floor", "forward"), *((v, "ghost") for v in VARIANTS)):
+        for num, den in (("loop", "ghost"), ("loop_trainable", "ghost"), ("ghost", "forward"),
+                         ("ghost", "floor"), ("floor", "forward"), *((v, "ghost") for v in VARIANTS)):
             # those the methods run allow
             if num in t and den in t:
                 ratio[f"{num}/{den}"] = t[num] / t[den]
@@ -295,8 +360,9 @@ def main() -> None:
 
     md = ["# score_sequences benchmark\n",
           f"{doc['date']}, {doc['machine']}; median of {a.rounds} round(s) of fresh processes\n\n",
-          markdown_table([{k: r[k] for k in ("batch", "method", "tokens_padded",
-                                              "seconds_per_answer", "peak_rss_gib")}
+          markdown_table([{k: r.get(k) for k in ("batch", "method", "tokens_padded",
+                                                  "seconds_per_answer", "peak_rss_gib",
+                                                  "peak_rss_scoring_gib")}
                           for r in rows]), "\n", markdown_table(ratios)]
     (out / f"{stem}.md").write_text("".join(md))
     print("".join(md[2:]))

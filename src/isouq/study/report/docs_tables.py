@@ -333,7 +333,7 @@ def _ghost_flops(root: Path) -> str:
                   "parameter / shared"], rows)
 
 
-MODELS_CPU = {"float32": SCORE_SEQUENCES,
+MODELS_CPU = {"float32": "benchmarks/results/score_sequences_fp32.json",
               "bitsandbytes 4-bit (NF4, `--quantize 4bit`)": "benchmarks/results/score_sequences_4bit.json",
               "float32 + LoRA rank 8 on every projection": "benchmarks/results/score_sequences_lora8.json"}
 
@@ -350,13 +350,13 @@ def _models_cpu(root: Path) -> str:
         rows.append([
             kind, f"{sig(s['floor']['seconds_per_answer'])} s",
             f"**{sig(s['ghost']['seconds_per_answer'])} s**", f"**{sig(rq['ghost/floor'])}**",
-            f"{sig(loop['seconds_per_answer'])} s" + (f" ({loop['loop_params']} weights)"
+            f"{sig(loop['seconds_per_answer'])} s" + (f" ({loop['loop_params']})"
                                                        if loop.get("loop_params") else ""),
             f"**{sig(rq['loop/ghost'])}×**",
             "" if weights is None else f"{fixed(weights, 2)} GiB",
-            f"{fixed(s['ghost']['peak_rss_gib'], 1)} GiB"])
+            f"{fixed(s['ghost']['peak_rss_scoring_gib'], 2)} GiB"])
     return _grid(["model", "floor", "**ghost**", "ghost / floor", "loop", "loop / ghost",
-                  "weights as stored", "peak RSS of ghost (loading included)"], rows)
+                  "weights as stored", "peak RSS of ghost while scoring"], rows)
 
 
 SERVE_LOAD = "benchmarks/results/serve_load.json"
