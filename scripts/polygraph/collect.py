@@ -139,7 +139,8 @@ def versions() -> dict:
     return out
 
 
-def archive_chunk(chunk: Path, data: Path, batch_size: int, out: Path) -> dict:
+def archive_chunk(chunk: Path, data: Path, batch_size: int, out: Path,
+                  untimed: str | None = None) -> dict:
     """One finished polygraph_eval chunk as a small JSON kept under ``results/`` (what a later
     run on a fresh checkout resumes from; the chunk's UEManager and log stay in the git-ignored
     run folder).
@@ -149,6 +150,8 @@ def archive_chunk(chunk: Path, data: Path, batch_size: int, out: Path) -> dict:
         data: the prepared ``datasets`` folder of the same chunk.
         batch_size: the config's ``batch_size`` (how the log's per-batch lines split).
         out: the JSON to write.
+        untimed: why this chunk's seconds do not count (e.g. the run was stopped for a while
+            mid-chunk): they are left out, so the chunk adds no cost.
 
     Returns:
         ``{"chunk", "questions": [per question: key, question, references, answer, n_tokens,
@@ -191,6 +194,8 @@ def archive_chunk(chunk: Path, data: Path, batch_size: int, out: Path) -> dict:
                for b, size in enumerate(sizes)]
     doc = {"chunk": chunk.name, "questions": questions, "batches": batches,
            "seconds": {k: round(sum(v), 4) for k, v in sec.items()}, "logged": stamps}
+    if untimed:
+        doc |= {"batches": [], "seconds": {}, "note": f"seconds not kept: {untimed}"}
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".tmp")
     tmp.write_text(dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
@@ -297,6 +302,8 @@ def main(argv=None) -> int:
     ap.add_argument("--archive", help="a finished chunk's run folder: archive it into --chunks "
                     "first (needs --data-chunk)")
     ap.add_argument("--data-chunk", help="the prepared datasets folder of --archive's chunk")
+    ap.add_argument("--untimed", metavar="WHY", help="archive --archive's chunk without its "
+                    "seconds (it adds no cost), saying why")
     ap.add_argument("--data", required=True)
     ap.add_argument("--dataset", required=True)
     ap.add_argument("--model", required=True)
@@ -307,7 +314,8 @@ def main(argv=None) -> int:
     if a.archive:
         chunk = Path(a.archive)
         batch_size = int(load_config(Path(a.config)).get("batch_size", 1))
-        archive_chunk(chunk, Path(a.data_chunk), batch_size, Path(a.chunks) / f"{chunk.name}.json")
+        archive_chunk(chunk, Path(a.data_chunk), batch_size, Path(a.chunks) / f"{chunk.name}.json",
+                      a.untimed)
     collect(Path(a.chunks), Path(a.data), a.dataset, a.model, a.limit, Path(a.config), Path(a.out))
     return 0
 
