@@ -11,7 +11,9 @@
 # an archived chunk is skipped, an unfinished one is run again. Models in turn; within a model,
 # chunk by chunk with the datasets alternating. After each chunk the kept results
 # results/polygraph/polygraph__<dataset>__<model>.json are rebuilt from every archived chunk
-# (scripts/polygraph/collect.py), marked partial until --limit questions are in.
+# (scripts/polygraph/collect.py), marked partial until --limit questions are in. Time something
+# else beside it with `scripts/quiet.sh run CMD`: the run is stopped meanwhile, and a chunk
+# that was stopped keeps its answers but not its seconds (no inflated cost).
 # Needs .venv-polygraph (docs/polygraph.md: python3 -m venv .venv-polygraph;
 # .venv-polygraph/bin/pip install -c constraints.txt -e ".[polygraph]"; the registry models
 # fetched there: .venv-polygraph/bin/isouq models --fetch NAME).
@@ -64,7 +66,7 @@ for model in $MODELS; do
       kept="results/polygraph/chunks/$run"
       if [ -f "$kept/$(basename "$chunk").json" ]; then continue; fi
       if [ ! -f "$out/done" ]; then
-        rm -rf "$out"; mkdir -p "$out"
+        rm -rf "$out"; mkdir -p "$out"; date +%s > "$out/started"
         echo "[polygraph] $model × $ds: $(basename "$chunk") of $nchunks ($(date +%H:%M:%S))"
         HYDRA_CONFIG="$PWD/$CONFIG" "$EVAL" model.path="$MODELDIR/$model" instruct=$instruct \
             dataset="$chunk" save_path="$out" > "$out/stdout.log" 2>&1

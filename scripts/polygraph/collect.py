@@ -139,8 +139,31 @@ def versions() -> dict:
     return out
 
 
+def paused_during(chunk: Path, pauses: Path | None, stamps: list[str]) -> str | None:
+    """Why the chunk's seconds do not count, if the background runs were stopped while it ran
+    (``scripts/quiet.sh`` logs each stop in ``pauses`` as "START END", seconds since the epoch);
+    else None. The chunk ran from its ``started`` mark (else 10 minutes before its first logged
+    line) to its ``done`` mark (else now)."""
+    if pauses is None or not pauses.exists():
+        return None
+    if (chunk / "started").exists():
+        start = float((chunk / "started").read_text().split()[0])
+    elif stamps:
+        start = time.mktime(time.strptime(stamps[0].split(",")[0], "%Y-%m-%d %H:%M:%S")) - 600
+    else:
+        return None
+    end = (chunk / "done").stat().st_mtime if (chunk / "done").exists() else time.time()
+    for line in pauses.read_text().splitlines():
+        a, b = (float(x) for x in line.split()[:2])
+        if a < end and b > start:
+            return (f"the run was stopped from {time.strftime('%H:%M:%S', time.localtime(a))} "
+                    f"to {time.strftime('%H:%M:%S', time.localtime(b))} while something was "
+                    "timed (scripts/quiet.sh)")
+    return None
+
+
 def archive_chunk(chunk: Path, data: Path, batch_size: int, out: Path,
-                  untimed: str | None = None) -> dict:
+                  untimed: str | None = None, pauses: Path | None = None) -> dict:
     """One finished polygraph_eval chunk as a small JSON kept under ``results/`` (what a later
     run on a fresh checkout resumes from; the chunk's UEManager and log stay in the git-ignored
     run folder).
@@ -152,6 +175,7 @@ def archive_chunk(chunk: Path, data: Path, batch_size: int, out: Path,
         out: the JSON to write.
         untimed: why this chunk's seconds do not count (e.g. the run was stopped for a while
             mid-chunk): they are left out, so the chunk adds no cost.
+        pauses: ``scripts/quiet.sh``'s log of stops; a chunk that ran during one is untimed.
 
     Returns:
         ``{"chunk", "questions": [per question: key, question, references, answer, n_tokens,
@@ -194,6 +218,7 @@ def archive_chunk(chunk: Path, data: Path, batch_size: int, out: Path,
                for b, size in enumerate(sizes)]
     doc = {"chunk": chunk.name, "questions": questions, "batches": batches,
            "seconds": {k: round(sum(v), 4) for k, v in sec.items()}, "logged": stamps}
+    untimed = untimed or paused_during(chunk, pauses, stamps)
     if untimed:
         doc |= {"batches": [], "seconds": {}, "note": f"seconds not kept: {untimed}"}
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -304,6 +329,8 @@ def main(argv=None) -> int:
     ap.add_argument("--data-chunk", help="the prepared datasets folder of --archive's chunk")
     ap.add_argument("--untimed", metavar="WHY", help="archive --archive's chunk without its "
                     "seconds (it adds no cost), saying why")
+    ap.add_argument("--pauses", default="runs/pauses.log", help="scripts/quiet.sh's log of "
+                    "stops: a chunk that ran during one keeps no seconds")
     ap.add_argument("--data", required=True)
     ap.add_argument("--dataset", required=True)
     ap.add_argument("--model", required=True)
@@ -315,7 +342,7 @@ def main(argv=None) -> int:
         chunk = Path(a.archive)
         batch_size = int(load_config(Path(a.config)).get("batch_size", 1))
         archive_chunk(chunk, Path(a.data_chunk), batch_size, Path(a.chunks) / f"{chunk.name}.json",
-                      a.untimed)
+                      a.untimed, Path(a.pauses))
     collect(Path(a.chunks), Path(a.data), a.dataset, a.model, a.limit, Path(a.config), Path(a.out))
     return 0
 
