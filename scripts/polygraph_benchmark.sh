@@ -66,7 +66,7 @@ for model in $MODELS; do
       kept="results/polygraph/chunks/$run"
       if [ -f "$kept/$(basename "$chunk").json" ]; then continue; fi
       if [ ! -f "$out/done" ]; then
-        rm -rf "$out"; mkdir -p "$out"; date +%s > "$out/started"
+        rm -rf "$out"; mkdir -p "$out"; echo "$(date +%s) ${OMP_NUM_THREADS:-}" > "$out/started"
         echo "[polygraph] $model × $ds: $(basename "$chunk") of $nchunks ($(date +%H:%M:%S))"
         HYDRA_CONFIG="$PWD/$CONFIG" "$EVAL" model.path="$MODELDIR/$model" instruct=$instruct \
             dataset="$chunk" save_path="$out" > "$out/stdout.log" 2>&1

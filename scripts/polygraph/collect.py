@@ -216,8 +216,11 @@ def archive_chunk(chunk: Path, data: Path, batch_size: int, out: Path,
     sizes = [min(batch_size, n - i) for i in range(0, n, batch_size)]
     batches = [[size, {k: v[b] for k, v in sec.items() if len(v) == len(sizes)}]
                for b, size in enumerate(sizes)]
+    started = (chunk / "started").read_text().split() if (chunk / "started").exists() else []
     doc = {"chunk": chunk.name, "questions": questions, "batches": batches,
-           "seconds": {k: round(sum(v), 4) for k, v in sec.items()}, "logged": stamps}
+           "seconds": {k: round(sum(v), 4) for k, v in sec.items()}, "logged": stamps,
+           # OMP_NUM_THREADS of the run (None: not recorded; "" : unset, every core)
+           "threads": started[1] if len(started) > 1 else ("" if started else None)}
     untimed = untimed or paused_during(chunk, pauses, stamps)
     if untimed:
         doc |= {"batches": [], "seconds": {}, "note": f"seconds not kept: {untimed}"}
@@ -251,6 +254,7 @@ def collect(chunks_dir: Path, data: Path, dataset: str, model: str, limit: int,
                 seconds[k] += v
             batches += [(size, t) for size, t in doc["batches"]]
         chunks.append({"chunk": doc["chunk"], "questions": len(rows), "logged": doc.get("logged"),
+                       "threads": doc.get("threads"),
                        "seconds": round(sum(doc["seconds"].values()), 2)
                        if doc.get("batches") else None})
     if not questions:
