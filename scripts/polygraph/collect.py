@@ -162,7 +162,14 @@ def paused_during(chunk: Path, pauses: Path | None, stamps: list[str]) -> str | 
     return None
 
 
-def archive_chunk(chunk: Path, data: Path, batch_size: int, out: Path,
+def load_rows(data: Path) -> dict[str, list]:
+    """The prepared chunk's columns (``key``, ``input``, ``output``) from its datasets folder."""
+    import datasets
+
+    return datasets.Dataset.load_from_disk(str(data)).to_dict()
+
+
+def archive_chunk(chunk: Path, rows: dict[str, list], batch_size: int, out: Path,
                   untimed: str | None = None, pauses: Path | None = None) -> dict:
     """One finished polygraph_eval chunk as a small JSON kept under ``results/`` (what a later
     run on a fresh checkout resumes from; the chunk's UEManager and log stay in the git-ignored
@@ -170,7 +177,7 @@ def archive_chunk(chunk: Path, data: Path, batch_size: int, out: Path,
 
     Args:
         chunk: the chunk's run folder (``ue_manager_seed1``, ``polygraph_eval.log``, ``done``).
-        data: the prepared ``datasets`` folder of the same chunk.
+        rows: the prepared chunk's columns (:func:`load_rows`).
         batch_size: the config's ``batch_size`` (how the log's per-batch lines split).
         out: the JSON to write.
         untimed: why this chunk's seconds do not count (e.g. the run was stopped for a while
@@ -182,7 +189,6 @@ def archive_chunk(chunk: Path, data: Path, batch_size: int, out: Path,
         quality, ue, isouq_mean_prob], "batches": [[answers, {calculator or estimator:
         seconds}]], "seconds": {name: total seconds}, "logged": [first, last timestamp]}``.
     """
-    import datasets
     import torch
 
     from isouq.runio import dumps
@@ -190,12 +196,11 @@ def archive_chunk(chunk: Path, data: Path, batch_size: int, out: Path,
     man = torch.load(chunk / "ue_manager_seed1", weights_only=False)
     if man.get("state") == "failed":
         raise SystemExit(f"{chunk}: polygraph_eval marked this chunk failed")
-    rows = datasets.Dataset.load_from_disk(str(data))
     inputs = list(man["stats"]["input_texts"])
     if len(inputs) == 2 * len(rows):  # a config that also lists input_texts in save_stats
         inputs = list(dict.fromkeys(inputs))
     if inputs != list(rows["input"]):
-        raise SystemExit(f"{chunk}: its inputs are not those of {data}")
+        raise SystemExit(f"{chunk}: its inputs are not those of its prepared chunk")
     n = len(inputs)
     texts, tokens = man["stats"]["greedy_texts"], man["stats"]["greedy_tokens"]
     ests = {name: list(v) for (level, name), v in man["estimations"].items() if level == "sequence"}
@@ -345,7 +350,7 @@ def main(argv=None) -> int:
     if a.archive:
         chunk = Path(a.archive)
         batch_size = int(load_config(Path(a.config)).get("batch_size", 1))
-        archive_chunk(chunk, Path(a.data_chunk), batch_size, Path(a.chunks) / f"{chunk.name}.json",
+        archive_chunk(chunk, load_rows(Path(a.data_chunk)), batch_size, Path(a.chunks) / f"{chunk.name}.json",
                       a.untimed, Path(a.pauses))
     collect(Path(a.chunks), Path(a.data), a.dataset, a.model, a.limit, Path(a.config), Path(a.out))
     return 0
