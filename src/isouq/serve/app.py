@@ -28,6 +28,7 @@ from .config import ServeSettings
 from .engine import GenerateJob, Pair, ScoreJob
 from .errors import RequestError
 from .metrics import Metrics
+from .model_thread import ModelThread
 from .page import PAGE
 from .schemas import AskRequest, ChatRequest, CompletionRequest, Message, ScoreRequest
 
@@ -141,7 +142,8 @@ def _validation_response(exc: RequestValidationError) -> JSONResponse:
 
 
 def create_app(engine, settings: ServeSettings, *, batcher: Batcher | None = None,
-               metrics: Metrics | None = None, model_info: dict | None = None) -> FastAPI:
+               metrics: Metrics | None = None, model_info: dict | None = None,
+               thread: ModelThread | None = None) -> FastAPI:
     """The FastAPI application of a loaded model.
 
     Args:
@@ -151,12 +153,15 @@ def create_app(engine, settings: ServeSettings, *, batcher: Batcher | None = Non
             after the requests in flight, when the app shuts down).
         metrics: the metrics (default: new).
         model_info: what ``GET /v1/models`` says about the model (e.g. its files).
+        thread: the :class:`~isouq.serve.model_thread.ModelThread` that loaded the model, for
+            the new batcher to run on (default: a new thread; on the CPU, load the model on the
+            thread that runs it: ``serve/model_thread.py`` says why).
 
     Returns:
         The app; run it with uvicorn (``serve.server.run_server``) or a TestClient.
     """
     metrics = metrics or Metrics()
-    batcher = batcher or Batcher(engine, settings, metrics)
+    batcher = batcher or Batcher(engine, settings, metrics, thread=thread)
     created = int(time.time())
 
     @asynccontextmanager

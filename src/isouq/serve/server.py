@@ -67,9 +67,7 @@ def run_server(model: str, *, load: dict | None = None, calibration=None,
 
     from ..models import check_loadable, load_model
     from .app import create_app
-    from .batcher import Batcher
     from .engine import Engine
-    from .metrics import Metrics
     from .model_thread import ModelThread
 
     settings = settings or ServeSettings(model_id=model)
@@ -85,9 +83,7 @@ def run_server(model: str, *, load: dict | None = None, calibration=None,
         calibration.check_model(model, files)
     engine = owner.call(Engine, lm, tok, settings, calibration)
     owner.call(engine.warm_up)
-    metrics = Metrics()
-    app = create_app(engine, settings, batcher=Batcher(engine, settings, metrics, thread=owner),
-                     metrics=metrics, model_info={"model": str(model)})
+    app = create_app(engine, settings, thread=owner, model_info={"model": str(model)})
     p = engine.params_summary()
     say(f"isouq serve: {settings.model_id} on http://{host}:{port} (page at /, OpenAI API "
         f"at /v1; {p.get('n_params', 0):,} parameters scored; batches of ≤ "
