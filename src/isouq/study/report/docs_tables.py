@@ -1016,5 +1016,43 @@ def _polygraph_cost(root: Path) -> str:
                   *(label for label, _ in POLYGRAPH_COST_GROUPS)], rows)
 
 
+@register("polygraph_verdict", POLYGRAPH_REPORT)
+def _polygraph_verdict(root: Path) -> str:
+    """The kept report's verdict on the LM-Polygraph benchmark and its note on what is partial,
+    as paragraphs."""
+    report = _json(root, POLYGRAPH_REPORT)
+    notes = next(s["notes"] for s in report["sections"] if s["id"] == "lm-polygraph-benchmark")
+    keep = [n for n in notes if n.startswith(("Verdict:", "PARTIAL:"))]
+    return "\n\n".join(f"**{n.split(':', 1)[0]}:**{n.split(':', 1)[1]}" for n in keep) + "\n"
+
+
+#: the quality metric of the scores' table (accuracy ranks nothing when no answer is correct)
+POLYGRAPH_SCORES_QUALITY = "ROUGE-L"
+
+
+@register("polygraph_scores", POLYGRAPH_REPORT)
+def _polygraph_scores(root: Path) -> str:
+    """Each of isouq's four scores per setting: its rank by PRR among every estimator of the run
+    (LM-Polygraph's and isouq's) with its PRR and 95% interval, on ROUGE-L."""
+    rows: dict[tuple, dict] = {}
+    names: list[str] = []
+    per_setting: dict[tuple, int] = {}
+    for r in _section(_json(root, POLYGRAPH_REPORT), "lm-polygraph-benchmark")["estimators"]:
+        if r["quality"] != POLYGRAPH_SCORES_QUALITY:
+            continue
+        key = (r["model"], r["dataset"])
+        per_setting[key] = per_setting.get(key, 0) + 1
+        if r["estimator"].startswith("★ "):
+            name = r["estimator"][2:]
+            names += [] if name in names else [name]
+            rows.setdefault(key, {})[name] = (r["rank"], r["PRR [95% CI]"])
+    out = []
+    for key, cells in rows.items():
+        n = per_setting[key]
+        out.append([_setting(*key), *(f"{cells[e][0]} of {n}: {_minus(cells[e][1])}"
+                                      if e in cells else MISSING for e in names)])
+    return _grid(["model × dataset", *names], out)
+
+
 if __name__ == "__main__":
     sys.exit(main())
