@@ -1018,12 +1018,13 @@ def _polygraph_cost(root: Path) -> str:
 
 @register("polygraph_verdict", POLYGRAPH_REPORT)
 def _polygraph_verdict(root: Path) -> str:
-    """The kept report's verdict on the LM-Polygraph benchmark and its note on what is partial,
-    as paragraphs."""
+    """The kept report's verdict on the LM-Polygraph benchmark and its note on what is partial
+    (if any), one row each."""
     report = _json(root, POLYGRAPH_REPORT)
     notes = next(s["notes"] for s in report["sections"] if s["id"] == "lm-polygraph-benchmark")
-    keep = [n for n in notes if n.startswith(("Verdict:", "PARTIAL:"))]
-    return "\n\n".join(f"**{n.split(':', 1)[0]}:**{n.split(':', 1)[1]}" for n in keep) + "\n"
+    rows = [[n.split(":", 1)[0].lower(), n.split(":", 1)[1].strip()] for n in notes
+            if n.startswith(("Verdict:", "PARTIAL:"))]
+    return _grid(["", "the kept report says"], rows)
 
 
 #: the quality metric of the scores' table (accuracy ranks nothing when no answer is correct)
