@@ -102,15 +102,12 @@ class Batcher:
 
     # ------------------------------------------------------------ the handlers' side
     def start(self) -> Batcher:
-        """Start the worker on the model thread (once)."""
+        """Start the worker on the model thread (once); it holds that thread until
+        :meth:`stop`."""
         if self._worker is None:
             self._model_thread = self._model_thread or ModelThread()
             self._worker = self._model_thread.submit(self._work)
         return self
-
-    @property
-    def started(self) -> bool:
-        return self._worker is not None
 
     @property
     def _running_worker(self) -> bool:
