@@ -26,7 +26,8 @@ Variants of the ghost engine, for before/after comparisons in one run (asked for
 Reports seconds per answer (median of --repeats after --warmups untimed calls, default 1), the
 ratios loop/ghost, ghost/forward and ghost/floor, and peak RSS: the process's peak, loading
 included (``peak_rss_gib``), and on Linux the peak over the scoring calls alone, the weights
-resident (``peak_rss_scoring_gib``: VmHWM reset after loading), with the size of the weights as
+resident (``peak_rss_scoring_gib``: the allocator's free memory handed back and VmHWM reset
+after loading), with the size of the weights as
 stored beside it (``weights_gib``; a 4-bit weight: its packed bytes); writes JSON + Markdown to
 --out.
 A method's time moves by several percent from one process to the next: ``--rounds R`` runs
@@ -164,8 +165,17 @@ def timed(fn, warmups: int, repeats: int, cuda: bool) -> tuple[list[float], floa
 
 
 def reset_peak_rss() -> bool:
-    """Reset the process's peak RSS (Linux: VmHWM, by writing 5 to /proc/self/clear_refs);
-    whether it could."""
+    """Hand the allocator's free memory back to the OS (glibc ``malloc_trim``: what loading freed,
+    e.g. the float32 weights a 4-bit model was quantized from, stays resident otherwise, since
+    the isouq allocator settings keep freed memory), then reset the process's peak RSS (Linux:
+    VmHWM, by writing 5 to /proc/self/clear_refs); whether it could."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: nothing to hand back
+        pass
     try:
         Path("/proc/self/clear_refs").write_text("5")
         return True
