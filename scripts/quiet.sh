@@ -13,7 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LOG=${PAUSES:-runs/pauses.log}
-NAMES="scaling_hmc.sh polygraph_benchmark.sh qa_long.sh"
+NAMES=${QUIET_NAMES:-"scaling_hmc.sh polygraph_benchmark.sh qa_long.sh"}
 
 groups() {  # the process group of every background run found, one per line
   local name pid g
