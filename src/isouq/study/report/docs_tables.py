@@ -874,17 +874,24 @@ def _long_order(rows: Iterable[Mapping]) -> list[tuple[str, str]]:
 @register("qa_long_counts", QA_LONG)
 def _qa_long_counts(root: Path) -> str:
     """Answers written of those planned, labelled sentences and wrong ones, per setting and
-    model of ``isouq qa long``."""
+    model of ``isouq qa long``, then per model over both settings."""
     t = _json(root, QA_LONG)["tables"]
     counts = {(c["setting"], c["model"]): c for c in t.get("counts", [])}
     prog = {(p["setting"], p["model"]): p for p in t.get("progress", [])}
-    rows = []
+    rows, total = [], {}
     for key in _long_order(t.get("progress", [])):
         p, c = prog[key], counts.get(key, {})
         rows.append([p["setting"], EVIDENCE_MODELS.get(p["model"], (p["model"],))[0],
                      f"{p['written']} of {p['planned']}" + (" (partial)" if p["partial"] else ""),
                      str(c.get("sentences", 0)), str(c.get("wrong", 0)),
                      str(p["sentences_dropped"])])
+        m = total.setdefault(p["model"], [0, 0, 0, 0])
+        for i, v in enumerate((p["written"], c.get("sentences", 0), c.get("wrong", 0),
+                               p["sentences_dropped"])):
+            m[i] += v
+    for model, (written, sentences, wrong, dropped) in total.items():
+        rows.append(["**both**", EVIDENCE_MODELS.get(model, (model,))[0], str(written),
+                     f"**{sentences:,}**", str(wrong), str(dropped)])
     return _grid(["setting", "model", "answers", "labelled sentences", "wrong",
                   "sentences dropped"], rows)
 
