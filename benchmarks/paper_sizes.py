@@ -10,7 +10,9 @@ pairs at each batch size B, three methods, each in its own process per model:
 - floor: forward + backward of Σ p̄ᵢ with every weight frozen (activation gradients only) — no
   per-example gradient method can be cheaper;
 - full_backward: forward + an ordinary backward of Σ p̄ᵢ (the batch's summed weight gradient);
-- ghost: ``score_sequences(method="ghost")``, every answer's ‖∇θ p̄ᵢ‖² from one backward.
+- ghost: ``score_sequences(method="ghost")``, every answer's ‖∇θ p̄ᵢ‖² from one backward;
+- asked for by name, floor_unaligned and ghost_unaligned: the same without rows padded to a
+  multiple of 8 positions (``ISOUQ_TOKEN_MULTIPLE=1``), the before/after of that padding.
 
 Seconds per answer are the median of --repeats timed calls after --warmups, divided by B, each
 taken after a device synchronize; peak memory is the GPU's ``max_memory_allocated`` during the
@@ -38,6 +40,8 @@ CONFIGS = HERE / "configs"
 MODELS = ("olmo-1b", "llama-3.2-3b", "llama-2-7b", "phi-4")
 PAPER_SECONDS = {"olmo-1b": 0.06, "llama-3.2-3b": 0.08, "llama-2-7b": 0.12, "phi-4": 0.15}
 METHODS = ("floor", "full_backward", "ghost")
+#: asked for by name: rows not padded to 8 positions (``score_sequences.VARIANTS``)
+UNALIGNED = ("floor_unaligned", "ghost_unaligned")
 
 
 def config_dir(model: str) -> str:
@@ -141,6 +145,11 @@ def table(rows: list[dict]) -> list[dict]:
             row = {"model": m, "params_B": round(next(iter(got.values()))["n_params"] / 1e9, 2),
                    "batch": b}
             row.update({f"{k} s/answer": t.get(k) for k in METHODS})
+            for k in UNALIGNED:
+                if k in t:
+                    row[f"{k} s/answer"] = t[k]
+            if {"ghost_unaligned", "floor_unaligned"} <= t.keys():
+                row["unaligned ghost/floor"] = t["ghost_unaligned"] / t["floor_unaligned"]
             row["ghost/floor"] = t["ghost"] / t["floor"] if {"ghost", "floor"} <= t.keys() else None
             row["ghost/(fwd+full bwd)"] = (t["ghost"] / t["full_backward"]
                                            if {"ghost", "full_backward"} <= t.keys() else None)
@@ -153,7 +162,7 @@ def table(rows: list[dict]) -> list[dict]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="+", default=list(MODELS))
-    ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=[*METHODS, *UNALIGNED])
     ap.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 16, 64])
     ap.add_argument("--tokenizer", required=True, help="folder of a saved tokenizer")
     ap.add_argument("--device", default="cuda")
@@ -178,6 +187,8 @@ def main() -> None:
         m, b = a.profile.rsplit(":", 1)
         profile(config_dir(m), int(b), a.tokenizer, a.device, a.dtype, out)
         return
+    from score_sequences import variant_env
+
     stem = "paper_sizes" + (f"_{a.tag}" if a.tag else "")
     rows: list[dict] = []
     failures = []
@@ -188,7 +199,7 @@ def main() -> None:
                    "--repeats", str(a.repeats), "--batch-sizes", *map(str, a.batch_sizes)]
             cmd += ["--quantize", a.quantize] if a.quantize else []
             t0 = time.perf_counter()
-            proc = subprocess.run(cmd, capture_output=True, text=True)
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=variant_env(method))
             got = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
             rows += got
             if proc.returncode:

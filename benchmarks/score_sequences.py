@@ -12,13 +12,15 @@ SmolLM2-135M-Instruct), each method runs in its own subprocess (so peak RSS is i
   backward of a 4-bit model differentiates, its 4-bit weights left out);
 - ghost: ``score_sequences(method="ghost")``, every answer from one backward pass.
 
-Variants of the ghost engine, for before/after comparisons in one run (asked for by name in
---methods; each is ghost under the environment it names):
+Variants, for before/after comparisons in one run (asked for by name in --methods; each is a
+method under the environment it names):
 
 - ghost_unshared: ``ISOUQ_GHOST_SHARE_GRAMS=0``, every parameter on its own (no Gram shared by
   the layers reading one input, no group cost rule: ``ghost/shared.py``);
 - ghost_blocks2: ``ISOUQ_GHOST_GRAM_BLOCKS=2``, the shared path's symmetric Grams from their
-  blocks on and above the diagonal (3/4 of the products).
+  blocks on and above the diagonal (3/4 of the products);
+- ghost_unaligned, floor_unaligned: ``ISOUQ_TOKEN_MULTIPLE=1``, rows not padded to a multiple of
+  8 positions on CUDA (``ghost/factors.py``; no effect on the CPU).
 
     python benchmarks/score_sequences.py --methods floor ghost ghost_unshared ghost_blocks2 \
         --batch-sizes 16 --rounds 3 --prompt-tokens 256 --tag shared
@@ -76,9 +78,17 @@ from pathlib import Path
 METHODS = ("forward", "floor", "full_backward", "loop", "loop_trainable", "ghost")
 #: methods run once per batch size (slow), not once per round
 ONCE = ("loop", "loop_trainable")
-#: ghost under another environment (read when isouq is imported, in the method's own process)
-VARIANTS = {"ghost_unshared": {"ISOUQ_GHOST_SHARE_GRAMS": "0"},
-            "ghost_blocks2": {"ISOUQ_GHOST_GRAM_BLOCKS": "2"}}
+#: name: (method, the environment it runs under: read when isouq is imported, in the method's
+#: own process)
+VARIANTS = {"ghost_unshared": ("ghost", {"ISOUQ_GHOST_SHARE_GRAMS": "0"}),
+            "ghost_blocks2": ("ghost", {"ISOUQ_GHOST_GRAM_BLOCKS": "2"}),
+            "ghost_unaligned": ("ghost", {"ISOUQ_TOKEN_MULTIPLE": "1"}),
+            "floor_unaligned": ("floor", {"ISOUQ_TOKEN_MULTIPLE": "1"})}
+
+
+def variant_env(method: str) -> dict[str, str]:
+    """The environment ``method`` runs under: this one's, with a variant's settings."""
+    return {**os.environ, **VARIANTS.get(method, (method, {}))[1]}
 
 
 def load_pairs(n: int, tokenizer=None, total: int | None = None) -> tuple[list, list[str]]:
@@ -105,9 +115,12 @@ def method_fn(method: str, model, tok, prompts, answers, batch: int):
     """The callable that runs ``method`` once on these pairs (one batch of ``batch``)."""
     import torch
 
-    from isouq.sequences import collate, encode, score_sequences, summarize, token_probs
+    from isouq.ghost.factors import token_multiple
+    from isouq.sequences import collate, encode, input_device, score_sequences, summarize, token_probs
 
-    b = collate(encode(tok, prompts, answers), tok.pad_token_id or 0)
+    # padded as score_sequences pads (a multiple of 8 positions on CUDA)
+    b = collate(encode(tok, prompts, answers), tok.pad_token_id or 0,
+                multiple=token_multiple(input_device(model)))
 
     def forward():
         with torch.no_grad():
@@ -136,8 +149,8 @@ def method_fn(method: str, model, tok, prompts, answers, batch: int):
         score_sequences(model, tok, prompts, answers, method="ghost", batch_size=batch)
 
     fns = {"forward": forward, "floor": floor, "full_backward": full_backward, "loop": loop,
-           "loop_trainable": loop_trainable, "ghost": ghost, **dict.fromkeys(VARIANTS, ghost)}
-    return fns[method], b
+           "loop_trainable": loop_trainable, "ghost": ghost}
+    return fns[VARIANTS.get(method, (method,))[0]], b
 
 
 def timed(fn, warmups: int, repeats: int, cuda: bool) -> tuple[list[float], float]:
@@ -328,7 +341,7 @@ def main() -> None:
                 cmd += ["--quantize", a.quantize] if a.quantize else []
                 cmd += ["--lora", str(a.lora)] if a.lora else []
                 out = subprocess.run(cmd, capture_output=True, text=True, check=True,
-                                     env={**os.environ, **VARIANTS.get(m, {})}).stdout
+                                     env=variant_env(m)).stdout
                 runs[m].append(json.loads(out.strip().splitlines()[-1]))
                 print(f"batch {batch} {m:>13} (round {rnd + 1}): "
                       f"{runs[m][-1]['seconds_per_answer']:.3f} s/answer, "
@@ -347,7 +360,9 @@ def main() -> None:
         t = {r["method"]: r["seconds_per_answer"] for r in rows if r["batch"] == batch}
         ratio = {"batch": batch}
         for num, den in (("loop", "ghost"), ("loop_trainable", "ghost"), ("ghost", "forward"),
-                         ("ghost", "floor"), ("floor", "forward"), *((v, "ghost") for v in VARIANTS)):
+                         ("ghost", "floor"), ("floor", "forward"),
+                         ("ghost_unaligned", "floor_unaligned"),
+                         *((v, base) for v, (base, _) in VARIANTS.items())):
             # those the methods run allow
             if num in t and den in t:
                 ratio[f"{num}/{den}"] = t[num] / t[den]

@@ -3,7 +3,7 @@
 #
 #   device run:  bash scripts/gpu_check.sh      (carry .gpu, made here by scripts/gpu_prepare.sh)
 #                STEPS="tests classifiers" bash scripts/gpu_check.sh    (other steps)
-# By default: tests and paper_sizes (4.6 minutes on an H200).
+# By default: tests, paper_sizes (4.6 minutes on an H200) and aligned.
 #
 # 1. exactness: the ghost-rule, classifier and sequence tests with every tensor on the GPU
 #    (ISOUQ_TEST_DEVICE=cuda, TF32 off), against brute-force per-example gradients and Opacus;
@@ -14,6 +14,8 @@
 # 5. paper_sizes: benchmarks/paper_sizes.py, the paper's four LLM architectures (1B-14B, random
 #    weights, bfloat16) at batch 1, 16, 64: floor, forward + full backward, ghost, peak memory,
 #    and a profile of the 3B model's floor and ghost at batch 16;
+#    aligned: the 3B model's floor and ghost with and without rows padded to a multiple of 8
+#    positions (tensor-core-aligned T × T Grams; ISOUQ_TOKEN_MULTIPLE), at batch 16 and 64;
 # 6. spans: benchmarks/spans.py, 16 answers of 5 sentences, span scores against the whole answer
 #    and the per-span loop, on SmolLM2's architecture (float32) and Llama 3.2 3B (bfloat16).
 # Results land in $OUT (JSON, and one log of everything printed).
@@ -35,7 +37,7 @@ step() {  # name, seconds allowed, command...
   timeout "$limit" "$@"
   echo "== $name: exit $?, $((SECONDS - t0)) s"
 }
-STEPS=${STEPS:-tests paper_sizes}  # more: llm_fp32 llm_bf16 half_precision classifiers spans
+STEPS=${STEPS:-tests paper_sizes aligned}  # more: llm_fp32 llm_bf16 half_precision classifiers spans
 want() { [[ " $STEPS " == *" $1 "* ]]; }
 want tests && step tests 90 env ISOUQ_TEST_DEVICE=cuda python3 -m pytest -q -n 8 -p no:cacheprovider \
   --ignore=tests/ghost/test_memory.py tests/ghost tests/test_classifier_classes.py tests/test_sequences.py
@@ -50,6 +52,9 @@ want classifiers && step classifiers 150 python3 benchmarks/classifiers.py --dev
 want paper_sizes && step paper_sizes ${PAPER_SIZES_LIMIT:-420} python3 benchmarks/paper_sizes.py \
   --tokenizer .gpu/smollm2 --device cuda --dtype bfloat16 --batch-sizes 1 16 64 \
   --profile llama-3.2-3b:16 --tag cuda_bf16 --out "$OUT"
+want aligned && step aligned 120 python3 benchmarks/paper_sizes.py --models llama-3.2-3b \
+  --methods floor ghost floor_unaligned ghost_unaligned --tokenizer .gpu/smollm2 --device cuda \
+  --dtype bfloat16 --batch-sizes 16 64 --tag cuda_bf16_aligned --out "$OUT"
 want spans && step spans 150 python3 benchmarks/spans.py --config .gpu/smollm2 --device cuda \
   --out "$OUT/spans_cuda.json"
 want spans && step spans_3b 150 python3 benchmarks/spans.py --config benchmarks/configs/llama-3.2-3b \

@@ -218,3 +218,64 @@ def test_half_precision_ghost_matches_the_same_dtype_loop(family, dtype):
     err_g, err_l = ((g - ref).abs() / ref).median(), ((lo - ref).abs() / ref).median()
     eps = torch.finfo(dtype).eps
     assert err_g <= err_l + eps, (err_g, err_l)
+
+
+def test_token_multiple_pads_on_cuda_only():
+    from isouq.ghost.factors import TOKEN_MULTIPLE, round_up, token_multiple
+
+    assert TOKEN_MULTIPLE == 8  # the default (ISOUQ_TOKEN_MULTIPLE unset)
+    assert token_multiple("cuda") == 8 and token_multiple(torch.device("cuda", 0)) == 8
+    assert token_multiple("cpu") == 1 and token_multiple(None) == 1
+    assert [round_up(n, 8) for n in (1, 8, 9, 69)] == [8, 8, 16, 72]
+    enc = isouq.sequences.encode(tiny.tokenizer(), PROMPTS, ANSWERS)
+    b1 = isouq.sequences.collate(enc, 0)
+    b8 = isouq.sequences.collate(enc, 0, multiple=8)
+    L = b1.input_ids.shape[1]
+    assert L % 8 and b8.input_ids.shape[1] == round_up(L, 8)  # the test pads something
+    assert torch.equal(b8.input_ids[:, :L], b1.input_ids)
+    assert not b8.attention_mask[:, L:].any() and not b8.answer_mask[:, L - 1:].any()
+
+
+@pytest.mark.parametrize("family", ["llama-tied", "gpt2", "gemma3"])
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_rows_padded_to_a_multiple_of_8_do_not_change_scores(family, side, tok, monkeypatch):
+    """What CUDA runs (rows and the lm_head's compacted positions padded to 8), forced on the
+    CPU, against the brute-force reference on unpadded rows."""
+    import isouq.ghost.factors as factors
+    import isouq.sequences as sequences
+
+    model = tiny.causal_lm(family)
+    ref = torch.stack([r["total"] for r in brute_force(model, tok, PROMPTS, ANSWERS)])
+    seen, natural = [], []
+    collate = sequences.collate
+
+    def spy(enc, *args, **kwargs):
+        b = collate(enc, *args, **kwargs)
+        seen.append(b.input_ids.shape[1])
+        natural.append(max(len(e.prompt) + len(e.answer) for e in enc))
+        return b
+
+    monkeypatch.setattr(sequences, "token_multiple", lambda device: 8)
+    monkeypatch.setattr(factors, "token_multiple", lambda device: 8)
+    monkeypatch.setattr(sequences, "collate", spy)
+    s = isouq.score_sequences(model, tok, PROMPTS, ANSWERS, batch_size=3, padding_side=side)
+    assert seen and all(n % 8 == 0 for n in seen) and any(n % 8 for n in natural)
+    assert rel(s.epistemic, ref) < 1e-4
+
+
+def test_compacted_positions_padded_with_zero_rows(monkeypatch):
+    import isouq.ghost.factors as factors
+
+    torch.manual_seed(0)
+    N, T = 3, 40
+    left = torch.randn(N, T, 50)
+    left[:, 11:] = 0  # the first 11 positions carry a gradient (an answer)
+    left[1, :4] = 0
+    right = torch.randn(N, T, 6)
+    pair = factors.Pair(left, right)
+    exact = factors.sq_norms([pair], {})
+    assert pair.compacted(by="left").left.shape[1] == 11
+    monkeypatch.setattr(factors, "token_multiple", lambda device: 8)
+    padded = pair.compacted(by="left")
+    assert padded.left.shape[1] == 16 and padded.right.shape[1] == 16
+    assert rel(factors.sq_norms([padded], {}), exact) < 1e-5

@@ -26,6 +26,7 @@ from .engines import engine_name
 from .errors import InputError, check_finite
 from .estimators import eval_mode
 from .ghost.engine import GhostNorms
+from .ghost.factors import round_up, token_multiple
 from .ghost.weights import execution_device, is_offloaded, is_sharded
 from .params import ParamSpec, param_info, select_params
 from .quantized import autograd_ready, is_quantized
@@ -194,8 +195,21 @@ class Batch:
     answer_mask: torch.Tensor
 
 
-def collate(enc: list[Encoded], pad_id: int, side: Literal["right", "left"] = "right") -> Batch:
-    L = max(len(e.prompt) + len(e.answer) for e in enc)
+def collate(enc: list[Encoded], pad_id: int, side: Literal["right", "left"] = "right",
+            multiple: int = 1) -> Batch:
+    """The encoded pairs as one padded batch.
+
+    Args:
+        enc: the pairs' token ids.
+        pad_id: the id that fills the padding (masked out).
+        side: where the padding goes.
+        multiple: rows padded to a multiple of this many positions (``ghost.factors.
+            token_multiple``: 8 on CUDA, where aligned Grams run on tensor cores).
+
+    Returns:
+        Batch of (N, L) tensors, L the longest pair rounded up to ``multiple``.
+    """
+    L = round_up(max(len(e.prompt) + len(e.answer) for e in enc), multiple)
     N = len(enc)
     ids = torch.full((N, L), pad_id, dtype=torch.long)
     att = torch.zeros((N, L), dtype=torch.long)
@@ -392,8 +406,8 @@ def score_sequences(
             f"method={method!r} computes ‖g‖² (covariance='identity'); a covariance object "
             "needs method='per_example' (per-answer gradients are materialized)"
         )
-    pad = pad_id(tokenizer)
-    first = collate(enc[:1], pad, padding_side)
+    pad, multiple = pad_id(tokenizer), token_multiple(input_device(model))
+    first = collate(enc[:1], pad, padding_side, multiple)
     sel = select_params(model, params, run_forward=lambda: token_probs(model, first))
     if method == "per_example" and any(is_quantized(q) for q in sel.values()):
         raise InputError(
@@ -426,11 +440,11 @@ def score_sequences(
         starts = range(0, n, batch_size)
         for k in range(_lockstep(len(starts)) if sharded else len(starts)):
             if k >= len(starts):  # FSDP2: another rank's batch needs this rank's collectives
-                _filler_batch(model, ghost, collate(enc[:1], pad, padding_side))
+                _filler_batch(model, ghost, collate(enc[:1], pad, padding_side, multiple))
                 continue
             s = starts[k]
             rows = slice(s, min(s + batch_size, n))
-            batch = collate(enc[rows], pad, padding_side)
+            batch = collate(enc[rows], pad, padding_side, multiple)
             if method == "per_example":
                 with torch.no_grad():
                     p, mask = token_probs(model, batch)
