@@ -141,7 +141,8 @@ def versions() -> dict:
 
 def paused_during(chunk: Path, pauses: Path | None, stamps: list[str]) -> str | None:
     """Why the chunk's seconds do not count, if the background runs were stopped while it ran
-    (``scripts/quiet.sh`` logs each stop in ``pauses`` as "START END", seconds since the epoch);
+    (``scripts/quiet.sh`` logs each stop in ``pauses`` as "START END", seconds since the epoch;
+    a line "START END shared" marks a time other work ran beside the run, unstopped);
     else None. The chunk ran from its ``started`` mark (else 10 minutes before its first logged
     line) to its ``done`` mark (else now)."""
     if pauses is None or not pauses.exists():
@@ -154,11 +155,14 @@ def paused_during(chunk: Path, pauses: Path | None, stamps: list[str]) -> str | 
         return None
     end = (chunk / "done").stat().st_mtime if (chunk / "done").exists() else time.time()
     for line in pauses.read_text().splitlines():
-        a, b = (float(x) for x in line.split()[:2])
+        a, b, *why = line.split()
+        a, b = float(a), float(b)
         if a < end and b > start:
-            return (f"the run was stopped from {time.strftime('%H:%M:%S', time.localtime(a))} "
-                    f"to {time.strftime('%H:%M:%S', time.localtime(b))} while something was "
-                    "timed (scripts/quiet.sh)")
+            span = (f"from {time.strftime('%H:%M:%S', time.localtime(a))} "
+                    f"to {time.strftime('%H:%M:%S', time.localtime(b))}")
+            if why == ["shared"]:
+                return f"other work shared the machine with the run {span}"
+            return f"the run was stopped {span} while something was timed (scripts/quiet.sh)"
     return None
 
 

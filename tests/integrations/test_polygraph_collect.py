@@ -88,6 +88,9 @@ def test_a_chunk_stopped_mid_run_keeps_its_answers_but_not_its_seconds(collect, 
     doc = collect.archive_chunk(chunk, ROWS, 2, tmp_path / "b.json", pauses=pauses)
     assert doc["batches"] == [] and doc["seconds"] == {}
     assert "stopped" in doc["note"] and len(doc["questions"]) == 3
+    pauses.write_text(f"{now - 60:.0f} {now - 30:.0f} shared\n")  # other work beside it
+    doc = collect.archive_chunk(chunk, ROWS, 2, tmp_path / "s.json", pauses=pauses)
+    assert doc["seconds"] == {} and "shared the machine" in doc["note"]
     doc = collect.archive_chunk(chunk, ROWS, 2, tmp_path / "c.json", untimed="by hand")
     assert doc["note"] == "seconds not kept: by hand"
 
