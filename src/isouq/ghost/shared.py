@@ -7,7 +7,7 @@ A Aᵀ once for the whole group, and the squared norms are
 
 - per parameter (``GhostNorms.backward_detailed``): ⟨Bₚ Bₚᵀ, A Aᵀ⟩ for each p;
 - summed (``GhostNorms.backward``, the total only): ⟨Σₚ Bₚ Bₚᵀ, A Aᵀ⟩, one inner product
-  per group.
+  per group, Σₚ Bₚ Bₚᵀ as one product of the output gradients side by side, [B₁ … Bₘ].
 
 The cost rule is the group's (:func:`gram_plan`): once A Aᵀ is paid for, another member's Gram
 form costs only its own T² bₚ against T bₚ d to materialize (d: A's width), so the members for
@@ -192,9 +192,8 @@ class SharedInputs:
             for name, p in members:
                 self.norms[name] = block_gram_inner(own(p), gram_a, k)
             return
-        S = None
-        for _, p in members:
-            g = own(p)
-            S = g if S is None else [s.add_(b) if s.dtype == b.dtype else s + b
-                                     for s, b in zip(S, g, strict=True)]
-        self.totals.append(block_gram_inner(S, gram_a, k))
+        # Σₚ Bₚ Bₚᵀ = [B₁ … Bₘ][B₁ … Bₘ]ᵀ: one product over the output gradients side by side
+        # (one launch instead of m products and m − 1 sums; the same arithmetic)
+        grads = [gradient_factor(p) for _, p in members]
+        B = grads[0] if len(grads) == 1 else torch.cat(grads, dim=-1)
+        self.totals.append(block_gram_inner(block_gram(B, k), gram_a, k))
