@@ -24,6 +24,12 @@ def _rel(a, b):
     return ((a - b).abs() / b.abs()).max().item()
 
 
+def _device() -> torch.device:
+    """Where the tests' models live: the CPU, or the GPU under ISOUQ_TEST_DEVICE=cuda
+    (scripts/gpu_check.sh), where bitsandbytes quantizes a layer when it is moved there."""
+    return torch.get_default_device()
+
+
 def _llama(hidden: int = 16):
     import transformers as tf
 
@@ -44,7 +50,7 @@ def _quantize(model, quant_type="nf4", double=False, compute_dtype=torch.float32
                                       compress_statistics=double, compute_dtype=compute_dtype)
                 q.weight = bnb.nn.Params4bit(child.weight.data.clone(), requires_grad=False,
                                              quant_type=quant_type, compress_statistics=double)
-                setattr(mod, name, q.to("cpu"))
+                setattr(mod, name, q.to(_device()))
     return model
 
 
@@ -124,9 +130,14 @@ def test_trainable_set_of_a_4bit_model_is_what_a_plain_backward_differentiates()
     assert _rel(full.epistemic, ref.epistemic) < 1e-5
 
 
-# bitsandbytes' CPU int8_mm_dequant multiplies the int32 products by 6.200124e-05, not by
-# 1/127² = 6.2000124e-05 (backends/default/ops.py): the layer's int8 part is scaled by this
-INT8_KERNEL_SCALE = 6.200124e-05 * 127 ** 2
+# bitsandbytes' int8_mm_dequant multiplies the int32 products by a constant written in its
+# source: 6.200124e-05 on the CPU (backends/default/ops.py), not 1/127² = 6.2000124e-05, and
+# 6.200012e-05 on CUDA (MM_DEQUANT_CONST, csrc): the layer's int8 part is scaled by c · 127²
+INT8_DEQUANT_CONST = {"cpu": 6.200124e-05, "cuda": 6.200012e-05}
+
+
+def _int8_kernel_scale(device: torch.device) -> float:
+    return INT8_DEQUANT_CONST[device.type] * 127 ** 2
 
 
 class _Int8Twin(nn.Module):
@@ -152,7 +163,7 @@ class _Int8Twin(nn.Module):
                 h = h.masked_fill(h.abs() >= self.threshold, 0)
             absmax = h.abs().amax(1).float()[:, None]
             codes = torch.round(h * (127.0 / absmax)).to(torch.int8)
-            a = codes.float() * absmax / 127.0 * INT8_KERNEL_SCALE
+            a = codes.float() * absmax / 127.0 * _int8_kernel_scale(A.device)
             if self.outliers is not None and len(self.outliers):
                 a[:, self.outliers] = A[:, self.outliers]
         a = A + (a - A).detach()  # straight through
@@ -168,7 +179,7 @@ def _int8(lin: nn.Linear, threshold: float):
                                  has_fp16_weights=False)
     if lin.bias is not None:
         q.bias = nn.Parameter(lin.bias.data.clone(), requires_grad=False)
-    return q.to("cpu")
+    return q.to(_device())
 
 
 def _quantize8(model, threshold: float):
@@ -389,12 +400,10 @@ def test_adapter_set_on_a_model_without_adapters_names_the_fix():
         isouq.score_sequences(_llama(), tiny.tokenizer(), PROMPTS, ANSWERS, params="adapter")
 
 
-def test_quantize_8bit_on_the_command_line_scores_every_weight_exactly(tiny_llama_dir, tmp_path):
-    """isouq score --quantize 8bit on a local folder: transformers' int8 layers (threshold 6),
-    every weight scored (set 'all', share 1), each answer's epistemic ≤ 1e-5 of one backward
-    through the int8 twin of the loaded model (no input entry reached the threshold here, so
-    no outlier column couples the answers of a batch)."""
-    pytest.importorskip("bitsandbytes")
+def _score_quantized(folder, tmp_path, bits: str) -> tuple:
+    """``isouq score --quantize BITS`` on three answers, on the test device (the GPU under
+    ISOUQ_TEST_DEVICE=cuda): (rows written, the model loaded again the same way, its
+    tokenizer, the rows' prompts, their answers)."""
     import json
 
     from isouq.cli import main
@@ -407,14 +416,35 @@ def test_quantize_8bit_on_the_command_line_scores_every_weight_exactly(tiny_llam
           ("why is the sky blue", "because the sky is blue")]
     inp.write_text("".join(json.dumps({"id": f"q{i}", "question": q, "answer": a}) + "\n"
                            for i, (q, a) in enumerate(qa)))
-    assert main(["score", str(inp), "--out", str(out), "--model", str(tiny_llama_dir),
-                 "--quantize", "8bit"]) == 0
+    assert main(["score", str(inp), "--out", str(out), "--model", str(folder),
+                 "--quantize", bits, "--device", str(_device())]) == 0
     rows = read_jsonl(out)
     assert {r["params"]["set"] for r in rows} == {"all"} and rows[0]["params"]["share"] == 1.0
-
-    m, tok, _ = load_model(str(tiny_llama_dir), quantize="8bit")
+    m, tok, _ = load_model(str(folder), quantize=bits, device=str(_device()))
     assert any(is_quantized(p) for p in m.parameters())
-    prompts, answers = [qa_prompt(tok, r["question"]) for r in rows], [r["answer"] for r in rows]
+    assert all(p.device.type == _device().type for p in m.parameters())
+    return rows, m, tok, [qa_prompt(tok, r["question"]) for r in rows], [r["answer"] for r in rows]
+
+
+def test_quantize_4bit_on_the_command_line_scores_every_weight_exactly(tiny_llama_dir, tmp_path):
+    """isouq score --quantize 4bit on a local folder: NF4 layers, every weight scored, each
+    answer's epistemic ≤ 1e-5 of one backward through a float32 twin holding the dequantized
+    weights of the loaded model."""
+    pytest.importorskip("bitsandbytes")
+    rows, m, tok, prompts, answers = _score_quantized(tiny_llama_dir, tmp_path, "4bit")
+    ref = isouq.score_sequences(_twin(m), tok, prompts, answers, method="loop")
+    got = torch.tensor([r["scores"]["epistemic"] for r in rows])
+    assert _rel(got, ref.epistemic.cpu()) < 1e-5
+    assert rows[0]["n_params"] == ref.params.n_params
+
+
+def test_quantize_8bit_on_the_command_line_scores_every_weight_exactly(tiny_llama_dir, tmp_path):
+    """isouq score --quantize 8bit on a local folder: transformers' int8 layers (threshold 6),
+    every weight scored (set 'all', share 1), each answer's epistemic ≤ 1e-5 of one backward
+    through the int8 twin of the loaded model (no input entry reached the threshold here, so
+    no outlier column couples the answers of a batch)."""
+    pytest.importorskip("bitsandbytes")
+    rows, m, tok, prompts, answers = _score_quantized(tiny_llama_dir, tmp_path, "8bit")
     seen, hooks = _record_outliers(m)
     g = isouq.score_sequences(m, tok, prompts, answers)
     for h in hooks:
@@ -423,7 +453,7 @@ def test_quantize_8bit_on_the_command_line_scores_every_weight_exactly(tiny_llam
     assert not any(c is not None and c.numel() for c in seen.values())
     ref = isouq.score_sequences(_twin8(m), tok, prompts, answers, method="loop")
     got = torch.tensor([r["scores"]["epistemic"] for r in rows])
-    assert _rel(got, ref.epistemic) < 1e-5 and _rel(g.epistemic, ref.epistemic) < 1e-5
+    assert _rel(got, ref.epistemic.cpu()) < 1e-5 and _rel(g.epistemic, ref.epistemic) < 1e-5
     assert rows[0]["n_params"] == ref.params.n_params == g.params.n_model
 
 
