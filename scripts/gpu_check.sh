@@ -5,8 +5,10 @@
 #                STEPS="tests classifiers" bash scripts/gpu_check.sh    (other steps)
 # By default: tests, paper_sizes (4.6 minutes on an H200) and aligned.
 #
-# 1. exactness: the ghost-rule, classifier and sequence tests with every tensor on the GPU
-#    (ISOUQ_TEST_DEVICE=cuda, TF32 off), against brute-force per-example gradients and Opacus;
+# 1. exactness: the ghost-rule (quantized and adapter layers among them, `--quantize` through
+#    `isouq score --device cuda`), classifier, sequence and span tests with every tensor on the
+#    GPU (ISOUQ_TEST_DEVICE=cuda, TF32 off), against brute-force per-example gradients and
+#    Opacus, and FSDP2 over NCCL against one process (one rank per GPU);
 # 2. LLM scoring: benchmarks/score_sequences.py on SmolLM2's architecture (random weights) in
 #    float32 and bfloat16, batch 16 and 32: forward, floor, training backward, loop, ghost;
 # 3. half precision: ghost against the loop in bf16/fp16 and against the float32 loop;
@@ -39,8 +41,9 @@ step() {  # name, seconds allowed, command...
 }
 STEPS=${STEPS:-tests paper_sizes aligned}  # more: llm_fp32 llm_bf16 half_precision classifiers spans
 want() { [[ " $STEPS " == *" $1 "* ]]; }
-want tests && step tests 90 env ISOUQ_TEST_DEVICE=cuda python3 -m pytest -q -n 8 -p no:cacheprovider \
-  --ignore=tests/ghost/test_memory.py tests/ghost tests/test_classifier_classes.py tests/test_sequences.py
+want tests && step tests 150 env ISOUQ_TEST_DEVICE=cuda python3 -m pytest -q -n 8 -p no:cacheprovider \
+  --ignore=tests/ghost/test_memory.py tests/ghost tests/test_classifier_classes.py tests/test_sequences.py \
+  tests/test_spans.py tests/test_big_models.py::test_fsdp_over_nccl_equals_one_process
 want llm_fp32 && step llm_fp32 180 python3 benchmarks/score_sequences.py --config .gpu/smollm2 --device cuda \
   --batch-sizes 16 32 --methods forward floor ghost loop --repeats 10 --tag cuda --out "$OUT"
 want llm_bf16 && step llm_bf16 70 python3 benchmarks/score_sequences.py --config .gpu/smollm2 --device cuda \

@@ -2,7 +2,9 @@
 # What scripts/gpu_check.sh needs on a GPU machine that reaches nothing outside itself, gathered
 # into .gpu/ (git-ignored; it travels with the device tool's `carry`): SmolLM2's config and
 # tokenizer (its weights are too large to travel: the checks draw random ones), the shipped
-# TruthfulQA copy, and an Opacus wheel (the peer the classifier benchmark compares against).
+# TruthfulQA copy, an Opacus wheel (the peer the classifier benchmark compares against) and a
+# bitsandbytes wheel (the quantized layers' tests and `--quantize` on CUDA; the GPU image lacks
+# it: /work/.library/device/KINDS.md), each the version this checkout's .venv holds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 grep -qx "/.gpu/" .git/info/exclude 2>/dev/null || echo "/.gpu/" >> .git/info/exclude
@@ -16,5 +18,10 @@ tok.save_pretrained(".gpu/smollm2")
 PY
 data=${ISOUQ_DATA:-../shared/data}
 cp -r "$data/truthfulqa" .gpu/data/
-.venv/bin/pip download -q --no-deps "opacus==$(.venv/bin/pip show opacus | awk '/^Version/{print $2}')" -d .gpu/whl
+version() { .venv/bin/pip show "$1" | awk '/^Version/{print $2}'; }
+.venv/bin/pip download -q --no-deps "opacus==$(version opacus)" -d .gpu/whl
+# the GPU machine's Python (3.12, manylinux): bitsandbytes ships one wheel for every Python
+.venv/bin/pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64 \
+  --platform manylinux_2_17_x86_64 "bitsandbytes==$(version bitsandbytes)" -d .gpu/whl
 du -sh .gpu

@@ -159,6 +159,55 @@ def test_fsdp_per_parameter_norms_equal_one_process(tmp_path):
             assert got["sq"] == pytest.approx(ref.params.sq_norm, rel=1e-6)
 
 
+def _fsdp_cuda_worker(rank: int, world: int, port: int, out: str, families: list[str]) -> None:
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl", rank=rank, world_size=world)
+    sys.path.insert(0, str(Path(__file__).parent))
+    import tiny as t
+    from isouq import score_sequences
+    from isouq.distributed import fully_shard_blocks
+
+    try:
+        for fam in families:
+            m = fully_shard_blocks(t.causal_lm(fam), world, f"cuda:{rank}")
+            w = next(p for p in m.parameters())
+            assert type(w).__name__ == "DTensor" and w.to_local().device.type == "cuda"
+            rows = list(range(rank, len(QUESTIONS), world))
+            r = score_sequences(m, t.tokenizer(), [QUESTIONS[i] for i in rows],
+                                [ANSWERS[i] for i in rows], per_param=True, batch_size=2)
+            torch.save({"rows": rows, "per": r.per_param.cpu(), "sq": r.params.sq_norm},
+                       f"{out}/{fam}.{rank}.pt")
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (scripts/gpu_check.sh)")
+def test_fsdp_over_nccl_equals_one_process(tmp_path):
+    """FSDP2 over NCCL, one rank per GPU (two where the machine has two; one rank on a single
+    GPU runs the same sharded parameters and collectives): every rank's per-parameter norms of
+    its own rows equal the unsharded model's on the GPU."""
+    import torch.multiprocessing as tmp
+
+    from isouq import score_sequences
+
+    families = ["llama", "llama-tied", "gemma3"]
+    world = min(2, torch.cuda.device_count())
+    tmp.spawn(_fsdp_cuda_worker, args=(world, 33500 + os.getpid() % 1000, str(tmp_path),
+                                       families), nprocs=world)
+    for fam in families:
+        ref = score_sequences(tiny.causal_lm(fam).to("cuda"), tiny.tokenizer(), QUESTIONS,
+                              ANSWERS, per_param=True, batch_size=2)
+        for rank in range(world):
+            got = torch.load(tmp_path / f"{fam}.{rank}.pt")
+            torch.testing.assert_close(got["per"], ref.per_param[got["rows"]].cpu(), rtol=1e-5,
+                                       atol=1e-12)
+            assert got["sq"] == pytest.approx(ref.params.sq_norm, rel=1e-6)
+
+
 # ---------------------------------------------------------------- the placement a budget needs
 def big_shape(**kw) -> mp.Shape:
     s = mp.shape_of(tiny.causal_lm("llama"))

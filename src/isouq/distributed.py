@@ -84,6 +84,13 @@ def shard_model(model, env: DistEnv, device: str = "cpu"):
     if env.world <= 1:
         raise InputError("--shard fsdp splits the weights over the ranks of a torchrun run: "
                          "launch with torchrun --nproc-per-node W (W ≥ 2), or drop --shard")
+    return fully_shard_blocks(model, env.world, device)
+
+
+def fully_shard_blocks(model, world: int, device: str = "cpu"):
+    """:func:`shard_model`'s sharding over a mesh of ``world`` ranks (the process group must be
+    initialized), with no check of ``world``: one rank is allowed (its collectives are the
+    same calls; a machine with one GPU checks the NCCL path that way)."""
     import torch
     from torch import nn
     from torch.distributed.device_mesh import init_device_mesh
@@ -92,7 +99,7 @@ def shard_model(model, env: DistEnv, device: str = "cpu"):
     kind = "cuda" if str(device).startswith("cuda") else "cpu"
     if kind == "cuda":
         torch.cuda.set_device(torch.device(device))
-    mesh = init_device_mesh(kind, (env.world,))
+    mesh = init_device_mesh(kind, (world,))
     names = set(getattr(model, "_no_split_modules", None) or ())
     units = [m for m in model.modules() if type(m).__name__ in names]
     if not units:  # a model that does not name its blocks: the entries of its ModuleLists
