@@ -301,3 +301,25 @@ def test_a_pickle_weights_only_refuses_is_a_model_error(save_tiny):
     torch.save({**state, "extra": _Payload()}, folder / "pytorch_model.bin")
     with pytest.raises(ModelError, match="refuses to run"):
         load_model(folder, allow_pickle=True)
+
+
+@pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("bits", ["4bit", "8bit"])
+def test_a_quantized_model_does_not_keep_its_weights_file_mapped(tiny_llama_dir, bits):
+    """transformers maps a safetensors file to load it; the weights bitsandbytes leaves alone
+    (embeddings, norms, head) are copied out, so the full-precision file is not kept mapped
+    (and resident) beside the quantized weights; tied weights stay tied."""
+    import gc
+    from pathlib import Path
+
+    pytest.importorskip("bitsandbytes")
+    from isouq.quantized import is_quantized
+
+    files = sorted(str(f.resolve()) for f in Path(tiny_llama_dir).glob("*.safetensors"))
+    assert files
+    model, _, _ = load_model(str(tiny_llama_dir), quantize=bits)
+    gc.collect()
+    maps = Path("/proc/self/maps").read_text()
+    assert not [f for f in files if f in maps]
+    assert any(is_quantized(p) for p in model.parameters())
+    assert model.lm_head.weight is model.get_input_embeddings().weight

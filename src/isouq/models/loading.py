@@ -420,7 +420,28 @@ def _finish(model, dtype, device: str, quant, placed: bool = False) -> torch.nn.
         from ..quantized import keep_unpacked
 
         keep_unpacked(model)
+        own_memory(model)
     model.eval()
+    return model
+
+
+def own_memory(model: torch.nn.Module) -> torch.nn.Module:
+    """Copy the CPU weights a quantized model did not quantize (embeddings, norms, head) into
+    memory of the process's own. transformers reads safetensors by mapping the file, and such
+    weights stay views of the mapping: the whole file, the full-precision weights the quantized
+    ones were made from, then stays mapped and its pages resident (SmolLM2 in 4-bit: 405 MiB
+    beside 155 MiB of weights). Tied weights stay tied (one copy per parameter). Returns
+    ``model``."""
+    from ..quantized import is_quantized
+
+    seen: set[int] = set()
+    with torch.no_grad():
+        for mod in model.modules():
+            for t in [*mod._parameters.values(), *mod._buffers.values()]:
+                if (t is None or id(t) in seen or t.device.type != "cpu" or is_quantized(t)):
+                    continue
+                seen.add(id(t))
+                t.data = t.data.clone()
     return model
 
 
