@@ -79,7 +79,7 @@ def child(model_dir: str, method: str, batches: list[int], tokenizer: str, devic
             prompts, answers = load_pairs(batch)
             fn, b = method_fn(method, model, tok, prompts, answers, batch)
             with autograd_ready(model):
-                times, peak = timed(fn, warmups, repeats, cuda)
+                times, peak, _ = timed(fn, warmups, repeats, cuda)
             row.update(tokens_padded=int(b.input_ids.shape[1]),
                        answer_tokens_mean=float(b.answer_mask.sum(1).float().mean()),
                        seconds_batch=statistics.median(times),

@@ -29,9 +29,9 @@ Reports seconds per answer (median of --repeats after --warmups untimed calls, d
 ratios loop/ghost, ghost/forward and ghost/floor, and peak RSS: the process's peak, loading
 included (``peak_rss_gib``), and on Linux the peak over the scoring calls alone, the weights
 resident (``peak_rss_scoring_gib``: the allocator's free memory handed back and VmHWM reset
-after loading), with the size of the weights as
-stored beside it (``weights_gib``; a 4-bit weight: its packed bytes); writes JSON + Markdown to
---out.
+after loading), with the resident memory before the first scoring call (``rss_loaded_gib``:
+the model loaded, the allocator's free memory handed back) and the size of the weights as
+stored (``weights_gib``; a 4-bit weight: its packed bytes); writes JSON + Markdown to --out.
 A method's time moves by several percent from one process to the next: ``--rounds R`` runs
 every method (but the slow loop) in R fresh processes, one round after the other, and reports
 the median over rounds, with each round's ghost/floor ratio beside it.
@@ -196,6 +196,14 @@ def reset_peak_rss() -> bool:
         return False
 
 
+def rss_gib() -> float:
+    """The process's resident memory now in GiB (Linux: VmRSS)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 2**10 / 2**30
+    raise RuntimeError("no VmRSS in /proc/self/status")
+
+
 def peak_rss_since_reset() -> float:
     """The process's peak RSS in GiB since :func:`reset_peak_rss` (VmHWM)."""
     for line in Path("/proc/self/status").read_text().splitlines():
@@ -277,6 +285,7 @@ def run_one(method: str, model_name: str, batch: int, repeats: int, threads: int
     elif method == "loop_trainable":
         loop_params = "trainable weights"
     fn, b = method_fn(method, model, tok, prompts, answers, batch)
+    loaded = rss_gib() if reset_peak_rss() else None  # the model resident, nothing scored yet
     with autograd_ready(model):
         times, peak, scoring_peak = timed(fn, warmups, repeats, cuda)
     return {
@@ -284,7 +293,7 @@ def run_one(method: str, model_name: str, batch: int, repeats: int, threads: int
         "answer_tokens_mean": float(b.answer_mask.sum(1).float().mean()),
         "seconds_batch": statistics.median(times), "seconds_per_answer":
         statistics.median(times) / batch, "repeats": repeats,
-        "peak_rss_gib": peak, "peak_rss_scoring_gib": scoring_peak,
+        "peak_rss_gib": peak, "peak_rss_scoring_gib": scoring_peak, "rss_loaded_gib": loaded,
         "device": torch.cuda.get_device_name() if cuda else "cpu",
         "dtype": dtype, "model": name, "n_params": n_params, "malloc_tuned": tuned,
         "quantize": quantize, "lora": lora, "loop_params": loop_params, "weights_gib": weights,
@@ -387,7 +396,7 @@ def main() -> None:
           f"{doc['date']}, {doc['machine']}; median of {a.rounds} round(s) of fresh processes\n\n",
           markdown_table([{k: r.get(k) for k in ("batch", "method", "tokens_padded",
                                                   "seconds_per_answer", "peak_rss_gib",
-                                                  "peak_rss_scoring_gib")}
+                                                  "peak_rss_scoring_gib", "rss_loaded_gib")}
                           for r in rows]), "\n", markdown_table(ratios)]
     (out / f"{stem}.md").write_text("".join(md))
     print("".join(md[2:]))

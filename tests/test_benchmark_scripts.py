@@ -1,0 +1,43 @@
+"""The GPU benchmark scripts run end to end (on the CPU, a tiny random config): a GPU session
+has minutes, and a script that fails there costs them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_paper_sizes_runs_every_method_and_variant(tiny_llama_dir, tmp_path):
+    pytest.importorskip("transformers")
+    res = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "paper_sizes.py"), "--models",
+         str(tiny_llama_dir), "--methods", "floor", "full_backward", "ghost", "floor_unaligned",
+         "ghost_unaligned", "--batch-sizes", "2", "--tokenizer", str(tiny_llama_dir),
+         "--device", "cpu", "--dtype", "float32", "--warmups", "0", "--repeats", "1",
+         "--tag", "t", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert res.returncode == 0, res.stderr[-3000:]
+    doc = json.loads((tmp_path / "paper_sizes_t.json").read_text())
+    assert not doc["failures"], doc["failures"]
+    methods = {r["method"] for r in doc["rows"] if not r.get("oom")}
+    assert methods == {"floor", "full_backward", "ghost", "floor_unaligned", "ghost_unaligned"}
+    row = doc["table"][0]
+    assert row["ghost/floor"] > 0 and row["unaligned ghost/floor"] > 0
+
+
+def test_spans_benchmark_runs_on_a_random_config(tiny_llama_dir, tmp_path):
+    out = tmp_path / "spans.json"
+    res = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "spans.py"), "--config", str(tiny_llama_dir),
+         "--device", "cpu", "--n", "4", "--repeats", "1", "--loop-repeats", "1", "--threads", "1",
+         "--out", str(out)], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert res.returncode == 0, res.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    assert set(doc["seconds"]) >= {"whole", "spans_retain", "spans_loop"}
+    assert doc["max_rel_diff_retain_vs_loop"] < 1e-4
