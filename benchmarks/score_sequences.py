@@ -30,7 +30,8 @@ ratios loop/ghost, ghost/forward and ghost/floor, and peak RSS: the process's pe
 included (``peak_rss_gib``), and on Linux the peak over the scoring calls alone, the weights
 resident (``peak_rss_scoring_gib``: the allocator's free memory handed back and VmHWM reset
 after loading), with the resident memory before the first scoring call (``rss_loaded_gib``:
-the model loaded, the allocator's free memory handed back) and the size of the weights as
+the model loaded, the allocator's free memory handed back; weights read from a mapped file
+count only once touched) and the size of the weights as
 stored (``weights_gib``; a 4-bit weight: its packed bytes); writes JSON + Markdown to --out.
 A method's time moves by several percent from one process to the next: ``--rounds R`` runs
 every method (but the slow loop) in R fresh processes, one round after the other, and reports

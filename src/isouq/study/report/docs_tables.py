@@ -354,12 +354,9 @@ def _models_cpu(root: Path) -> str:
                                                        if loop.get("loop_params") else ""),
             f"**{sig(rq['loop/ghost'])}×**",
             "" if weights is None else f"{fixed(weights, 2)} GiB",
-            "" if s["ghost"].get("rss_loaded_gib") is None
-            else f"{fixed(s['ghost']['rss_loaded_gib'], 2)} GiB",
             f"{fixed(s['ghost']['peak_rss_scoring_gib'], 2)} GiB"])
     return _grid(["model", "floor", "**ghost**", "ghost / floor", "loop", "loop / ghost",
-                  "weights as stored", "resident, loaded", "peak RSS of ghost while scoring"],
-                 rows)
+                  "weights as stored", "peak RSS of ghost while scoring"], rows)
 
 
 SERVE_LOAD = "benchmarks/results/serve_load.json"
