@@ -41,3 +41,25 @@ def test_spans_benchmark_runs_on_a_random_config(tiny_llama_dir, tmp_path):
     doc = json.loads(out.read_text())
     assert set(doc["seconds"]) >= {"whole", "spans_retain", "spans_loop"}
     assert doc["max_rel_diff_retain_vs_loop"] < 1e-4
+
+
+def test_score_sequences_benchmark_runs_on_a_random_config(tiny_llama_dir, tmp_path):
+    res = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "score_sequences.py"), "--config",
+         str(tiny_llama_dir), "--device", "cpu", "--batch-sizes", "2", "--methods", "floor",
+         "ghost", "loop", "ghost_unaligned", "--repeats", "1", "--warmups", "0", "--threads",
+         "1", "--tag", "t", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert res.returncode == 0, res.stderr[-3000:]
+    doc = json.loads((tmp_path / "score_sequences_t.json").read_text())
+    assert {r["method"] for r in doc["rows"]} == {"floor", "ghost", "loop", "ghost_unaligned"}
+    assert {"loop/ghost", "ghost/floor", "ghost_unaligned/ghost"} <= set(doc["ratios"][0])
+
+
+def test_half_precision_benchmark_runs_on_a_random_config(tiny_llama_dir, tmp_path):
+    res = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "half_precision.py"), "--config",
+         str(tiny_llama_dir), "--device", "cpu", "--n", "4", "--dtypes", "bfloat16", "--tag",
+         "t", "--out", str(tmp_path)], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert list(tmp_path.glob("*.json"))
