@@ -3,7 +3,9 @@
 #
 #   device run:  bash scripts/gpu_check.sh      (carry .gpu, made here by scripts/gpu_prepare.sh)
 #                STEPS="tests classifiers" bash scripts/gpu_check.sh    (other steps)
-# By default: tests, paper_sizes (4.6 minutes on an H200) and aligned.
+# By default: tests, aligned, spans and paper_sizes (about 9 minutes: on a machine whose calls
+# stop at 10 minutes, run them as two calls, STEPS="tests aligned spans", then
+# STEPS=paper_sizes).
 #
 # 1. exactness: the ghost-rule (quantized and adapter layers among them, `--quantize` through
 #    `isouq score --device cuda`), classifier, sequence and span tests with every tensor on the
@@ -39,7 +41,8 @@ step() {  # name, seconds allowed, command...
   timeout "$limit" "$@"
   echo "== $name: exit $?, $((SECONDS - t0)) s"
 }
-STEPS=${STEPS:-tests paper_sizes aligned}  # more: llm_fp32 llm_bf16 half_precision classifiers spans
+# the steps run in this file's order, paper_sizes (the longest) last
+STEPS=${STEPS:-tests aligned spans paper_sizes}  # more: llm_fp32 llm_bf16 half_precision classifiers
 want() { [[ " $STEPS " == *" $1 "* ]]; }
 want tests && step tests 150 env ISOUQ_TEST_DEVICE=cuda python3 -m pytest -q -n 8 -p no:cacheprovider \
   --ignore=tests/ghost/test_memory.py tests/ghost tests/test_classifier_classes.py tests/test_sequences.py \
@@ -52,9 +55,6 @@ want half_precision && step half_precision 60 python3 benchmarks/half_precision.
   --device cuda --tag cuda --out "$OUT"
 want classifiers && step classifiers 150 python3 benchmarks/classifiers.py --device cuda --repeats 9 \
   --no-loop --out "$OUT/classifiers_cuda.json"
-want paper_sizes && step paper_sizes ${PAPER_SIZES_LIMIT:-420} python3 benchmarks/paper_sizes.py \
-  --tokenizer .gpu/smollm2 --device cuda --dtype bfloat16 --batch-sizes 1 16 64 \
-  --profile llama-3.2-3b:16 --tag cuda_bf16 --out "$OUT"
 want aligned && step aligned 120 python3 benchmarks/paper_sizes.py --models llama-3.2-3b \
   --methods floor ghost floor_unaligned ghost_unaligned --tokenizer .gpu/smollm2 --device cuda \
   --dtype bfloat16 --batch-sizes 16 64 --tag cuda_bf16_aligned --out "$OUT"
@@ -62,4 +62,7 @@ want spans && step spans 150 python3 benchmarks/spans.py --config .gpu/smollm2 -
   --out "$OUT/spans_cuda.json"
 want spans && step spans_3b 150 python3 benchmarks/spans.py --config benchmarks/configs/llama-3.2-3b \
   --tokenizer .gpu/smollm2 --device cuda --dtype bfloat16 --out "$OUT/spans_cuda_llama-3.2-3b.json"
+want paper_sizes && step paper_sizes ${PAPER_SIZES_LIMIT:-420} python3 benchmarks/paper_sizes.py \
+  --tokenizer .gpu/smollm2 --device cuda --dtype bfloat16 --batch-sizes 1 16 64 \
+  --profile llama-3.2-3b:16 --tag cuda_bf16 --out "$OUT"
 rm -f "$OUT"/*.md  # the tables are printed above; the JSON holds every number
