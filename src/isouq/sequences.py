@@ -456,14 +456,16 @@ def score_sequences(
                     p, mask = token_probs(model, batch)
                     if _on_probs is not None:  # isouq.spans: backwards over the same graph
                         _on_probs(ghost, p, mask, rows)
-                    if method == "ghost":
-                        res = ghost.backward_detailed(summarize(p, mask)[0])
+                    if method == "ghost":  # without per_param, the shared groups' summed form
+                        res = ghost.backward_detailed(summarize(p, mask)[0], per_param=per_param)
                         e, pp = res.total, res.per_param
                     else:
                         e, pp = _per_token(ghost, p, mask)
                     e = covariance.scale * e  # loop applied the covariance already
             m, a, t = summarize(p.detach(), mask)
-            epi[rows], per[rows] = e.detach().cpu(), pp.detach().cpu()
+            epi[rows] = e.detach().cpu()
+            if pp is not None:
+                per[rows] = pp.detach().cpu()
             mean[rows], alea[rows], T[rows] = m.cpu(), a.cpu(), t.cpu()
             if bar is not None:
                 bar.update(rows.stop - rows.start)
@@ -497,7 +499,7 @@ def _filler_batch(model: nn.Module, ghost: GhostNorms, batch: Batch) -> None:
     ghost.seq_len = batch.input_ids.shape[1]
     with torch.enable_grad():
         p, mask = token_probs(model, batch)
-        ghost.backward_detailed(summarize(p, mask)[0])
+        ghost.backward_detailed(summarize(p, mask)[0], per_param=False)
 
 
 def _per_token(ghost: GhostNorms, p: torch.Tensor, mask: torch.Tensor):

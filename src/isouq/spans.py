@@ -457,7 +457,8 @@ def _score_retained(model, tokenizer, prompts, answers, enc, resolved, batch_siz
         for k in range(masks.shape[0]):
             m, a, t = summarize(p * masks[k], masks[k])  # p is nonzero on every answer token
             m = torch.where(t > 0, m, torch.zeros_like(m))  # an answer without span k: 0
-            e = scale * ghost.backward_detailed(m, retain_graph=True).total.detach()
+            e = scale * ghost.backward_detailed(m, retain_graph=True,
+                                                per_param=False).total.detach()
             m, a = m.detach(), a.detach()
             for b in range(len(spans)):
                 if k < len(spans[b]):

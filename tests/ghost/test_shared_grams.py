@@ -232,3 +232,26 @@ def test_a_member_over_the_memory_cap_forces_the_gram_form(monkeypatch):
     A = torch.randn(2, 40, 32)
     pairs = [Pair(torch.randn(2, 40, 16), A), Pair(torch.randn(2, 40, 8), A)]
     assert shared.gram_plan(pairs) == [True, True]
+
+
+@pytest.mark.parametrize("kind", ["untied", "lora", "no_k_proj"])
+@pytest.mark.parametrize("blocks", [1, 2])
+def test_summed_gram_of_the_gradients_side_by_side_is_exact(kind, blocks, monkeypatch):
+    """The path CUDA takes for a group's total (``CONCAT_DEVICES``): Σₚ Bₚ Bₚᵀ as one product
+    of [B₁ … Bₘ], forced on the CPU, against brute force (also from Gram blocks); the Grams it
+    forms are of wider factors than the separate path's (the gradients side by side)."""
+    monkeypatch.setattr(factors, "GRAM_BLOCKS", blocks)
+    m = model_of(kind)
+    params = params_of(m, kind)
+    ids = torch.randint(4, tiny.VOCAB, (N, T))
+    ref = reference(m, params, ids)
+    widths = {}
+    block_gram = shared.block_gram
+    for devices in (set(), {"cpu", "cuda"}):
+        monkeypatch.setattr(shared, "CONCAT_DEVICES", devices)
+        seen = widths.setdefault(bool(devices), set())
+        monkeypatch.setattr(shared, "block_gram",
+                            lambda x, k, seen=seen: seen.add(x.shape[-1]) or block_gram(x, k))
+        torch.testing.assert_close(run(m, params, ids, share=True, detailed=False), ref.sum(1),
+                                   rtol=1e-10, atol=1e-14)
+    assert widths[True] - widths[False]

@@ -23,6 +23,9 @@ class Call:
     output: torch.Tensor
     grad: torch.Tensor | None = None
     extra: dict = field(default_factory=dict)
+    #: the model's output layer (a language model's head, ``get_output_embeddings``): its output
+    #: gradient is zero outside the scored positions, which a rule may drop (``Pair.compacted``)
+    sparse_output: bool = False
 
 
 def as_tokens(t: torch.Tensor) -> torch.Tensor:

@@ -89,6 +89,13 @@ class GhostNorms:
             if id(p) in by_id:
                 self.owners.setdefault(mod, []).append((local, by_id[id(p)]))
         self.rules = {m: rule_for(m) for m in self.owners}
+        # a language model's head: its output gradient is zero outside the scored positions
+        head = getattr(model, "get_output_embeddings", None)
+        try:
+            head = head() if callable(head) else None
+        except (NotImplementedError, AttributeError):
+            head = None
+        self._head = head if isinstance(head, nn.Module) else None
         stuck = sorted({type(m).__name__ for m, r in self.rules.items() if r is None
                         and any(is_quantized(params[n]) for _, n in self.owners[m])})
         if stuck:
@@ -212,7 +219,8 @@ class GhostNorms:
         dev = self._device.get(module)
         call = Call(module=module, args=tuple(
             (a.detach() if dev is None else a.detach().to(dev)) if isinstance(a, torch.Tensor)
-            else a for a in args), kwargs=kwargs, output=first)
+            else a for a in args), kwargs=kwargs, output=first,
+            sparse_output=module is self._head)
         if dev is not None:
             call.kwargs = {k: v.to(dev) if isinstance(v, torch.Tensor) else v
                            for k, v in kwargs.items()}
@@ -273,14 +281,13 @@ class GhostNorms:
             GhostResult: ``total`` (N,), ``per_param`` (N, n) in the order of ``names`` (None
             without ``per_param``).
         """
-        per, summed = self._run(s, retain_graph, per_param=per_param)
-        total = per.sum(1) if summed is None else per.sum(1) + summed
-        return GhostResult(total=total, per_param=per if per_param else None, names=self.names)
+        total, per = self._run(s, retain_graph, per_param=per_param)
+        return GhostResult(total=total, per_param=per, names=self.names)
 
     def _run(self, s: torch.Tensor, retain_graph: bool, per_param: bool
              ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The backward of Σᵢ sᵢ: (per-parameter norms (N, n), the norms summed over the
-        parameters no column holds (N,) or None); with ``per_param`` every column is whole."""
+        """The backward of Σᵢ sᵢ: (the total (N,), the per-parameter norms (N, n) with
+        ``per_param``, else None)."""
         if s.ndim != 1:
             raise InputError(f"s must be (N,), one scalar per example, got shape {tuple(s.shape)}")
         N = s.shape[0]
@@ -294,7 +301,7 @@ class GhostNorms:
         try:
             if s.requires_grad:
                 s.sum().backward(retain_graph=retain_graph)
-            return self._norms(N, s.dtype, s.device)
+            return self._norms(N, s.dtype, s.device, per_param)
         finally:
             if retain_graph:  # another backward over the same graph re-reads the inputs
                 for c in self.calls:
@@ -303,8 +310,10 @@ class GhostNorms:
                 self._release_calls()
             self._now, self._cache, self._shared = {}, {}, None
 
-    def _norms(self, N: int, dtype: torch.dtype, device=None
+    def _norms(self, N: int, dtype: torch.dtype, device=None, per_param: bool = True
                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(total (N,), per-parameter norms (N, n) or None without ``per_param``): the norms
+        the backward computed, those that waited for its end, and the shared groups' sums."""
         contribs: dict[str, list[Contribution]] = {n: [] for n in self.names}
         self._capturing = False  # fallbacks re-run forwards: record nothing
         try:
@@ -329,23 +338,27 @@ class GhostNorms:
                         contribs[name].append(local[lo])
         finally:
             self._capturing = True
-        summed = None
+        out = torch.promote_types(dtype, torch.float32)
+        terms: list[torch.Tensor] = []  # of the total, each (N,)
         if self._shared is not None:  # groups with a member s does not depend on
             self._shared.flush()
             self._now.update(self._shared.norms)
-            out = torch.promote_types(dtype, torch.float32)
-            for t in self._shared.totals:
-                t = t.to(device=device, dtype=out)
-                summed = t if summed is None else summed + t
-        # layers may live on different devices (device_map="auto"): gather on s's device
+            terms += self._shared.totals  # only without per_param: in no column
         cols = []
         for name, c in contribs.items():
-            if name in self._now:
-                col = self._now[name]
-            elif c:
+            col = self._now.get(name)
+            if col is None and c:
                 col = sq_norms(c, self._cache)
-            else:
-                col = torch.zeros(N, dtype=torch.promote_types(dtype, torch.float32),
-                                  device=device)
-            cols.append(col.to(device=device, dtype=torch.promote_types(dtype, torch.float32)))
-        return torch.stack(cols, dim=1), summed
+            if per_param:
+                cols.append(torch.zeros(N, dtype=out, device=device) if col is None else col)
+            elif col is not None:
+                terms.append(col)
+        # layers may live on different devices (device_map="auto"): gathered on s's device
+        per = (torch.stack([c.to(device=device, dtype=out) for c in cols], dim=1) if per_param
+               else None)
+        terms = [t.to(device=device, dtype=out) for t in terms]
+        if per is not None:
+            terms.insert(0, per.sum(1))
+        total = (torch.stack(terms).sum(0) if len(terms) > 1 else terms[0] if terms
+                 else torch.zeros(N, dtype=out, device=device))
+        return total, per

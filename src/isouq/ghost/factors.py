@@ -318,8 +318,9 @@ def sq_norms(contribs: list[Contribution], cache: dict | None = None) -> torch.T
     ``cache`` (a dict shared over one backward) reuses Grams of inputs several layers share.
     """
     if len(contribs) == 1 and isinstance(contribs[0], Materialized):
-        return torch.cat([row_sq_norms(at_least_f32(g).reshape(g.shape[0], -1))
-                          for g in contribs[0].blocks()])
+        rows = [row_sq_norms(at_least_f32(g).reshape(g.shape[0], -1))
+                for g in contribs[0].blocks()]
+        return rows[0] if len(rows) == 1 else torch.cat(rows)
     pairs = [c for c in contribs if isinstance(c, Pair)]  # upcast when multiplied
     mats = [at_least_f32(c.dense()) for c in contribs if isinstance(c, Materialized)]
     folds = {p.fold for p in pairs}

@@ -11,14 +11,16 @@ from .factors import Contribution, Materialized, Pair, at_least_f32
 from .registry import register_rule
 
 
-def linear_contributions(x: torch.Tensor, grad: torch.Tensor, bias: bool
-                         ) -> dict[str, Contribution]:
+def linear_contributions(x: torch.Tensor, grad: torch.Tensor, bias: bool,
+                         compact: bool = False) -> dict[str, Contribution]:
     """y = x Wᵀ (+ b) with input ``x`` (N, ..., in) as multiplied and output gradient ``grad``
-    (N, ..., out): weight Pair(B, A) (Gram or materialized by the cost rule), bias Σₜ bₜ."""
+    (N, ..., out): weight Pair(B, A) (Gram or materialized by the cost rule), bias Σₜ bₜ;
+    ``compact`` (the LM head, ``Call.sparse_output``): the positions with no gradient dropped
+    first (one read of the gradient and one host synchronization: only where it pays)."""
     A = as_tokens(x)
     B = as_tokens(grad)
     pair = Pair(B, A)
-    if B.shape[-1] > 4 * A.shape[-1]:  # wide outputs (lm_head): drop positions with no gradient
+    if compact:
         pair = pair.compacted(by="left")
     out: dict[str, Contribution] = {"weight": pair}
     if bias:
@@ -34,4 +36,4 @@ def linear_contributions(x: torch.Tensor, grad: torch.Tensor, bias: bool
 def contributions(module: nn.Linear, call: Call) -> dict[str, Contribution]:
     """weight: Pair(B, A) (Gram or materialized by the cost rule); bias: Σₜ bₜ (N, out)."""
     return linear_contributions(call.args[0].to(call.grad.dtype), call.grad,
-                                module.bias is not None)
+                                module.bias is not None, call.sparse_output)

@@ -6,8 +6,9 @@ up_proj (and a PEFT LoRA layer's base layer and its A). With gₚ = Bₚᵀ A fo
 A Aᵀ once for the whole group, and the squared norms are
 
 - per parameter (``GhostNorms.backward_detailed``): ⟨Bₚ Bₚᵀ, A Aᵀ⟩ for each p;
-- summed (``GhostNorms.backward``, the total only): ⟨Σₚ Bₚ Bₚᵀ, A Aᵀ⟩, one inner product
-  per group, Σₚ Bₚ Bₚᵀ as one product of the output gradients side by side, [B₁ … Bₘ].
+- summed (``GhostNorms.backward``, ``score_sequences`` without ``per_param``: the total only):
+  ⟨Σₚ Bₚ Bₚᵀ, A Aᵀ⟩, one inner product per group; on CUDA Σₚ Bₚ Bₚᵀ is one product of the
+  output gradients side by side, [B₁ … Bₘ] (``CONCAT_DEVICES``).
 
 The cost rule is the group's (:func:`gram_plan`): once A Aᵀ is paid for, another member's Gram
 form costs only its own T² bₚ against T bₚ d to materialize (d: A's width), so the members for
@@ -44,6 +45,12 @@ import torch
 from . import factors
 from .calls import Call
 from .factors import Contribution, Pair, block_gram, block_gram_inner, storage_key
+
+#: devices on which a group's summed output-gradient Gram Σₚ Bₚ Bₚᵀ is one product of the
+#: gradients side by side, [B₁ … Bₘ]: one kernel launch instead of m products and m − 1 sums,
+#: for one copy of the gradients. On CUDA a batch is bound by its launches; on the CPU the copy
+#: costs more than it saves (the same arithmetic either way)
+CONCAT_DEVICES = {"cuda"}
 
 
 def joins(c: Contribution) -> bool:
@@ -192,8 +199,13 @@ class SharedInputs:
             for name, p in members:
                 self.norms[name] = block_gram_inner(own(p), gram_a, k)
             return
-        # Σₚ Bₚ Bₚᵀ = [B₁ … Bₘ][B₁ … Bₘ]ᵀ: one product over the output gradients side by side
-        # (one launch instead of m products and m − 1 sums; the same arithmetic)
         grads = [gradient_factor(p) for _, p in members]
-        B = grads[0] if len(grads) == 1 else torch.cat(grads, dim=-1)
-        self.totals.append(block_gram_inner(block_gram(B, k), gram_a, k))
+        if len(grads) > 1 and grads[0].device.type in CONCAT_DEVICES:
+            # Σₚ Bₚ Bₚᵀ = [B₁ … Bₘ][B₁ … Bₘ]ᵀ: one product of the gradients side by side
+            S = block_gram(torch.cat(grads, dim=-1), k)
+        else:
+            S = None
+            for g in map(own, (p for _, p in members)):
+                S = g if S is None else [s.add_(b) if s.dtype == b.dtype else s + b
+                                         for s, b in zip(S, g, strict=True)]
+        self.totals.append(block_gram_inner(S, gram_a, k))
