@@ -70,11 +70,10 @@ def count(model_name: str, method: str, batch: int, tokenizer: str, dtype: str) 
     from torch.utils._python_dispatch import TorchDispatchMode
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    import isouq.ghost.shared as shared
     from isouq.sequences import collate, encode, score_sequences, summarize, token_probs
     from random_weights import FoldedTokenizer
     from score_sequences import load_pairs
-
-    import isouq.ghost.shared as shared
 
     shared.CONCAT_DEVICES = {"cpu", "cuda"}  # count the operations CUDA runs (one per group)
     torch.manual_seed(0)
