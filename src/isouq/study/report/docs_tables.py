@@ -425,6 +425,27 @@ def _ghost_variants(root: Path) -> str:
                  rows)
 
 
+GHOST_LAUNCHES = ("benchmarks/results/ghost_launches_before.json",
+                  "benchmarks/results/ghost_launches.json")
+
+
+@register("ghost_launches", *GHOST_LAUNCHES)
+def _ghost_launches(root: Path) -> str:
+    """The operations (kernels on a GPU) one ghost batch of 16 runs beyond the floor's, and
+    its host synchronizations, for the paper's architectures at their depth (narrow): the
+    engine before and after, counted in one run (``benchmarks/ghost_launches.py``)."""
+    before, after = (_json(root, rel) for rel in GHOST_LAUNCHES)
+    rows = []
+    for b, a in zip(before["table"], after["table"], strict=True):
+        rows.append([b["model"], str(b["layers"]), f"{b['floor ops']:,}",
+                     f"{b['ghost − floor']:,} → **{a['ghost − floor']:,}**",
+                     f"{fixed(b['per layer'], 1)} → {fixed(a['per layer'], 1)}",
+                     f"{b['host syncs ghost − floor']} → {a['host syncs ghost − floor']}"])
+    return _grid(["model", "layers", "floor: operations per batch",
+                  f"ghost − floor ({before['commit']} → {after['commit']})", "per layer",
+                  "host synchronizations, ghost − floor"], rows)
+
+
 SCORE_SEQUENCES_WARM3 = "benchmarks/results/score_sequences_warm3.json"
 
 
