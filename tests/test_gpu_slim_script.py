@@ -1,5 +1,6 @@
-"""scripts/gpu_slim.sh: results/ leaves the working tree that travels to a GPU machine and
-comes back as committed; refused while results/ holds changes git does not have."""
+"""scripts/gpu_slim.sh: results/ leaves what travels to a GPU machine (untracked and ignored,
+its files untouched on disk) and is tracked again as committed; refused while results/ holds
+changes git does not have."""
 
 from __future__ import annotations
 
@@ -39,17 +40,20 @@ def _slim(repo: Path, verb: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True)
 
 
-def test_results_leave_the_working_tree_and_come_back(repo):
+def test_results_leave_what_travels_and_come_back(repo):
     before = _slim(repo, "size")
     assert before.returncode == 0 and before.stdout.startswith("3.0 MiB")
     on = _slim(repo, "on")
     assert on.returncode == 0, on.stderr
-    assert not (repo / "results").exists() and (repo / "src.py").exists()
     assert on.stdout.startswith("0.0 MiB")
-    assert "results/big.bin" in _git(repo, "ls-files")  # still in git
+    assert (repo / "results" / "big.bin").stat().st_size == 3 * 2**20  # untouched on disk
+    assert "results/big.bin" not in _git(repo, "ls-files")
+    assert "results" not in _git(repo, "ls-files", "--others", "--exclude-standard")
+    (repo / "results" / "written_meanwhile.json").write_text("{}")  # a background run
     off = _slim(repo, "off")
-    assert off.returncode == 0 and (repo / "results" / "big.bin").stat().st_size == 3 * 2**20
-    assert _git(repo, "status", "--porcelain") == ""
+    assert off.returncode == 0 and off.stdout.startswith("3.0 MiB")
+    assert "results/big.bin" in _git(repo, "ls-files")
+    assert _git(repo, "status", "--porcelain") == "?? results/written_meanwhile.json\n"
 
 
 def test_refused_while_results_hold_uncommitted_changes(repo):
