@@ -71,6 +71,7 @@ def count(model_name: str, method: str, batch: int, tokenizer: str, dtype: str) 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     import isouq.ghost.shared as shared
+    from floor import activation_gradients_only
     from isouq.sequences import collate, encode, score_sequences, summarize, token_probs
     from random_weights import FoldedTokenizer
     from score_sequences import load_pairs
@@ -88,18 +89,9 @@ def count(model_name: str, method: str, batch: int, tokenizer: str, dtype: str) 
     b = collate(encode(tok, prompts, answers), tok.pad_token_id or 0)
 
     def floor():
-        flags = [(p, p.requires_grad) for p in model.parameters()]
-        for p, _ in flags:
-            p.requires_grad_(False)
-        hook = model.get_input_embeddings().register_forward_hook(
-            lambda m, i, o: o.detach().requires_grad_(True))
-        try:
+        with activation_gradients_only(model):
             p, mask = token_probs(model, b)
             summarize(p, mask)[0].sum().backward()
-        finally:
-            hook.remove()
-            for p, f in flags:
-                p.requires_grad_(f)
 
     def ghost():
         score_sequences(model, tok, prompts, answers, method="ghost", batch_size=batch)

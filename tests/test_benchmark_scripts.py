@@ -63,3 +63,15 @@ def test_half_precision_benchmark_runs_on_a_random_config(tiny_llama_dir, tmp_pa
          "t", "--out", str(tmp_path)], capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert res.returncode == 0, res.stderr[-3000:]
     assert list(tmp_path.glob("*.json"))
+
+
+def test_ghost_launches_counts_a_narrow_architecture(tiny_llama_dir, tmp_path):
+    res = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "ghost_launches.py"), "--models", "olmo-1b",
+         "--tokenizer", str(tiny_llama_dir), "--tag", "t", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert res.returncode == 0, res.stderr[-3000:]
+    doc = json.loads((tmp_path / "ghost_launches_t.json").read_text())
+    row = doc["table"][0]
+    assert row["layers"] == 16 and row["ghost ops"] > row["floor ops"] > 0
+    assert row["host syncs ghost − floor"] >= 0 and doc["commit"]
