@@ -16,7 +16,8 @@ from isouq.errors import DataError, InputError
 from isouq.runio import read_jsonl
 from isouq.study.report import build_report
 from isouq.study.report.inputs import collect
-from isouq.study.report.spans_section import MAX_ANSWERS, SECTION_ID, TITLE, is_span_file
+from isouq.study.report.span_rows import is_span_file
+from isouq.study.report.spans_section import MAX_ANSWERS, SECTION_ID, TITLE
 
 from .conftest import write_jsonl
 

@@ -17,7 +17,7 @@ from ...evaluation.labels import is_gold_row
 from ...evaluation.rows import REQUIRED_FIELDS
 from ...runio import latest_by_key, read_jsonl
 from .polygraph import load_polygraph, polygraph_files
-from .spans_section import check_span_rows, is_span_file
+from .span_rows import check_span_rows, is_span_file
 
 RESULTS_NAME = "results.json"
 QA_SUFFIXES: tuple[str, ...] = (".jsonl", ".jsonl.gz")
@@ -154,7 +154,7 @@ def collect(paths: Iterable[str | os.PathLike]) -> Inputs:
     (``shown``). DataError when an input holds neither a results.json nor QA rows, when no
     paths (but report folders) are given, or when rows of ``isouq qa short`` predate its key
     prefix (``answer_row.check_keys``: the error names the fix), or when a span lacks its scores
-    (``spans_section.check_span_rows``).
+    (``span_rows.check_span_rows``).
     """
     paths = [Path(p) for p in paths]
     reports = [f"skipped {p}: a report's output ({REPORT_HTML}, {REPORT_JSON}), not results"

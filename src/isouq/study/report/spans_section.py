@@ -27,10 +27,12 @@ import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ...errors import DataError, InputError
+from ...errors import InputError
 from ...runio import latest_by_key
 from ..analysis.long_spans import SCORES, long_tables
 from .document import Block, Section, unique_slug
+from .long_section import interval_cell
+from .span_rows import is_span_row
 from .spans import LEGEND, answer_html
 from .tables import make_table
 
@@ -39,57 +41,14 @@ TITLE = "Long answers, sentence by sentence"
 SECTION_ID = "long-answers-sentence-by-sentence"
 #: answers shaded in the report unless ``isouq report --max-span-answers`` says otherwise
 MAX_ANSWERS = 50
-#: the scores every span entry has
-SPAN_KEYS: tuple[str, ...] = ("mean_prob", "aleatoric", "epistemic", "epistemic_log")
 #: the scores evaluated against span labels: the span's own (qa long's span scores and p̄)
 SPAN_SCORES = tuple(s for s in SCORES if s.source == "span")
 #: beside ``OUT``, ``isouq score`` records its settings (the model) in ``OUT.meta.json``
 #: (``score_run.meta_path``; the application layer is above this one)
 META_SUFFIX = ".meta.json"
-FIX = "write the file with `isouq score INPUT --out FILE --spans sentences`"
 
 
 # --------------------------------------------------------------------------- rows
-def is_span_row(row: Mapping) -> bool:
-    """Whether ``row`` is an answer row scored span by span: an ``answer``, its ``scores`` and
-    a ``spans`` list of span entries (objects). An input row of ``isouq score`` naming its own
-    ranges (``"spans": [[start, end], ...]``, no scores) is not one."""
-    spans = row.get("spans")
-    return ("answer" in row and isinstance(row.get("scores"), Mapping)
-            and isinstance(spans, list) and all(isinstance(s, Mapping) for s in spans))
-
-
-def is_span_file(rows: Sequence[Mapping]) -> bool:
-    """Whether ``rows`` (one file's) are answers scored span by span: one such row at least,
-    every other an error row."""
-    return any(is_span_row(r) for r in rows) and all(is_span_row(r) or "error" in r
-                                                     for r in rows)
-
-
-def _number(v) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool)
-
-
-def check_span_rows(rows: Sequence[Mapping], where: str | Path) -> None:
-    """DataError (one line: the row, the span, what is missing, the fix) unless every span of
-    every row of ``rows`` (read from ``where``) has its text, range and :data:`SPAN_KEYS`
-    scores, and a ``correct`` that is 0, 1 or absent."""
-    for r in rows:
-        if not is_span_row(r):
-            continue
-        for k, s in enumerate(r["spans"]):
-            at = f"{where}: row {r.get('key')!r}, span {k}"
-            if not isinstance(s, Mapping) or not isinstance(s.get("scores"), Mapping):
-                raise DataError(f"{at} has no scores; {FIX}")
-            missing = [c for c in SPAN_KEYS if not _number(s["scores"].get(c))]
-            bad = [c for c in ("text", "start", "end") if c not in s]
-            if missing or bad:
-                raise DataError(f"{at} lacks {missing + bad}; {FIX}")
-            if s.get("correct") not in (None, 0, 1, True, False):
-                raise DataError(f"{at}: 'correct' is {s['correct']!r}; label a span 1 (right) "
-                                "or 0 (wrong), or leave the label out")
-
-
 def model_of(path: Path, rows: Sequence[Mapping]) -> str:
     """The model of a file's rows: their ``model`` field, else the ``settings.model`` that
     ``isouq score`` recorded beside the file, else ``–``."""
@@ -223,8 +182,6 @@ def spans_section(found: Sequence[tuple[Path, Sequence[Mapping]]], taken: set[st
         "span_files", tables["files"],
         title="Per file: answers, spans and the least-trusted span"))]
     if tables.get("auroc"):
-        from .long_section import interval_cell  # it imports .inputs, which imports this one
-
         notes.append("Spans labelled right or wrong ('correct' in a span entry): AUROC of each "
                      "span score for the wrong spans, read as an uncertainty fixed in advance "
                      "(1 − p̄ for the probability); above 0.5 = higher on wrong spans. "
@@ -249,6 +206,5 @@ def spans_section(found: Sequence[tuple[Path, Sequence[Mapping]]], taken: set[st
     return section, tables
 
 
-__all__ = ["MAX_ANSWERS", "SECTION_ID", "SPAN_KEYS", "TITLE", "answers_html",
-           "check_max_answers", "check_span_rows", "file_row", "is_span_file", "is_span_row",
-           "labelled_rows", "model_of", "span_tables", "spans_section"]
+__all__ = ["MAX_ANSWERS", "SECTION_ID", "TITLE", "answers_html", "check_max_answers",
+           "file_row", "labelled_rows", "model_of", "span_tables", "spans_section"]
