@@ -75,3 +75,31 @@ def test_ghost_launches_counts_a_narrow_architecture(tiny_llama_dir, tmp_path):
     row = doc["table"][0]
     assert row["layers"] == 16 and row["ghost ops"] > row["floor ops"] > 0
     assert row["host syncs ghost − floor"] >= 0 and doc["commit"]
+
+
+def test_score_sequences_ab_runs_both_sides_in_turn(tiny_llama_dir, tmp_path):
+    if not (ROOT / ".git").exists():
+        pytest.skip("needs a git checkout (the earlier side is a git worktree)")
+    res = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "score_sequences_ab.py"), "--before", "HEAD",
+         "--rounds", "2", "--batch-sizes", "2", "--tag", "t", "--out", str(tmp_path), "--",
+         "--config", str(tiny_llama_dir), "--device", "cpu", "--repeats", "1", "--warmups", "0",
+         "--threads", "1"], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert res.returncode == 0, res.stderr[-3000:]
+    doc = json.loads((tmp_path / "score_sequences_ab_t.json").read_text())
+    assert [(r["side"], r["round"]) for r in doc["runs"]] == [
+        ("before", 1), ("after", 1), ("before", 2), ("after", 2)]
+    assert all(r["ghost/floor"]["2"] > 0 for r in doc["runs"])
+    (row,) = doc["summary"]
+    assert row["batch"] == 2 and row["before median"] > 0 and row["after median"] > 0
+    worktrees = subprocess.run(["git", "worktree", "list"], cwd=ROOT, capture_output=True,
+                               text=True).stdout
+    assert "isouq-ab-" not in worktrees  # the temporary worktree is removed
+
+
+def test_score_sequences_ab_names_a_bad_revision(tmp_path):
+    res = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "score_sequences_ab.py"), "--before",
+         "no-such-rev", "--out", str(tmp_path)], capture_output=True, text=True, timeout=120,
+        cwd=ROOT)
+    assert res.returncode == 2 and "--before no-such-rev: not a commit" in res.stderr
