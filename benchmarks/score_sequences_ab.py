@@ -2,18 +2,24 @@
 
 On a shared CPU the floor itself drifts by several percent within an hour, so a before/after
 read from two tables measured at different times mixes the code's change with the machine's.
-This runs both sides in turn: in each round, the earlier commit's own
-``benchmarks/score_sequences.py`` (in a temporary ``git worktree``, its ``src/`` first on the
-path), then this checkout's, each a fresh ``score_sequences.py`` run of ``--methods`` (default
-floor and ghost, each method in its own process) at ``--batch-sizes``; and reports every run's
-ghost/floor beside the other side's.
+This runs both sides in turn, round by round: the earlier commit from a temporary
+``git worktree`` (its ``src/`` first on the path), then this checkout. Two modes:
+
+- ``interleaved`` (the default): per side and round, one process loads the model and calls
+  the floor and ``score_sequences(method="ghost")`` alternately, ``--repeats`` times each after
+  a warm-up (the order swapped every repeat), so both see the same state of the machine; the
+  child is this file's own ``--child`` code, which uses only what both sides' ``isouq`` have
+  (``load_model``, ``encode``, ``collate``, ``token_probs``, ``summarize``,
+  ``score_sequences``);
+- ``processes``: per side and round, that side's own ``benchmarks/score_sequences.py`` (each
+  method in a process of its own, as in the kept tables, peak memory included); the ratio
+  then also carries the difference between two processes (several percent either way).
 
     python benchmarks/score_sequences_ab.py --before 1eb079b --rounds 3 --out benchmarks/results
 
-Writes ``score_sequences_ab.json`` (+ ``.md``; ``--tag`` adds a suffix): both commits, each
-run's rows and ratios as ``score_sequences.py`` wrote them, and per batch size the ghost/floor
-of every round on each side with their medians. Extra arguments after ``--`` go to both sides'
-``score_sequences.py`` (e.g. ``-- --repeats 5``); both sides must accept them.
+Writes ``score_sequences_ab[_TAG].json`` (+ ``.md``): both commits, every run, and per batch
+size the ghost/floor of every round on each side with their medians. In ``processes`` mode,
+arguments after ``--`` go to both sides' ``score_sequences.py`` (e.g. ``-- --repeats 5``).
 """
 
 from __future__ import annotations
@@ -57,6 +63,64 @@ def run_side(tree: Path, out: Path, batch_sizes: list[int], methods: list[str],
     return json.loads((out / "score_sequences.json").read_text())
 
 
+def run_interleaved(tree: Path, batch_sizes: list[int], repeats: int, model: str) -> dict:
+    """One process of ``tree``'s ``isouq`` (this file's ``--child``): per batch size, floor
+    and ghost called alternately; {"ghost/floor": {batch: ratio}, "rows": [...]}."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(tree / "src"), *filter(None, [
+        env.get("PYTHONPATH")])])
+    if "ISOUQ_DATA" not in env:
+        from isouq.data.qa import data_root
+
+        env["ISOUQ_DATA"] = str(data_root())
+    rows = []
+    for b in batch_sizes:
+        out = subprocess.run([sys.executable, __file__, "--child", str(b), str(repeats), model],
+                             cwd=ROOT, env=env, check=True, capture_output=True, text=True)
+        rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    return {"ghost/floor": {r["batch"]: r["ghost/floor"] for r in rows}, "rows": rows}
+
+
+def child(batch: int, repeats: int, model_name: str) -> dict:
+    """Floor and ghost of one batch, alternately in this process: seconds per answer of each
+    call, their medians and ghost/floor (the medians' ratio)."""
+    import torch
+
+    from floor import activation_gradients_only
+    from isouq.models import load_model
+    from isouq.sequences import collate, encode, score_sequences, summarize, token_probs
+    from score_sequences import load_pairs
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    model, tok, _ = load_model(model_name)
+    prompts, answers = load_pairs(batch)
+    b = collate(encode(tok, prompts, answers), tok.pad_token_id or 0)
+
+    def floor():
+        with activation_gradients_only(model):
+            p, mask = token_probs(model, b)
+            summarize(p, mask)[0].sum().backward()
+
+    def ghost():
+        score_sequences(model, tok, prompts, answers, method="ghost", batch_size=batch)
+
+    fns = {"floor": floor, "ghost": ghost}
+    for f in fns.values():
+        f()  # warm-up
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for r in range(repeats):
+        for k in (("floor", "ghost") if r % 2 == 0 else ("ghost", "floor")):
+            t = time.perf_counter()
+            fns[k]()
+            times[k].append((time.perf_counter() - t) / batch)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    import isouq
+
+    return {"batch": batch, "tokens_padded": int(b.input_ids.shape[1]), "src": isouq.__file__,
+            "floor_s_per_answer": med["floor"], "ghost_s_per_answer": med["ghost"],
+            "ghost/floor": med["ghost"] / med["floor"], "times": times}
+
+
 def ghost_floor(doc: dict) -> dict[int, float]:
     """batch size -> ghost/floor of one ``score_sequences.py`` run."""
     return {r["batch"]: r["ghost/floor"] for r in doc["ratios"] if "ghost/floor" in r}
@@ -78,14 +142,28 @@ def summarize(runs: list[dict], batch_sizes: list[int]) -> list[dict]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--before", required=True, metavar="REV", help="the earlier commit")
+    ap.add_argument("--before", metavar="REV", help="the earlier commit (required)")
     ap.add_argument("--batch-sizes", type=int, nargs="+", default=[16, 32])
     ap.add_argument("--methods", nargs="+", default=["floor", "ghost"])
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--mode", default="interleaved", choices=["interleaved", "processes"])
+    ap.add_argument("--repeats", type=int, default=10,
+                    help="interleaved: timed calls of each method per process")
+    ap.add_argument("--model", default="smollm2", help="interleaved: the model scored")
     ap.add_argument("--tag", default=None, help="suffix of the result files' names")
     ap.add_argument("--out", default="benchmarks/results")
-    ap.add_argument("extra", nargs="*", help="after --: more arguments for both sides")
+    ap.add_argument("--child", nargs=3, metavar=("BATCH", "REPEATS", "MODEL"),
+                    help=argparse.SUPPRESS)
+    ap.add_argument("extra", nargs="*", help="after --: more arguments for both sides "
+                    "(processes mode)")
     a = ap.parse_args()
+    if a.child:
+        print(json.dumps(child(int(a.child[0]), int(a.child[1]), a.child[2])))
+        return
+    if a.before is None:
+        ap.error("--before REV is required: the earlier commit to run beside this checkout")
+    if a.extra and a.mode != "processes":
+        ap.error("arguments after -- go to score_sequences.py: use them with --mode processes")
     if not {"floor", "ghost"} <= set(a.methods):
         ap.error("--methods must include floor and ghost (ghost/floor is what is compared)")
     try:
@@ -104,11 +182,16 @@ def main() -> None:
         try:
             for rnd in range(1, a.rounds + 1):
                 for side in SIDES:
-                    doc = run_side(tree if side == "before" else ROOT, Path(tmp) / f"{side}{rnd}",
-                                   a.batch_sizes, a.methods, a.extra)
-                    gf = ghost_floor(doc)
-                    runs.append({"side": side, "round": rnd, "ghost/floor": gf,
-                                 "rows": doc["rows"], "ratios": doc["ratios"]})
+                    where = tree if side == "before" else ROOT
+                    if a.mode == "interleaved":
+                        doc = run_interleaved(where, a.batch_sizes, a.repeats, a.model)
+                        gf, extra = doc["ghost/floor"], {"rows": doc["rows"]}
+                    else:
+                        doc = run_side(where, Path(tmp) / f"{side}{rnd}", a.batch_sizes,
+                                       a.methods, a.extra)
+                        gf, extra = ghost_floor(doc), {"rows": doc["rows"],
+                                                       "ratios": doc["ratios"]}
+                    runs.append({"side": side, "round": rnd, "ghost/floor": gf, **extra})
                     print(f"round {rnd} {side:>6}: ghost/floor "
                           + ", ".join(f"batch {b} {v:.3f}" for b, v in gf.items()), flush=True)
         finally:
@@ -117,8 +200,9 @@ def main() -> None:
     doc = {"date": time.strftime("%Y-%m-%d %H:%M"),
            "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
            "before": before, "after": after + ("+uncommitted" if dirty else ""),
-           "batch_sizes": a.batch_sizes, "methods": a.methods, "rounds": a.rounds,
-           "extra": a.extra, "summary": summary, "runs": runs}
+           "mode": a.mode, "batch_sizes": a.batch_sizes, "rounds": a.rounds,
+           **({"repeats": a.repeats, "model": a.model} if a.mode == "interleaved" else
+              {"methods": a.methods, "extra": a.extra}), "summary": summary, "runs": runs}
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     stem = "score_sequences_ab" + (f"_{a.tag}" if a.tag else "")
@@ -126,7 +210,8 @@ def main() -> None:
     from isouq.runio import markdown_table
 
     md = (f"# ghost/floor, {before} (before) against {doc['after']} (after), in turn\n\n"
-          f"{doc['date']}, {doc['machine']}; {a.rounds} round(s)\n\n" + markdown_table(summary))
+          f"{doc['date']}, {doc['machine']}; {a.mode}, {a.rounds} round(s)\n\n"
+          + markdown_table(summary))
     (out / f"{stem}.md").write_text(md)
     print(markdown_table(summary))
 

@@ -77,19 +77,26 @@ def test_ghost_launches_counts_a_narrow_architecture(tiny_llama_dir, tmp_path):
     assert row["host syncs ghost − floor"] >= 0 and doc["commit"]
 
 
-def test_score_sequences_ab_runs_both_sides_in_turn(tiny_llama_dir, tmp_path):
+@pytest.mark.parametrize("mode", ["interleaved", "processes"])
+def test_score_sequences_ab_runs_both_sides_in_turn(tiny_llama_dir, tmp_path, mode):
     if not (ROOT / ".git").exists():
         pytest.skip("needs a git checkout (the earlier side is a git worktree)")
+    args = (["--model", str(tiny_llama_dir), "--repeats", "2"] if mode == "interleaved" else
+            ["--", "--config", str(tiny_llama_dir), "--device", "cpu", "--repeats", "1",
+             "--warmups", "0", "--threads", "1"])
     res = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "score_sequences_ab.py"), "--before", "HEAD",
-         "--rounds", "2", "--batch-sizes", "2", "--tag", "t", "--out", str(tmp_path), "--",
-         "--config", str(tiny_llama_dir), "--device", "cpu", "--repeats", "1", "--warmups", "0",
-         "--threads", "1"], capture_output=True, text=True, timeout=600, cwd=ROOT)
+         "--rounds", "2", "--batch-sizes", "2", "--mode", mode, "--tag", "t", "--out",
+         str(tmp_path), *args], capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert res.returncode == 0, res.stderr[-3000:]
     doc = json.loads((tmp_path / "score_sequences_ab_t.json").read_text())
     assert [(r["side"], r["round"]) for r in doc["runs"]] == [
         ("before", 1), ("after", 1), ("before", 2), ("after", 2)]
     assert all(r["ghost/floor"]["2"] > 0 for r in doc["runs"])
+    if mode == "interleaved":  # each side ran its own src/: the worktree's, then this one's
+        srcs = [r["rows"][0]["src"] for r in doc["runs"]]
+        assert "isouq-ab-" in srcs[0] and srcs[1] == str(ROOT / "src" / "isouq" / "__init__.py")
+        assert all(len(r["rows"][0]["times"]["ghost"]) == 2 for r in doc["runs"])
     (row,) = doc["summary"]
     assert row["batch"] == 2 and row["before median"] > 0 and row["after median"] > 0
     worktrees = subprocess.run(["git", "worktree", "list"], cwd=ROOT, capture_output=True,
