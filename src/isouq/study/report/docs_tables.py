@@ -463,6 +463,30 @@ def _score_sequences_warm3(root: Path) -> str:
                   "peak RSS ghost (floor)"], rows)
 
 
+#: before/after runs of ``benchmarks/score_sequences_ab.py``: how each was run -> its file
+SCORE_SEQUENCES_AB = {
+    "one process, floor and ghost alternately": "benchmarks/results/score_sequences_ab_interleaved.json",
+    "a process per method (`--mode processes`)": "benchmarks/results/score_sequences_ab_processes.json",
+    "a process per method, batch 32 again": "benchmarks/results/score_sequences_ab_processes_b32.json",
+}
+
+
+@register("score_sequences_ab", *SCORE_SEQUENCES_AB.values())
+def _score_sequences_ab(root: Path) -> str:
+    """ghost/floor of an earlier commit and of a later one, run in turn round by round
+    (``benchmarks/score_sequences_ab.py``): each round's ratio, the medians and their ratio."""
+    rows = []
+    for how, rel in SCORE_SEQUENCES_AB.items():
+        d = _json(root, rel)
+        for r in d["summary"]:
+            rows.append([how, f"{d['before']} → {d['after']}", str(r["batch"]),
+                         f"{sig(r['before median'])} ({r['before ghost/floor by round']})",
+                         f"{sig(r['after median'])} ({r['after ghost/floor by round']})",
+                         f"**{sig(r['after / before (medians)'])}**"])
+    return _grid(["run", "commits", "batch", "before: ghost / floor, median (by round)",
+                  "after: ghost / floor, median (by round)", "after / before"], rows)
+
+
 LONG_PROMPTS = tuple(f"benchmarks/results/score_sequences_t{t}.json" for t in (64, 256, 1024, 2048))
 
 
