@@ -21,3 +21,23 @@ def activation_gradients_only(model):
         hook.remove()
         for p, f in flags:
             p.requires_grad_(f)
+
+
+def floor_and_ghost(model, tok, prompts, answers):
+    """({"floor": f, "ghost": g}, the padded batch): f and g each run once on the whole batch
+    of (prompt, answer) pairs. The floor runs on the pairs encoded once, here; ghost is
+    ``score_sequences`` as a user calls it (encoding included). Uses only what every version
+    of ``isouq`` has (``benchmarks/score_sequences_ab.py`` runs it against earlier ones)."""
+    from isouq.sequences import collate, encode, score_sequences, summarize, token_probs
+
+    b = collate(encode(tok, prompts, answers), tok.pad_token_id or 0)
+
+    def floor():
+        with activation_gradients_only(model):
+            p, mask = token_probs(model, b)
+            summarize(p, mask)[0].sum().backward()
+
+    def ghost():
+        score_sequences(model, tok, prompts, answers, method="ghost", batch_size=len(prompts))
+
+    return {"floor": floor, "ghost": ghost}, b

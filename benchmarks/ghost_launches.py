@@ -71,8 +71,7 @@ def count(model_name: str, method: str, batch: int, tokenizer: str, dtype: str) 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     import isouq.ghost.shared as shared
-    from floor import activation_gradients_only
-    from isouq.sequences import collate, encode, score_sequences, summarize, token_probs
+    from floor import floor_and_ghost
     from random_weights import FoldedTokenizer
     from score_sequences import load_pairs
 
@@ -86,17 +85,8 @@ def count(model_name: str, method: str, batch: int, tokenizer: str, dtype: str) 
     if len(tok) > cfg.vocab_size:
         tok = FoldedTokenizer(tok, cfg.vocab_size)
     prompts, answers = load_pairs(batch)
-    b = collate(encode(tok, prompts, answers), tok.pad_token_id or 0)
-
-    def floor():
-        with activation_gradients_only(model):
-            p, mask = token_probs(model, b)
-            summarize(p, mask)[0].sum().backward()
-
-    def ghost():
-        score_sequences(model, tok, prompts, answers, method="ghost", batch_size=batch)
-
-    fn = {"floor": floor, "ghost": ghost}[method]
+    fns, b = floor_and_ghost(model, tok, prompts, answers)
+    fn = fns[method]
 
     class Count(TorchDispatchMode):
         def __init__(self):

@@ -47,16 +47,24 @@ def git(*args: str, cwd: Path = ROOT) -> str:
                           check=True).stdout.strip()
 
 
-def run_side(tree: Path, out: Path, batch_sizes: list[int], methods: list[str],
-             extra: list[str]) -> dict:
-    """One ``score_sequences.py`` run of ``tree`` (its own script and ``src/``): its JSON."""
+def side_env(tree: Path) -> dict[str, str]:
+    """The environment of a process that runs ``tree``'s ``isouq``: its ``src/`` first on the
+    path, and the shipped data found from this checkout (a worktree elsewhere does not see
+    ``shared/data`` beside it)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(tree / "src"), *filter(None, [
         env.get("PYTHONPATH")])])
-    if "ISOUQ_DATA" not in env:  # a worktree outside this checkout does not see shared/data
+    if "ISOUQ_DATA" not in env:
         from isouq.data.qa import data_root
 
         env["ISOUQ_DATA"] = str(data_root())
+    return env
+
+
+def run_side(tree: Path, out: Path, batch_sizes: list[int], methods: list[str],
+             extra: list[str]) -> dict:
+    """One ``score_sequences.py`` run of ``tree`` (its own script and ``src/``): its JSON."""
+    env = side_env(tree)
     cmd = [sys.executable, str(tree / "benchmarks" / "score_sequences.py"), "--batch-sizes",
            *map(str, batch_sizes), "--methods", *methods, "--out", str(out), *extra]
     subprocess.run(cmd, cwd=tree, env=env, check=True, stdout=subprocess.DEVNULL)
@@ -66,13 +74,7 @@ def run_side(tree: Path, out: Path, batch_sizes: list[int], methods: list[str],
 def run_interleaved(tree: Path, batch_sizes: list[int], repeats: int, model: str) -> dict:
     """One process of ``tree``'s ``isouq`` (this file's ``--child``): per batch size, floor
     and ghost called alternately; {"ghost/floor": {batch: ratio}, "rows": [...]}."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(tree / "src"), *filter(None, [
-        env.get("PYTHONPATH")])])
-    if "ISOUQ_DATA" not in env:
-        from isouq.data.qa import data_root
-
-        env["ISOUQ_DATA"] = str(data_root())
+    env = side_env(tree)
     rows = []
     for b in batch_sizes:
         out = subprocess.run([sys.executable, __file__, "--child", str(b), str(repeats), model],
@@ -86,25 +88,14 @@ def child(batch: int, repeats: int, model_name: str) -> dict:
     call, their medians and ghost/floor (the medians' ratio)."""
     import torch
 
-    from floor import activation_gradients_only
+    from floor import floor_and_ghost
     from isouq.models import load_model
-    from isouq.sequences import collate, encode, score_sequences, summarize, token_probs
     from score_sequences import load_pairs
 
     torch.set_num_threads(os.cpu_count() or 1)
     model, tok, _ = load_model(model_name)
     prompts, answers = load_pairs(batch)
-    b = collate(encode(tok, prompts, answers), tok.pad_token_id or 0)
-
-    def floor():
-        with activation_gradients_only(model):
-            p, mask = token_probs(model, b)
-            summarize(p, mask)[0].sum().backward()
-
-    def ghost():
-        score_sequences(model, tok, prompts, answers, method="ghost", batch_size=batch)
-
-    fns = {"floor": floor, "ghost": ghost}
+    fns, b = floor_and_ghost(model, tok, prompts, answers)
     for f in fns.values():
         f()  # warm-up
     times: dict[str, list[float]] = {k: [] for k in fns}
