@@ -78,7 +78,9 @@ def run_interleaved(tree: Path, batch_sizes: list[int], repeats: int, model: str
     rows = []
     for b in batch_sizes:
         out = subprocess.run([sys.executable, __file__, "--child", str(b), str(repeats), model],
-                             cwd=ROOT, env=env, check=True, capture_output=True, text=True)
+                             cwd=ROOT, env=env, capture_output=True, text=True)
+        if out.returncode:
+            raise SystemExit(f"the {tree} side failed at batch {b}:\n{out.stderr[-3000:]}")
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
     return {"ghost/floor": {r["batch"]: r["ghost/floor"] for r in rows}, "rows": rows}
 
