@@ -90,6 +90,7 @@ def child(batch: int, repeats: int, model_name: str) -> dict:
     call, their medians and ghost/floor (the medians' ratio)."""
     import torch
 
+    import isouq
     from floor import floor_and_ghost
     from isouq.models import load_model
     from score_sequences import load_pairs
@@ -107,8 +108,6 @@ def child(batch: int, repeats: int, model_name: str) -> dict:
             fns[k]()
             times[k].append((time.perf_counter() - t) / batch)
     med = {k: statistics.median(v) for k, v in times.items()}
-    import isouq
-
     return {"batch": batch, "tokens_padded": int(b.input_ids.shape[1]), "src": isouq.__file__,
             "floor_s_per_answer": med["floor"], "ghost_s_per_answer": med["ghost"],
             "ghost/floor": med["ghost"] / med["floor"], "times": times}
@@ -137,7 +136,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--before", metavar="REV", help="the earlier commit (required)")
     ap.add_argument("--batch-sizes", type=int, nargs="+", default=[16, 32])
-    ap.add_argument("--methods", nargs="+", default=["floor", "ghost"])
+    ap.add_argument("--methods", nargs="+", default=["floor", "ghost"],
+                    help="processes mode: the methods each side's score_sequences.py runs")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--mode", default="interleaved", choices=["interleaved", "processes"])
     ap.add_argument("--repeats", type=int, default=10,
