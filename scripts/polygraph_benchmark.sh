@@ -20,7 +20,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LIMIT=500; CHUNK=24; SEED=0
-MODELS="smollm2 gemma3-270m qwen2.5-coder-0.5b"
+MODELS="smollm2 gemma3-270m qwen2.5-coder-0.5b qwen2.5-coder-1.5b"
 DATASETS="triviaqa truthfulqa"
 CONFIG=configs/polygraph/polygraph_eval.yaml
 while [ $# -gt 0 ]; do

@@ -190,7 +190,7 @@ def archive_chunk(chunk: Path, rows: dict[str, list], batch_size: int, out: Path
 
     Returns:
         ``{"chunk", "questions": [per question: key, question, references, answer, n_tokens,
-        quality, ue, isouq_mean_prob], "batches": [[answers, {calculator or estimator:
+        answer_ids, quality, ue, isouq_mean_prob], "batches": [[answers, {calculator or estimator:
         seconds}]], "seconds": {name: total seconds}, "logged": [first, last timestamp]}``.
     """
     import torch
@@ -217,6 +217,9 @@ def archive_chunk(chunk: Path, rows: dict[str, list], batch_size: int, out: Path
             "question": rows["input"][i].split("Question: ", 1)[-1].removesuffix("\nAnswer:"),
             "references": list(rows["output"][i])[:5], "answer": texts[i],
             "n_tokens": len(tokens[i]),
+            # the greedy token ids as generated (the end-of-sequence token included when the
+            # model produced it): what a later pass over the same answers scores
+            "answer_ids": [int(t) for t in tokens[i]],
             "quality": {g: float(v[i]) for g, v in gens.items()},
             "ue": {e: (float(v[i]) if np.isfinite(v[i]) else None) for e, v in ests.items()},
             **({"isouq_mean_prob": float(mean_prob[i])} if mean_prob else {}),
