@@ -43,7 +43,8 @@ docs_progress() {  # docs/scaling.md: the hmc_in_progress table and the "How far
 import json, sys
 from pathlib import Path
 
-from isouq.study.report import docs_tables as dt
+sys.path.insert(0, "tools")  # tools/docs_tables.py: repository tooling, not in the package
+import docs_tables as dt
 
 out, doc = Path(sys.argv[1]), Path("docs/scaling.md")
 text, _ = dt.replace_blocks(doc.read_text(), lambda name: dt.render(name, "."), str(doc))

@@ -4,6 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-.venv/bin/ruff check src tests benchmarks
+.venv/bin/ruff check src tests benchmarks tools
 NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir "${TMPDIR:-/tmp}/isouq-site"
 exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"

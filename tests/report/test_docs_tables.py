@@ -1,28 +1,62 @@
-"""The generated tables of the docs: every marked block equals what its kept files give, and the
-marker replacement itself (on pages written here)."""
+"""The generated tables and values of the docs (``tools/docs_tables.py``, repository tooling
+outside the installed package): every marked block and value equals what its kept files give,
+and the marker replacement itself (on pages written here)."""
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
 
-from isouq.study.report import docs_tables as dt
-
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_every_marked_table_matches_its_kept_files():
-    """CI fails here when a doc table and its file disagree: run
-    ``python -m isouq.study.report.docs_tables --write`` and commit the docs."""
+def _load_tool():
+    """``tools/docs_tables.py`` as the module ``docs_tables`` (it is not in the package)."""
+    if "docs_tables" in sys.modules:
+        return sys.modules["docs_tables"]
+    spec = importlib.util.spec_from_file_location("docs_tables", ROOT / "tools" / "docs_tables.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["docs_tables"] = mod  # dataclasses look their module up while it executes
+    spec.loader.exec_module(mod)
+    return mod
+
+
+dt = _load_tool()
+
+
+def test_every_marked_table_and_value_matches_its_kept_files():
+    """CI fails here when a doc table or value and its file disagree: run
+    ``python tools/docs_tables.py --write`` and commit the docs."""
     stale = dt.check(ROOT)
-    assert not stale, "\n".join(stale) + "\nrun: python -m isouq.study.report.docs_tables --write"
+    assert not stale, "\n".join(stale) + "\nrun: python tools/docs_tables.py --write"
+
+
+def test_the_tool_is_not_in_the_installed_package():
+    """Repository tooling stays out of the wheel: nothing under src/ holds it."""
+    assert not list((ROOT / "src").rglob("docs_tables.py"))
 
 
 def test_every_marked_block_names_a_registered_table_and_the_docs_use_some():
     used = {b.name for p in dt.pages(ROOT) for b in dt.find_blocks(p.read_text("utf-8"), str(p))}
     assert used <= set(dt.TABLES), sorted(used - set(dt.TABLES))
     assert {"score_sequences", "results_headline", "qa_study_auroc"} <= used
+
+
+def test_every_marked_value_names_a_registered_value_and_every_value_is_used():
+    used = {f.name for p in dt.pages(ROOT) for f in dt.find_values(p.read_text("utf-8"), str(p))}
+    assert used <= set(dt.VALUES), sorted(used - set(dt.VALUES))
+    assert set(dt.VALUES) <= used, f"registered but on no page: {sorted(set(dt.VALUES) - used)}"
+
+
+@pytest.mark.parametrize("name", sorted(dt.VALUES))
+def test_every_registered_value_renders_one_line_from_the_kept_files(name):
+    text = dt.render_value(name, ROOT)
+    assert text.strip() and "\n" not in text and "<!--" not in text
+    for src in dt.VALUES[name].sources:
+        assert list(ROOT.glob(src)), src
 
 
 @pytest.mark.parametrize("name", sorted(dt.TABLES))
@@ -107,6 +141,64 @@ def test_command_line_check_exit_status(tmp_path, fake_table, capsys):
     assert dt.main(["--check", "--root", str(tmp_path)]) == 0
     _site(tmp_path / "other", "<!-- table: fake -->\n")
     assert dt.main(["--check", "--root", str(tmp_path / "other")]) == 2
+
+
+@pytest.fixture
+def fake_value(monkeypatch):
+    """A registered value ``fv`` whose text the test sets (``state["text"]``)."""
+    state = {"text": "4.9×"}
+    monkeypatch.setitem(dt.VALUES, "fv", dt.DocTable("fv", ("v.json",), lambda root: state["text"]))
+    return state
+
+
+VALUE_PAGE = ("# T\n\nghost is <!-- value: fv -->5.0×<!-- /value --> faster, and again "
+              "<!--value:fv-->4.9×<!--/value-->.\n\n<!-- table: fake -->\n| a | b |\n|---|---|\n"
+              "| 1 | 2 |\n<!-- /table -->\nlast <!-- value: fv --><!-- /value -->\n")
+
+
+def test_values_check_names_stale_fragments_and_write_replaces_only_them(tmp_path, fake_table,
+                                                                        fake_value):
+    page = _site(tmp_path, VALUE_PAGE)
+    stale = dt.check(tmp_path)
+    assert [m.split(":")[:2] for m in stale] == [["docs/page.md", "3"], ["docs/page.md", "10"]]
+    assert "value fv differs from v.json (page: '5.0×', files: '4.9×')" in stale[0]
+    assert page.read_text("utf-8") == VALUE_PAGE  # --check writes nothing
+    assert len(dt.write(tmp_path)) == 2
+    assert page.read_text("utf-8") == VALUE_PAGE.replace(">5.0×<", ">4.9×<").replace(
+        "--><!-- /value -->", "-->4.9×<!-- /value -->")
+    assert dt.check(tmp_path) == []
+    fake_value["text"] = "4.6–5.9×"  # the files changed: every fragment is stale again
+    assert len(dt.check(tmp_path)) == 3
+    assert dt.main(["--check", "--root", str(tmp_path)]) == 1
+    assert dt.main(["--write", "--root", str(tmp_path)]) == 0
+    assert page.read_text("utf-8").count(">4.6–5.9×<") == 3
+
+
+def test_malformed_value_markers_and_bad_values_are_errors(tmp_path, fake_value):
+    with pytest.raises(ValueError, match="not closed on its line"):
+        dt.find_values("a <!-- value: fv -->1\n2<!-- /value -->\n")
+    with pytest.raises(ValueError, match="no <!-- value: NAME --> before it"):
+        dt.find_values("a 1<!-- /value -->\n")
+    with pytest.raises(ValueError, match="opened inside value"):
+        dt.find_values("<!-- value: fv --><!-- value: fv -->1<!-- /value --><!-- /value -->\n")
+    fake_value["text"] = "two\nlines"
+    with pytest.raises(ValueError, match="one non-empty line"):
+        dt.render_value("fv", tmp_path)
+    _site(tmp_path, "x <!-- value: nosuch -->1<!-- /value -->\n")
+    with pytest.raises(KeyError, match="no generated value named 'nosuch'"):
+        dt.check(tmp_path)
+    assert dt.main(["--check", "--root", str(tmp_path)]) == 2
+
+
+def test_a_name_is_registered_once_across_tables_and_values():
+    with pytest.raises(ValueError, match="registered twice"):
+        dt.value("score_sequences")(lambda root: "x")
+
+
+@pytest.mark.parametrize("vals, want", [([1.034, 1.2], "1.03–1.20"), ([4.9, 4.9], "4.90"),
+                                        ([2.0], "2.00")])
+def test_span_of_values(vals, want):
+    assert dt.span(vals, lambda x: dt.fixed(x, 2)) == want
 
 
 @pytest.mark.parametrize("x, want", [(0.08687, "0.0869"), (1.1460, "1.15"), (1256.68, "1,260"),

@@ -1,23 +1,35 @@
-"""The measured tables of the user docs, generated from the kept result files.
+"""The measured tables and numbers of the user docs, generated from the kept result files.
 
-A page of ``docs/`` (or ``README.md``) marks a generated table with two HTML comments, which the
-site does not show::
+Repository tooling, not part of the installed package: run it from the repository root as
+
+    python tools/docs_tables.py --check   # exit 1, naming each stale table or value
+    python tools/docs_tables.py --write   # regenerate every marked table and value
+    python tools/docs_tables.py --list    # the registered tables and values, with their files
+    python tools/docs_tables.py --show NAME
+
+A page of ``docs/`` (or ``README.md``) marks what is generated with HTML comments, which the
+site and GitHub do not show.
+
+A **table** is a block of lines::
 
     <!-- table: NAME -->
     | generated | table |
     |---|---|
     <!-- /table -->
 
-Everything between the markers belongs to the generator: ``NAME`` is a key of :data:`TABLES`,
-a small function that reads kept JSON files (its ``sources``, relative to the repository root)
-and returns a Markdown table. So a number in such a table is the file's number, and a table
-cannot drift from its file unnoticed:
+A **value** is a fragment of prose on one line::
 
-    python -m isouq.study.report.docs_tables --write   # regenerate every marked block
-    python -m isouq.study.report.docs_tables --check   # exit 1, naming each stale block
+    ghost costs <!-- value: cpu_short_ghost_over_floor -->1.03–1.20<!-- /value -->× the floor
 
-``tests/report/test_docs_tables.py`` runs the check on the real docs. Prose around a table is
-not generated: keep it to what the table shows, or cite the file.
+Everything between the markers belongs to the generator: ``NAME`` is a key of :data:`TABLES`
+(a function that reads kept JSON or text files, its ``sources`` relative to the repository
+root, and returns a Markdown table) or of :data:`VALUES` (the same, returning a short string:
+a number, a range, a count). So a number so marked is its file's number, and it cannot drift
+from its file unnoticed: ``tests/report/test_docs_tables.py`` runs the check on the real docs.
+
+To add one: a function ``def _name(root: Path) -> str`` under ``@register("name", "kept/file",
+...)`` (a table) or ``@value("name", "kept/file", ...)`` (a value), in the section of the page
+that shows it, then the markers where the page shows it.
 
 This module reads result files only; it never runs a model or an experiment.
 """
@@ -33,17 +45,20 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...runio import latest_by_key, markdown_grid, read_jsonl
+from isouq.runio import latest_by_key, markdown_grid, read_jsonl
 
 OPEN = re.compile(r"^\s*<!--\s*table:\s*(?P<name>[A-Za-z0-9_.-]+)\s*-->\s*$")
 CLOSE = re.compile(r"^\s*<!--\s*/table\s*-->\s*$")
+VALUE_OPEN = re.compile(r"<!--\s*value:\s*(?P<name>[A-Za-z0-9_.-]+)\s*-->")
+VALUE_CLOSE = re.compile(r"<!--\s*/value\s*-->")
 MISSING = "–"
+COMMAND = "python tools/docs_tables.py"
 
 
 @dataclass(frozen=True)
 class DocTable:
-    """One generated table: its name, the kept files it reads, and the function that renders it
-    (repository root → Markdown table)."""
+    """One generated table or value: its name, the kept files it reads, and the function that
+    renders it (repository root → Markdown table, or → one line of text for a value)."""
 
     name: str
     sources: tuple[str, ...]
@@ -51,17 +66,27 @@ class DocTable:
     doc: str = ""
 
 
+#: the generated tables, by name
 TABLES: dict[str, DocTable] = {}
+#: the generated values (fragments of prose), by name
+VALUES: dict[str, DocTable] = {}
 
 
-def register(name: str, *sources: str):
-    """Decorator: add ``fn(root) -> markdown`` to :data:`TABLES` under ``name``."""
-    def add(fn: Callable[[Path], str]) -> Callable[[Path], str]:
-        if name in TABLES:
-            raise ValueError(f"table {name!r} is registered twice")
-        TABLES[name] = DocTable(name, tuple(sources), fn, (fn.__doc__ or "").strip())
-        return fn
-    return add
+def _registrar(registry: dict[str, DocTable], kind: str):
+    def decorator(name: str, *sources: str):
+        def add(fn: Callable[[Path], str]) -> Callable[[Path], str]:
+            if name in TABLES or name in VALUES:
+                raise ValueError(f"{kind} {name!r}: the name is registered twice")
+            registry[name] = DocTable(name, tuple(sources), fn, (fn.__doc__ or "").strip())
+            return fn
+        return add
+    return decorator
+
+
+#: Decorator: add ``fn(root) -> markdown table`` to :data:`TABLES` under ``name``.
+register = _registrar(TABLES, "table")
+#: Decorator: add ``fn(root) -> str`` (one line, no HTML comment) to :data:`VALUES` under ``name``.
+value = _registrar(VALUES, "value")
 
 
 def render(name: str, root: str | Path = ".") -> str:
@@ -69,6 +94,17 @@ def render(name: str, root: str | Path = ".") -> str:
     if name not in TABLES:
         raise KeyError(f"no generated table named {name!r}; known: {', '.join(sorted(TABLES))}")
     return TABLES[name].render(Path(root)).rstrip("\n") + "\n"
+
+
+def render_value(name: str, root: str | Path = ".") -> str:
+    """The text of value ``name`` from the files under ``root``: one line, no markers."""
+    if name not in VALUES:
+        raise KeyError(f"no generated value named {name!r}; known: {', '.join(sorted(VALUES))}")
+    text = str(VALUES[name].render(Path(root)))
+    if "\n" in text or "<!--" in text or "-->" in text or not text.strip():
+        raise ValueError(f"value {name!r} rendered {text!r}: a value is one non-empty line "
+                         "without HTML comments")
+    return text
 
 
 # --------------------------------------------------------------------------- number formats
@@ -100,6 +136,20 @@ def fixed(x, digits: int) -> str:
     return f"{float(x):,.{digits}f}".replace("-", "−")
 
 
+def span(values: Iterable[float], fmt: Callable[[float], str]) -> str:
+    """``lo–hi`` of ``values`` as ``fmt`` writes each end; one value (or equal ends) alone."""
+    vals = [float(v) for v in values]
+    if not vals:
+        raise ValueError("a range over no values")
+    lo, hi = fmt(min(vals)), fmt(max(vals))
+    return lo if lo == hi else f"{lo}–{hi}"
+
+
+def count(n: int) -> str:
+    """An integer with thousands separated (1,000)."""
+    return f"{int(n):,}"
+
+
 def interval(r: Mapping, digits: int = 3) -> str:
     """``auroc [ci_low, ci_high]`` of a row."""
     return (f"{fixed(r['auroc'], digits)} [{fixed(r['ci_low'], digits)}, "
@@ -112,6 +162,13 @@ def _json(root: Path, rel: str):
         return json.loads(path.read_text("utf-8"))
     except FileNotFoundError:
         raise FileNotFoundError(f"{rel}: the kept file a generated table reads is missing") from None
+
+
+def _text(root: Path, rel: str) -> str:
+    try:
+        return (root / rel).read_text("utf-8")
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{rel}: the kept file a generated value reads is missing") from None
 
 
 def _grid(columns: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
@@ -194,67 +251,149 @@ def replace_blocks(text: str, make: Callable[[str], str],
     return "".join(out), stale
 
 
+# --------------------------------------------------------------------------- value markers
+
+
+@dataclass(frozen=True)
+class Fragment:
+    """A marked value of a page: its name, the 0-based line, and the character range of its
+    content within that line (between the end of ``<!-- value: NAME -->`` and the start of
+    ``<!-- /value -->``)."""
+
+    name: str
+    line: int
+    start: int
+    end: int
+
+
+def find_values(text: str, where: str = "<text>") -> list[Fragment]:
+    """The marked values of a page, in order. Each opens and closes on one line; an opening
+    marker without its closing one on that line, a closing marker with none before it, or a
+    value inside a value is a ``ValueError`` naming the line."""
+    out = []
+    for i, line in enumerate(text.splitlines()):
+        at = 0
+        while True:
+            o, c = VALUE_OPEN.search(line, at), VALUE_CLOSE.search(line, at)
+            if o is None and c is None:
+                break
+            if o is None or (c is not None and c.start() < o.start()):
+                raise ValueError(f"{where}:{i + 1}: <!-- /value --> with no <!-- value: NAME --> "
+                                 "before it on the line")
+            if c is None:
+                raise ValueError(f"{where}:{i + 1}: <!-- value: {o['name']} --> is not closed on "
+                                 "its line (a value is one line: add <!-- /value --> after it)")
+            inner = VALUE_OPEN.search(line, o.end(), c.start())
+            if inner is not None:
+                raise ValueError(f"{where}:{i + 1}: value {inner['name']!r} opened inside value "
+                                 f"{o['name']!r}; close that one first (<!-- /value -->)")
+            out.append(Fragment(o["name"], i, o.end(), c.start()))
+            at = c.end()
+    return out
+
+
+def replace_values(text: str, make: Callable[[str], str],
+                   where: str = "<text>") -> tuple[str, list[Fragment]]:
+    """``text`` with every marked value's content replaced by ``make(name)``, and the values
+    whose content changed (stale ones). Everything outside the values is kept byte for byte."""
+    lines = text.splitlines(keepends=True)
+    stale: list[Fragment] = []
+    by_line: dict[int, list[Fragment]] = {}
+    for f in find_values(text, where):
+        by_line.setdefault(f.line, []).append(f)
+    for i, frags in by_line.items():
+        line = lines[i]
+        for f in reversed(frags):  # right to left: earlier offsets stay valid
+            new = make(f.name)
+            if line[f.start:f.end] != new:
+                stale.append(f)
+                line = line[:f.start] + new + line[f.end:]
+        lines[i] = line
+    stale.sort(key=lambda f: (f.line, f.start))
+    return "".join(lines), stale
+
+
 # --------------------------------------------------------------------------- pages
 
 
 def pages(root: str | Path = ".") -> list[Path]:
-    """The pages that may hold generated tables: README.md and docs/*.md."""
+    """The pages that may hold generated tables and values: README.md and docs/*.md."""
     root = Path(root)
     return [p for p in [root / "README.md", *sorted((root / "docs").glob("*.md"))] if p.exists()]
 
 
 def _sweep(root: Path, write: bool) -> list[str]:
-    cache: dict[str, str] = {}
+    tables: dict[str, str] = {}
+    values: dict[str, str] = {}
 
-    def make(name: str) -> str:
-        if name not in cache:
-            cache[name] = render(name, root)
-        return cache[name]
+    def make_table(name: str) -> str:
+        if name not in tables:
+            tables[name] = render(name, root)
+        return tables[name]
 
+    def make_value(name: str) -> str:
+        if name not in values:
+            values[name] = render_value(name, root)
+        return values[name]
+
+    verb = "rewritten" if write else "differs from"
     messages = []
     for page in pages(root):
         rel = page.relative_to(root).as_posix()
         text = page.read_text("utf-8")
-        new, stale = replace_blocks(text, make, rel)
+        new, stale = replace_blocks(text, make_table, rel)
         for b in stale:
-            src = ", ".join(TABLES[b.name].sources)
-            messages.append(f"{rel}:{b.open_line + 1}: table {b.name} "
-                            f"{'rewritten' if write else 'differs from'} {src}")
+            messages.append(f"{rel}:{b.open_line + 1}: table {b.name} {verb} "
+                            f"{', '.join(TABLES[b.name].sources)}")
+        old_lines = new.splitlines(keepends=True)
+        new, stale_values = replace_values(new, make_value, rel)
+        for f in stale_values:
+            was = old_lines[f.line][f.start:f.end]
+            messages.append(f"{rel}:{f.line + 1}: value {f.name} {verb} "
+                            f"{', '.join(VALUES[f.name].sources)} (page: {was!r}, files: "
+                            f"{values[f.name]!r})")
         if write and new != text:
             page.write_text(new, "utf-8")
     return messages
 
 
 def check(root: str | Path = ".") -> list[str]:
-    """One message per marked block whose content is not what its files give (empty: all
-    current)."""
+    """One message per marked table or value whose content is not what its files give (empty:
+    all current)."""
     return _sweep(Path(root), write=False)
 
 
 def write(root: str | Path = ".") -> list[str]:
-    """Regenerate every marked block in place; one message per block rewritten."""
+    """Regenerate every marked table and value in place; one message per one rewritten."""
     return _sweep(Path(root), write=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
-        prog="python -m isouq.study.report.docs_tables",
-        description="Regenerate (--write) or verify (--check) the tables of README.md and "
-                    "docs/*.md marked <!-- table: NAME --> … <!-- /table -->.")
+        prog=COMMAND,
+        description="Regenerate (--write) or verify (--check) the tables and values of README.md "
+                    "and docs/*.md marked <!-- table: NAME --> … <!-- /table --> and "
+                    "<!-- value: NAME -->…<!-- /value -->.")
     act = ap.add_mutually_exclusive_group(required=True)
-    act.add_argument("--check", action="store_true", help="exit 1 if a marked table is stale")
-    act.add_argument("--write", action="store_true", help="rewrite every marked table")
-    act.add_argument("--show", metavar="NAME", help="print one table (any registered name)")
-    act.add_argument("--list", action="store_true", help="the registered tables and their files")
+    act.add_argument("--check", action="store_true",
+                     help="exit 1 if a marked table or value is stale")
+    act.add_argument("--write", action="store_true", help="rewrite every marked table and value")
+    act.add_argument("--show", metavar="NAME", help="print one table or value (any registered name)")
+    act.add_argument("--list", action="store_true",
+                     help="the registered tables and values and their files")
     ap.add_argument("--root", default=".", help="the repository root (default: .)")
     a = ap.parse_args(argv)
     try:
         if a.list:
-            for t in TABLES.values():
-                print(f"{t.name}: {', '.join(t.sources)}")
+            for kind, registry in (("table", TABLES), ("value", VALUES)):
+                for t in registry.values():
+                    print(f"{kind} {t.name}: {', '.join(t.sources)}")
             return 0
         if a.show:
-            print(render(a.show, a.root), end="")
+            if a.show in VALUES:
+                print(render_value(a.show, a.root))
+            else:
+                print(render(a.show, a.root), end="")
             return 0
         messages = write(a.root) if a.write else check(a.root)
     except (KeyError, ValueError, FileNotFoundError) as e:
@@ -263,7 +402,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for m in messages:
         print(m)
     if a.check and messages:
-        print(f"{len(messages)} stale table(s): run python -m isouq.study.report.docs_tables --write",
+        print(f"{len(messages)} stale table(s) or value(s): run {COMMAND} --write",
               file=sys.stderr)
         return 1
     return 0
@@ -1016,7 +1155,7 @@ def _polygraph_ranks(root: Path) -> str:
 
 def _polygraph_docs(root: Path) -> list[dict]:
     """The kept benchmark files, models in the docs' order, TriviaQA before TruthfulQA."""
-    from .polygraph import load_polygraph, polygraph_files
+    from isouq.study.report.polygraph import load_polygraph, polygraph_files
 
     folder = root / POLYGRAPH
     if not folder.is_dir():
