@@ -2,7 +2,10 @@
 
 Two layouts. ``"draws"`` (the default) keeps every kept draw; ``"compact"`` keeps no draw, only
 the sampler state and running sums of the predictive statistics (:class:`RunningPredictive`),
-small enough to keep in git at a million parameters (see the end of this docstring).
+about 40 MB at a million parameters (see the end of this docstring). Neither layout belongs in
+git: the first save writes a ``.gitignore`` (``*``) into the checkpoint's parent directory when
+it has none (:func:`ignore_in_git`); what a repository keeps of a run is its summary
+(:func:`progress_summary`).
 
 A run is cut into segments of iterations (:func:`segments`); after each one the checkpoint
 directory of the ``"draws"`` layout receives
@@ -24,8 +27,8 @@ The ``"compact"`` layout (:meth:`Checkpoint.save_compact`) writes, instead of st
 a few compressed groups of named arrays (``<group>_<content digest>.npz``, e.g. the sampler
 state, the mass matrix, the running sums), listed under ``files`` in ``meta.json``. A group is
 named by its content, so one that did not change since the last segment (the mass matrix after
-warmup) is not rewritten, and git stores it once. float64 arrays whose values are all exact
-float32 numbers are stored as float32 (lossless; read back as float64).
+warmup) is not rewritten, and a copy of the folder (rsync) moves it once. float64 arrays whose
+values are all exact float32 numbers are stored as float32 (lossless; read back as float64).
 """
 
 from __future__ import annotations
@@ -81,6 +84,15 @@ def _atomic_write(path: Path, write) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def ignore_in_git(path: Path) -> None:
+    """Write ``path.parent/.gitignore`` (``*``: everything beside ``path``, itself included)
+    unless it exists: a checkpoint is tens of MB to GB and changes after every segment."""
+    ignore = path.parent / ".gitignore"
+    if not ignore.exists():
+        ignore.parent.mkdir(parents=True, exist_ok=True)
+        ignore.write_text("*\n")
 
 
 def _save_npz(path: Path, arrays: dict[str, np.ndarray], compressed: bool = False) -> None:
@@ -245,6 +257,7 @@ class Checkpoint:
         if self.layout != "compact":
             raise InputError("save_compact needs a Checkpoint(layout='compact')")
         self.path.mkdir(parents=True, exist_ok=True)
+        ignore_in_git(self.path)
         old = set(p.files)
         files = []
         for group, arrays in groups.items():
@@ -277,9 +290,7 @@ class Checkpoint:
         first: the segment's first iteration (names the part file).
         """
         self.path.mkdir(parents=True, exist_ok=True)
-        ignore = self.path.parent / ".gitignore"
-        if not ignore.exists():  # checkpoints hold the draws: far too large for git
-            ignore.write_text("*\n")
+        ignore_in_git(self.path)
         old_state = p.state_file
         if part is not None:
             name = f"part_{first:07d}.npz"
@@ -572,5 +583,5 @@ def progress_summary(meta: dict, recent: int = 10) -> dict:
             "updated": meta.get("updated")}
 
 
-__all__ = ["Checkpoint", "Progress", "RunningPredictive", "copy_checkpoint", "kept_indices",
-           "pack_lossless", "progress_summary", "read_meta", "segments"]
+__all__ = ["Checkpoint", "Progress", "RunningPredictive", "copy_checkpoint", "ignore_in_git",
+           "kept_indices", "pack_lossless", "progress_summary", "read_meta", "segments"]
