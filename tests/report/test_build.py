@@ -106,18 +106,21 @@ def _img_sources(html: str) -> list[str]:
     return re.findall(r'<img src="([^"]+)"', html)
 
 
-def test_html_is_self_contained(report_dir):
+def test_html_links_its_figures_beside_it(report_dir):
     html = (report_dir / "report.html").read_text(encoding="utf-8")
     assert "<script" not in html.lower()
     assert not re.search(r"(src|href)=\"(https?:)?//", html)
-    assert "url(" not in html
+    assert "url(" not in html and "data:" not in html
     srcs = _img_sources(html)
-    assert len(srcs) == 3
+    assert sorted(srcs) == ["qa-study/auroc_bars.png", "qa-study/score_distributions.png",
+                            "validation/map.png"]
     for src in srcs:
-        assert src.startswith("data:image/png;base64,")
-        with Image.open(io.BytesIO(base64.b64decode(src.split(",", 1)[1]))) as im:
+        with Image.open(report_dir / src) as im:
             im.verify()
             assert im.width > 100 and im.height > 100
+    # small: the figures are files, not base64 inside the page
+    assert (report_dir / "report.html").stat().st_size < 0.5 * sum(
+        (report_dir / s).stat().st_size for s in srcs)
     ids = set(re.findall(r' id="([^"]+)"', html))
     links = re.findall(r'href="#([^"]+)"', html)
     assert len(links) >= 12 and set(links) <= ids
@@ -125,12 +128,15 @@ def test_html_is_self_contained(report_dir):
     assert html.count("<table") >= 20
 
 
-def test_linked_figures_and_experiment_only(tmp_path, inputs_root):
-    out = build_report([inputs_root / "exp" / "results.json"], tmp_path / "r", embed=False)
+def test_embedded_figures_make_one_file_that_opens_alone(tmp_path, inputs_root):
+    out = build_report([inputs_root / "exp" / "results.json"], tmp_path / "r", embed=True)
     html = out.read_text(encoding="utf-8")
-    srcs = _img_sources(html)
-    assert srcs == ["validation/map.png"]
-    assert (out.parent / srcs[0]).is_file()
+    (src,) = _img_sources(html)
+    assert src.startswith("data:image/png;base64,")
+    png = base64.b64decode(src.split(",", 1)[1])
+    assert png == (out.parent / "validation" / "map.png").read_bytes()
+    with Image.open(io.BytesIO(png)) as im:
+        im.verify()
     assert "Question answering" not in html
     doc = json.loads((out.parent / "report.json").read_text(encoding="utf-8"))
     assert [s["kind"] for s in doc["sections"]] == ["experiment"]

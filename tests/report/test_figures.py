@@ -27,3 +27,24 @@ def test_score_distributions_tolerates_missing_and_tiny_groups(tmp_path):
     with Image.open(p) as im:
         arr = np.asarray(im.convert("L"))
     assert arr.shape[0] > 200 and arr.std() > 5  # something was drawn
+
+
+def test_save_png_keeps_matplotlibs_pixels_in_a_smaller_file(tmp_path):
+    import matplotlib.pyplot as plt
+
+    from isouq.study.report.figures import save_png
+
+    rng = np.random.default_rng(0)
+    fig, ax = plt.subplots(figsize=(4, 3))
+    ax.scatter(rng.normal(size=200), rng.normal(size=200), c=rng.uniform(size=200), alpha=0.6)
+    ax.set_title("a figure with antialiased text and many colours")
+    fig.savefig(tmp_path / "plain.png", dpi=100)  # matplotlib's own file, RGBA
+    p = save_png(fig, tmp_path / "small.png", dpi=100)
+    plt.close(fig)
+    with Image.open(tmp_path / "plain.png") as a, Image.open(p) as b:
+        assert a.mode == "RGBA" and b.mode == "RGB" and b.format == "PNG"
+        assert (np.asarray(a.convert("RGB")) == np.asarray(b)).all()  # lossless
+    assert p.stat().st_size < (tmp_path / "plain.png").stat().st_size
+    assert not list(tmp_path.glob("*.tmp"))
+    again = save_png(fig, tmp_path / "again.png", dpi=100)
+    assert again.read_bytes() == p.read_bytes()  # no date in the file: same figure, same bytes

@@ -1,5 +1,5 @@
 """``build_report``: inputs (experiment results, QA rows) -> report.html, tables.md, tables.tex,
-report.json and the PNGs, all in one directory."""
+report.json and the PNGs, all in one directory (the page links the PNGs beside it)."""
 
 from __future__ import annotations
 
@@ -92,7 +92,7 @@ def build_report(
     n_paired_bootstrap: int = 10_000,
     seed: int = 0,
     log_epistemic: bool = True,
-    embed: bool = True,
+    embed: bool = False,
     say: Callable[[str], None] | None = None,
     max_span_answers: int = MAX_ANSWERS,
 ) -> Path:
@@ -101,8 +101,9 @@ def build_report(
     ``inputs``: any mix of experiment directories / ``results.json`` files and QA result
     directories / ``*.jsonl(.gz)`` files (directories are searched recursively; QA rows of
     all files are pooled into one study). The study options are passed to
-    :func:`isouq.evaluation.study_tables`. ``embed`` puts images into the HTML as data URIs
-    (the file then opens anywhere); otherwise it links the PNGs beside it. An input that is a
+    :func:`isouq.evaluation.study_tables`. The HTML links the PNGs beside it by relative path
+    (a small page; copy the folder as a whole); ``embed`` puts them into the page as data URIs
+    instead (one file that opens alone, a few MB with many figures). An input that is a
     report's output (``report.html`` and ``report.json``, e.g. ``results/report`` reached by
     ``results/*/``) is skipped with one line to ``say`` (default: standard error). Answers
     scored span by span (``isouq score --spans``) get the section "Long answers, sentence by

@@ -1,5 +1,7 @@
-"""Sections -> one self-contained ``report.html``: plain CSS, no JavaScript, no external URLs;
-images embedded as base64 data URIs (or, with ``embed=False``, linked as relative files)."""
+"""Sections -> one ``report.html``: plain CSS, no JavaScript, no external URLs; figures linked
+as files beside it by relative path (the folder opens anywhere as a whole, and the page stays
+small: a re-render adds to git only the figures that changed). With ``embed=True`` the figures
+go into the page as base64 data URIs instead, for a single file that opens alone."""
 
 from __future__ import annotations
 
@@ -100,8 +102,9 @@ def block_html(block: Block, anchor: str) -> str:
     return "\n".join(parts)
 
 
-def figure_html(fig: Figure, root: Path, embed: bool = True) -> str:
-    """A ``<figure>`` with the image embedded (or linked relative to ``root``)."""
+def figure_html(fig: Figure, root: Path, embed: bool = False) -> str:
+    """A ``<figure>`` with the image linked by its path relative to ``root`` (or, with
+    ``embed``, embedded as a data URI)."""
     src = data_uri(root / fig.path) if embed else fig.path.as_posix()
     return (f'<figure><img src="{_e(src)}" alt="{_e(fig.caption or fig.path.name)}">'
             f"<figcaption>{_e(fig.caption)}</figcaption></figure>")
@@ -116,7 +119,7 @@ def _anchor(section: Section, i: int, block: Block) -> str:
     return f"{section.id}--{i}-{block.name.replace('_', '-')}"
 
 
-def section_html(section: Section, root: Path, embed: bool = True) -> str:
+def section_html(section: Section, root: Path, embed: bool = False) -> str:
     """One ``<section>``: meta data, notes, figures, blocks, the section's own HTML, then
     collapsed raw tables."""
     parts = [f'<section id="{_e(section.id)}"><h2>{_e(section.title)}</h2>',
@@ -153,9 +156,10 @@ def render_html(
     *,
     title: str = "isouq report",
     header: Mapping[str, str] | None = None,
-    embed: bool = True,
+    embed: bool = False,
 ) -> str:
-    """The whole page. ``root`` is the report directory figure paths are relative to."""
+    """The whole page. ``root`` is the report directory figure paths are relative to;
+    ``embed`` puts the figures into the page as data URIs instead of linking them."""
     body = "\n".join(section_html(s, root, embed) for s in sections)
     return (
         "<!DOCTYPE html>\n"
