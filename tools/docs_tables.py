@@ -40,6 +40,7 @@ import argparse
 import json
 import math
 import re
+import statistics
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -51,6 +52,9 @@ OPEN = re.compile(r"^\s*<!--\s*table:\s*(?P<name>[A-Za-z0-9_.-]+)\s*-->\s*$")
 CLOSE = re.compile(r"^\s*<!--\s*/table\s*-->\s*$")
 VALUE_OPEN = re.compile(r"<!--\s*value:\s*(?P<name>[A-Za-z0-9_.-]+)\s*-->")
 VALUE_CLOSE = re.compile(r"<!--\s*/value\s*-->")
+FENCE = re.compile(r"^ {0,3}(?P<ticks>`{3,}|~{3,})")
+#: what may come before a value marker that Markdown would still read as an HTML block start
+LINE_START = re.compile(r"\s*(?:(?:[>*+-]|\d+[.)])\s+)*")
 MISSING = "–"
 COMMAND = "python tools/docs_tables.py"
 
@@ -92,14 +96,14 @@ value = _registrar(VALUES, "value")
 def render(name: str, root: str | Path = ".") -> str:
     """The Markdown of table ``name`` from the files under ``root`` (ends with one newline)."""
     if name not in TABLES:
-        raise KeyError(f"no generated table named {name!r}; known: {', '.join(sorted(TABLES))}")
+        raise KeyError(f"no generated table named {name!r} ({COMMAND} --list shows them)")
     return TABLES[name].render(Path(root)).rstrip("\n") + "\n"
 
 
 def render_value(name: str, root: str | Path = ".") -> str:
     """The text of value ``name`` from the files under ``root``: one line, no markers."""
     if name not in VALUES:
-        raise KeyError(f"no generated value named {name!r}; known: {', '.join(sorted(VALUES))}")
+        raise KeyError(f"no generated value named {name!r} ({COMMAND} --list shows them)")
     text = str(VALUES[name].render(Path(root)))
     if "\n" in text or "<!--" in text or "-->" in text or not text.strip():
         raise ValueError(f"value {name!r} rendered {text!r}: a value is one non-empty line "
@@ -270,8 +274,15 @@ def find_values(text: str, where: str = "<text>") -> list[Fragment]:
     """The marked values of a page, in order. Each opens and closes on one line; an opening
     marker without its closing one on that line, a closing marker with none before it, or a
     value inside a value is a ``ValueError`` naming the line."""
-    out = []
+    out, fence = [], None
     for i, line in enumerate(text.splitlines()):
+        m = FENCE.match(line)
+        if m and (fence is None or m["ticks"][0] == fence[0] and len(m["ticks"]) >= len(fence)):
+            fence = m["ticks"] if fence is None else None  # a code fence opens or closes
+            continue
+        if fence is not None:
+            continue
+        line = _without_code(line)
         at = 0
         while True:
             o, c = VALUE_OPEN.search(line, at), VALUE_CLOSE.search(line, at)
@@ -287,9 +298,19 @@ def find_values(text: str, where: str = "<text>") -> list[Fragment]:
             if inner is not None:
                 raise ValueError(f"{where}:{i + 1}: value {inner['name']!r} opened inside value "
                                  f"{o['name']!r}; close that one first (<!-- /value -->)")
+            if LINE_START.fullmatch(line[:o.start()]):
+                raise ValueError(f"{where}:{i + 1}: a line (or list item) begins with "
+                                 f"<!-- value: {o['name']} -->: Markdown reads a line that begins "
+                                 "with <!-- as an HTML block; put a word before it")
             out.append(Fragment(o["name"], i, o.end(), c.start()))
             at = c.end()
     return out
+
+
+def _without_code(line: str) -> str:
+    """``line`` with its inline code spans (`` `…` ``) blanked out, same length: a marker shown
+    as code is not a marker."""
+    return re.sub(r"(`+)(.+?)\1", lambda m: " " * len(m[0]), line)
 
 
 def replace_values(text: str, make: Callable[[str], str],
@@ -1245,6 +1266,1036 @@ def _polygraph_scores(root: Path) -> str:
                                       if e in cells else MISSING for e in names)])
     return _grid(["model × dataset", *names], out)
 
+
+
+# =========================================================================== the values
+# Speed on the CPU: the headline of README.md, docs/index.md and docs/performance.md, as ranges
+# over every kept run of benchmarks/score_sequences.py on the 2-core CPU.
+
+SCORE_SEQUENCES_RUNS = "benchmarks/results/score_sequences*.json"
+#: rows of at most this many tokens (padded) are "short" (TruthfulQA answers, 69–74 tokens);
+#: rows of at least LONG_TOKENS are "long" (few-shot context)
+SHORT_TOKENS, LONG_TOKENS = 128, 256
+
+
+def _cpu_ratio_rows(root: Path) -> list[dict]:
+    """One entry per (kept CPU run, batch) of ``benchmarks/score_sequences.py``: its file, batch,
+    tokens per row, ``ghost/floor`` (median of the rounds) and ``loop/ghost`` (where the run
+    has the loop). A CPU run is a file with ``ratios`` whose machine has 2 CPUs."""
+    out = []
+    for path in sorted(root.glob(SCORE_SEQUENCES_RUNS)):
+        d = json.loads(path.read_text("utf-8"))
+        if "ratios" not in d or d.get("machine", {}).get("cpus") != 2:
+            continue
+        tokens = {r["batch"]: r["tokens_padded"] for r in d["rows"] if r["method"] == "ghost"}
+        for r in d["ratios"]:
+            if r["batch"] in tokens:
+                out.append({"file": path.name, "batch": r["batch"], "tokens": tokens[r["batch"]],
+                            "ghost/floor": r.get("ghost/floor"), "loop/ghost": r.get("loop/ghost")})
+    if not out:
+        raise FileNotFoundError(f"{SCORE_SEQUENCES_RUNS}: no kept CPU run of "
+                                "benchmarks/score_sequences.py")
+    return out
+
+
+def _short(root: Path) -> list[dict]:
+    return [r for r in _cpu_ratio_rows(root) if r["tokens"] < SHORT_TOKENS and r["batch"] >= 16]
+
+
+def _long(root: Path) -> list[dict]:
+    return [r for r in _cpu_ratio_rows(root) if r["tokens"] >= LONG_TOKENS]
+
+
+def _two(x: float) -> str:
+    return fixed(x, 2)
+
+
+def _one(x: float) -> str:
+    return fixed(x, 1)
+
+
+@value("cpu_short_tokens", SCORE_SEQUENCES_RUNS)
+def _v_cpu_short_tokens(root: Path) -> str:
+    """Tokens per row (padded) of the short-row CPU runs."""
+    return span((r["tokens"] for r in _short(root)), count)
+
+
+@value("cpu_short_batches", SCORE_SEQUENCES_RUNS)
+def _v_cpu_short_batches(root: Path) -> str:
+    """Batch sizes of the short-row CPU runs."""
+    return span((r["batch"] for r in _short(root)), count)
+
+
+@value("cpu_short_runs", SCORE_SEQUENCES_RUNS)
+def _v_cpu_short_runs(root: Path) -> str:
+    """How many (run, batch) measurements the short-row ranges cover, in how many files."""
+    rows = _short(root)
+    return f"{len(rows)} measurements in {len({r['file'] for r in rows})} kept runs"
+
+
+@value("cpu_short_loop_over_ghost", SCORE_SEQUENCES_RUNS)
+def _v_cpu_short_loop_over_ghost(root: Path) -> str:
+    """loop / ghost over the short-row CPU runs that timed the loop."""
+    return span((r["loop/ghost"] for r in _short(root) if r["loop/ghost"]), _one) + "×"
+
+
+@value("cpu_short_ghost_over_floor", SCORE_SEQUENCES_RUNS)
+def _v_cpu_short_ghost_over_floor(root: Path) -> str:
+    """ghost / floor (each run's median over its rounds) over the short-row CPU runs."""
+    return span((r["ghost/floor"] for r in _short(root)), _two)
+
+
+@value("cpu_long_tokens", SCORE_SEQUENCES_RUNS)
+def _v_cpu_long_tokens(root: Path) -> str:
+    """Tokens per row of the long-row CPU runs."""
+    return span((r["tokens"] for r in _long(root)), count)
+
+
+@value("cpu_long_loop_over_ghost", SCORE_SEQUENCES_RUNS)
+def _v_cpu_long_loop_over_ghost(root: Path) -> str:
+    """loop / ghost over the long-row CPU runs that timed the loop."""
+    return span((r["loop/ghost"] for r in _long(root) if r["loop/ghost"]), _one) + "×"
+
+
+@value("cpu_long_ghost_over_floor", SCORE_SEQUENCES_RUNS)
+def _v_cpu_long_ghost_over_floor(root: Path) -> str:
+    """ghost / floor over the long-row CPU runs."""
+    return span((r["ghost/floor"] for r in _long(root)), _two)
+
+
+@value("cpu_main_by_round", SCORE_SEQUENCES, SCORE_SEQUENCES_WARM3)
+def _v_cpu_main_by_round(root: Path) -> str:
+    """ghost / floor of every round of the first two tables of docs/performance.md."""
+    by_round = [float(x) for rel in (SCORE_SEQUENCES, SCORE_SEQUENCES_WARM3)
+                for r in _json(root, rel)["ratios"] for x in r["ghost/floor by round"].split(",")]
+    return span(by_round, _two)
+
+
+@value("cpu_ghost_over_full_backward", SCORE_SEQUENCES)
+def _v_cpu_ghost_over_full_backward(root: Path) -> str:
+    """ghost / (forward + full backward), seconds per answer, per batch of the first table."""
+    return span((s["ghost"]["seconds_per_answer"] / s["full_backward"]["seconds_per_answer"]
+                 for s, _ in _batches(_json(root, SCORE_SEQUENCES)).values()), _two)
+
+
+def _ab_rows(root: Path) -> list[tuple[str, dict]]:
+    return [(how, r) for how, rel in SCORE_SEQUENCES_AB.items() for r in _json(root, rel)["summary"]]
+
+
+@value("ab_b16_after_over_before", *SCORE_SEQUENCES_AB.values())
+def _v_ab_b16(root: Path) -> str:
+    """after / before (medians) of the before/after runs at batch 16."""
+    return span((r["after / before (medians)"] for _, r in _ab_rows(root) if r["batch"] == 16),
+                _two)
+
+
+@value("ab_b32_processes", *SCORE_SEQUENCES_AB.values())
+def _v_ab_b32_processes(root: Path) -> str:
+    """after / before at batch 32 of the runs with a process per method, as percent above."""
+    return span((100 * (r["after / before (medians)"] - 1) for how, r in _ab_rows(root)
+                 if r["batch"] == 32 and "per method" in how), lambda x: f"{x:.0f}") + "%"
+
+
+@value("ab_b32_interleaved", *SCORE_SEQUENCES_AB.values())
+def _v_ab_b32_interleaved(root: Path) -> str:
+    """after / before at batch 32 of the interleaved run, as percent below (or above)."""
+    (r,) = [r for how, r in _ab_rows(root) if r["batch"] == 32 and "alternately" in how]
+    x = 100 * (r["after / before (medians)"] - 1)
+    return f"{abs(x):.0f}% {'below' if x < 0 else 'above'}"
+
+
+def _by_round(text: str) -> list[float]:
+    return [float(x) for x in text.split(",")]
+
+
+@value("ab_round_spread", *SCORE_SEQUENCES_AB.values())
+def _v_ab_round_spread(root: Path) -> str:
+    """The largest spread (max − min) of one side's by-round ghost/floor within one run."""
+    spread = max(max(v) - min(v) for _, r in _ab_rows(root)
+                 for v in (_by_round(r["before ghost/floor by round"]),
+                           _by_round(r["after ghost/floor by round"])))
+    return _two(spread)
+
+
+@value("ab_interleaved_rounds", *SCORE_SEQUENCES_AB.values())
+def _v_ab_interleaved_rounds(root: Path) -> str:
+    """Every by-round ghost/floor of the interleaved run, both sides."""
+    return span((x for how, r in _ab_rows(root) if "alternately" in how
+                 for side in ("before", "after") for x in _by_round(r[f"{side} ghost/floor by round"])),
+                _two)
+
+
+@value("ab_processes_rounds", *SCORE_SEQUENCES_AB.values())
+def _v_ab_processes_rounds(root: Path) -> str:
+    """Every by-round ghost/floor of the runs with a process per method, both sides."""
+    return span((x for how, r in _ab_rows(root) if "per method" in how
+                 for side in ("before", "after") for x in _by_round(r[f"{side} ghost/floor by round"])),
+                _two)
+
+
+def _pct(x: float, n: int = 2) -> str:
+    """A fraction as a percent, ``n`` significant digits (0.0194 → 1.9%)."""
+    return f"{sig(100 * x, n)}%"
+
+
+@value("cpu_b1_ghost_s", "benchmarks/results/score_sequences_b1.json")
+def _v_cpu_b1_ghost_s(root: Path) -> str:
+    """ghost's seconds per answer at batch 1 and 16 (``score_sequences_b1.json``)."""
+    s = _batches(_json(root, "benchmarks/results/score_sequences_b1.json"))
+    return " and ".join(f"{sig(s[b][0]['ghost']['seconds_per_answer'])} s per answer at batch {b}"
+                        for b in sorted(s))
+
+
+@value("peer_opacus_ghost_over_isouq", PEER_OPACUS)
+def _v_peer_opacus_speed(root: Path) -> str:
+    """Opacus ghost clipping's seconds over isouq's (``peer_opacus``)."""
+    rows = _by(_json(root, PEER_OPACUS)["rows"], "method")
+    return f"{rows['opacus_ghost']['over_isouq']:.2f}×"
+
+
+@value("peer_opacus_memory", PEER_OPACUS)
+def _v_peer_opacus_memory(root: Path) -> str:
+    """Peak RSS of isouq against Opacus ghost clipping."""
+    rows = _by(_json(root, PEER_OPACUS)["rows"], "method")
+    return (f"{rows['isouq']['peak_rss_gib']:.2f} against "
+            f"{rows['opacus_ghost']['peak_rss_gib']:.2f} GiB")
+
+
+BUCKETING = "benchmarks/results/bucketing_cpu.json"
+
+
+@value("bucketing", BUCKETING)
+def _v_bucketing(root: Path) -> str:
+    """What sorting by length did (``benchmarks/bucketing.py``)."""
+    d = _json(root, BUCKETING)
+    return (f"cuts padding from {_pct(d['padding_share_input_order'])} to "
+            f"{_pct(d['padding_share_bucketed'], 1)} of the tokens and raises throughput "
+            f"{fixed(d['speedup'], 2)}×, from {fixed(d['answers_per_s_input_order'], 1)} to "
+            f"{fixed(d['answers_per_s_bucketed'], 1)} answers per second ({d['n']} answers, "
+            f"batch {d['batch']})")
+
+
+MEMORY_REPEAT_BEFORE = "benchmarks/results/memory_repeat_ghost_before_fix.json"
+
+
+@value("memory_repeat_before_fix", MEMORY_REPEAT_BEFORE)
+def _v_memory_repeat_before(root: Path) -> str:
+    """Growth per call of the run before the leak fix."""
+    t = _json(root, MEMORY_REPEAT_BEFORE)["trace"]
+    tensors = {b["live_tensors"] - a["live_tensors"] for a, b in zip(t, t[1:], strict=False)}
+    gib = [b["rss_gib"] - a["rss_gib"] for a, b in zip(t, t[1:], strict=False)]
+    return (f"+{span(tensors, count)} live tensors and +{span(gib, _two)} GiB a call")
+
+
+SOAK = ("benchmarks/results/soak_20000_part1.json", "benchmarks/results/soak_20000_part2.json",
+        "benchmarks/results/soak_20000.json")
+
+
+@value("soak_runs", *SOAK)
+def _v_soak_runs(root: Path) -> str:
+    """Where each run of the soak started and what it wrote, and whether the last finished."""
+    runs = [_json(root, rel) for rel in SOAK]
+    parts = [f"{count(r['rows_before'])} rows before it, {count(r['rows_scored_now'])} scored"
+             for r in runs]
+    last = runs[-1]
+    return (f"{'; '.join(parts)}; the last run reports the file "
+            f"{'finished' if last['finished'] else 'not finished'} at {count(last['rows'])} rows")
+
+
+@value("soak_last_run", SOAK[-1])
+def _v_soak_last(root: Path) -> str:
+    """Rows, seconds and rate of the last soak run."""
+    d = _json(root, SOAK[-1])
+    return (f"{count(d['rows_scored_now'])} rows in {d['elapsed_s']:,.0f} s "
+            f"({fixed(d['rows_per_s'], 2)} rows/s)")
+
+
+@value("soak_first_rate", SOAK[0])
+def _v_soak_first(root: Path) -> str:
+    """Rate of the first soak run."""
+    return f"{fixed(_json(root, SOAK[0])['rows_per_s'], 2)} rows/s"
+
+
+HALF_CPU = "benchmarks/results/half_precision.json"
+HALF_CUDA = "benchmarks/results/half_precision_cuda.json"
+
+
+@register("half_precision_cpu", HALF_CPU)
+def _half_precision_cpu(root: Path) -> str:
+    """Relative error of ‖∇θ p̄‖² against the float32 loop, and Spearman ρ of the answers'
+    ranking with it, per dtype and method (``benchmarks/half_precision.py``)."""
+    rows = []
+    for dtype, d in _json(root, HALF_CPU)["dtypes"].items():
+        for key, label, rho in (("ghost", "ghost (float32 terms), batch of 16", "ghost_spearman_f32"),
+                                ("ghost_b1", "ghost, one answer per batch", None),
+                                ("loop", f"loop (autograd in {dtype})", "loop_spearman_f32")):
+            rows.append([dtype, label, _pct(d[f"{key}_vs_f32_median"]),
+                         _pct(d[f"{key}_vs_f32_max"]), fixed(d[rho], 3) if rho else MISSING])
+    return _grid(["dtype", "method", "median rel. error", "max rel. error", "Spearman ρ"], rows)
+
+
+@register("half_precision_same_dtype", HALF_CPU)
+def _half_precision_same_dtype(root: Path) -> str:
+    """Answer by answer: ghost alone against the same-dtype loop, and ghost batched against
+    ghost alone."""
+    rows = []
+    for dtype, d in _json(root, HALF_CPU)["dtypes"].items():
+        rows.append([dtype, f"median {_pct(d['ghost_b1_vs_loop_median'])}, max "
+                            f"{_pct(d['ghost_b1_vs_loop_max'])}",
+                     f"median {_pct(d['ghost_vs_ghost_b1_median'])}, max "
+                     f"{_pct(d['ghost_vs_ghost_b1_max'])}"])
+    return _grid(["dtype", "ghost, one answer per batch vs loop",
+                  "ghost, batch of 16 vs one per batch"], rows)
+
+
+def _half_value(rel: str, dtype: str, key: str, fmt: Callable[[float], str] = _pct):
+    def fn(root: Path) -> str:
+        return fmt(_json(root, rel)["dtypes"][dtype][key])
+    fn.__doc__ = f"``{key}`` of {dtype} in ``{rel}``."
+    return fn
+
+
+for _rel, _tag in ((HALF_CPU, "cpu"), (HALF_CUDA, "cuda")):
+    for _key in ("ghost_vs_loop_median", "ghost_vs_loop_max", "ghost_b1_vs_loop_median",
+                 "ghost_b1_vs_loop_max", "ghost_vs_ghost_b1_median", "ghost_vs_ghost_b1_max",
+                 "ghost_vs_f32_median", "ghost_b1_vs_f32_median", "loop_vs_f32_median",
+                 "ghost_vs_f32_max", "loop_vs_f32_max"):
+        value(f"half_{_tag}_bf16_{_key}", _rel)(_half_value(_rel, "bfloat16", _key))
+        if _tag == "cpu":
+            value(f"half_{_tag}_fp16_{_key}", _rel)(_half_value(_rel, "float16", _key))
+value("half_cuda_bf16_ghost_spearman", HALF_CUDA)(
+    _half_value(HALF_CUDA, "bfloat16", "ghost_spearman_f32", lambda x: fixed(x, 3)))
+value("half_cpu_bf16_ghost_spearman", HALF_CPU)(
+    _half_value(HALF_CPU, "bfloat16", "ghost_spearman_f32", lambda x: fixed(x, 3)))
+
+
+# --------------------------------------------------------------------------- values: GPU
+
+GPU_TESTS_LOG = "benchmarks/results/gpu_check_tests_h200.log"
+GPU_PAPER_SIZES_LOG = "benchmarks/results/gpu_check_paper_sizes_h200.log"
+QUANTIZED_CHECK_LOG = "benchmarks/results/quantized_check_cuda_h200.log"
+
+
+def _passed(text: str, rel: str) -> int:
+    m = re.findall(r"^(\d+) passed", text, re.M)
+    if not m:
+        raise ValueError(f"{rel}: no pytest summary line (N passed)")
+    if re.search(r"^\d+ passed.*\b\d+ failed", text, re.M) or re.search(r"^\d+ failed", text, re.M):
+        raise ValueError(f"{rel}: a test failed in the kept log")
+    return int(m[-1])
+
+
+@value("gpu_tests_passed", GPU_TESTS_LOG)
+def _v_gpu_tests_passed(root: Path) -> str:
+    """Tests passed in the kept GPU test log."""
+    return str(_passed(_text(root, GPU_TESTS_LOG), GPU_TESTS_LOG))
+
+
+@value("gpu_tests_paper_sizes_passed", GPU_PAPER_SIZES_LOG)
+def _v_gpu_tests_paper_sizes(root: Path) -> str:
+    """Tests passed in the kept GPU log of the half-precision Grams' run."""
+    return str(_passed(_text(root, GPU_PAPER_SIZES_LOG), GPU_PAPER_SIZES_LOG))
+
+
+@value("gpu_tests_stack", GPU_TESTS_LOG)
+def _v_gpu_tests_stack(root: Path) -> str:
+    """The GPU and software the kept GPU test log names (its first two lines)."""
+    first, second = _text(root, GPU_TESTS_LOG).splitlines()[:2]
+    return f"{first.split(',')[0]}, {second}"
+
+
+@value("quantized_check_cuda", QUANTIZED_CHECK_LOG)
+def _v_quantized_check(root: Path) -> str:
+    """The largest relative difference of the 4-bit rule on the GPU."""
+    d = json.loads(_text(root, QUANTIZED_CHECK_LOG).splitlines()[0])
+    return f"{d['max_rel_diff_ghost_4bit_vs_dequantized_twin_loop']:.1e}"
+
+
+@value("cuda_ghost_batch_s", CUDA_SYNC)
+def _v_cuda_ghost_batch(root: Path) -> str:
+    """Seconds of one ghost batch on the GPU, batches 16 and 32."""
+    rows = [r for r in _json(root, CUDA_SYNC)["rows"] if r["method"] == "ghost"]
+    return span((r["seconds_batch"] for r in rows), lambda x: sig(x, 2)) + " s"
+
+
+PAPER_SIZES_F32 = "benchmarks/results/paper_sizes_cuda_bf16_f32grams.json"
+PAPER_SIZES_4BIT = "benchmarks/results/paper_sizes_cuda_4bit.json"
+PAPER_NAMES = {"olmo-1b": "OLMo 1B", "llama-3.2-3b": "Llama 3.2 3B", "llama-2-7b": "Llama 2 7B",
+               "phi-4": "Phi-4 (14B)"}
+
+
+def _paper_table(root: Path, rel: str = PAPER_SIZES) -> list[dict]:
+    return _json(root, rel)["table"]
+
+
+@value("paper_times", PAPER_SIZES)
+def _v_paper_times(root: Path) -> str:
+    """The paper's seconds per answer per model, as the kept file records them."""
+    p = _json(root, PAPER_SIZES)["paper_seconds_per_answer"]
+    return ", ".join(f"{PAPER_NAMES.get(m, m)} {p[m]:g}" for m in p)
+
+
+@value("paper_times_range", PAPER_SIZES)
+def _v_paper_times_range(root: Path) -> str:
+    """The range of the paper's seconds per answer."""
+    return span(_json(root, PAPER_SIZES)["paper_seconds_per_answer"].values(), lambda x: f"{x:g}")
+
+
+@value("paper_sizes_params", PAPER_SIZES)
+def _v_paper_sizes_params(root: Path) -> str:
+    """Billions of parameters of the four architectures as built."""
+    n = {}
+    for r in _json(root, PAPER_SIZES)["rows"]:
+        n.setdefault(r["model"], r["n_params"])
+    vals = [f"{x / 1e9:.2f}" for x in n.values()]
+    return ", ".join(vals[:-1]) + " and " + vals[-1]
+
+
+@value("paper_sizes_tokens_b16", PAPER_SIZES)
+def _v_paper_sizes_tokens(root: Path) -> str:
+    """Tokens per row (padded) at batch 16, and answer tokens on average."""
+    r = next(r for r in _json(root, PAPER_SIZES)["rows"] if r["batch"] == 16)
+    return f"{r['tokens_padded']} tokens padded at batch 16, {r['answer_tokens_mean']:.0f} answer tokens"
+
+
+def _paper_column(column: str, batches: Sequence[int], fmt: Callable[[float], str]):
+    def fn(root: Path) -> str:
+        return span((r[column] for r in _paper_table(root) if r["batch"] in batches
+                     and r[column] is not None), fmt)
+    fn.__doc__ = f"``{column}`` over the four models at batch {', '.join(map(str, batches))}."
+    return fn
+
+
+for _b in (1, 16, 64):
+    value(f"paper_sizes_ghost_over_floor_b{_b}", PAPER_SIZES)(
+        _paper_column("ghost/floor", (_b,), _two))
+    value(f"paper_sizes_ghost_over_full_b{_b}", PAPER_SIZES)(
+        _paper_column("ghost/(fwd+full bwd)", (_b,), _two))
+value("paper_sizes_ghost_s_b1", PAPER_SIZES)(
+    _paper_column("ghost s/answer", (1,), lambda x: sig(x, 2)))
+value("paper_sizes_ghost_s_b16_up", PAPER_SIZES)(
+    _paper_column("ghost s/answer", (16, 64), lambda x: sig(x, 2)))
+
+
+@value("paper_sizes_3b_batch_s", PAPER_SIZES)
+def _v_paper_3b_batch(root: Path) -> str:
+    """Seconds of one ghost batch and one floor batch of the 3B model at batches 1 and 16."""
+    rows = {(r["method"], r["batch"]): r["seconds_batch"] for r in _json(root, PAPER_SIZES)["rows"]
+            if r["model"] == "llama-3.2-3b"}
+    return (f"{sig(rows[('ghost', 1)])} s at batch 1 and {sig(rows[('ghost', 16)])} s at batch 16, "
+            f"against the floor's {sig(rows[('floor', 1)], 2)} and {sig(rows[('floor', 16)], 2)} s")
+
+
+PROFILES = {m: f"benchmarks/results/profile_llama-3.2-3b_b16_{m}.txt" for m in ("floor", "ghost")}
+#: calls of the method inside the profiler (``benchmarks/paper_sizes.py``, ``profile``)
+PROFILED_CALLS = 3
+
+
+def _profile_ms(root: Path, method: str, op: str | None = None) -> float:
+    """Device milliseconds per profiled call: the whole profile (``Self CUDA time total``) or one
+    operator's self device time (its row of the table by device time)."""
+    text = _text(root, PROFILES[method])
+    if op is None:
+        m = re.search(r"Self CUDA time total:\s*([\d.]+)ms", text)
+        if m is None:
+            raise ValueError(f"{PROFILES[method]}: no 'Self CUDA time total' line")
+        return float(m[1]) / PROFILED_CALLS
+    for line in text.split("by host time")[0].splitlines():
+        cells = line.split()
+        if cells and cells[0] == op:
+            return float(cells[6].removesuffix("ms")) / PROFILED_CALLS  # Self CUDA
+    raise ValueError(f"{PROFILES[method]}: no row {op}")
+
+
+@value("profile_device_ms", *PROFILES.values())
+def _v_profile_device_ms(root: Path) -> str:
+    """Device time per batch of ghost and of the floor (3B, batch 16)."""
+    return (f"{_profile_ms(root, 'ghost'):.0f} ms of device time per batch against "
+            f"{_profile_ms(root, 'floor'):.0f} ms")
+
+
+@value("profile_bmm_ms", *PROFILES.values())
+def _v_profile_bmm_ms(root: Path) -> str:
+    """The batched products' (``aten::bmm``: the Gram products) share of the difference."""
+    return f"{_profile_ms(root, 'ghost', 'aten::bmm') - _profile_ms(root, 'floor', 'aten::bmm'):.0f} ms"
+
+
+@value("f32grams_b64", PAPER_SIZES_F32, PAPER_SIZES)
+def _v_f32grams(root: Path) -> str:
+    """ghost's seconds per answer at batch 64, before → after the half-precision Grams."""
+    before = {r["model"]: r for r in _paper_table(root, PAPER_SIZES_F32) if r["batch"] == 64}
+    after = {r["model"]: r for r in _paper_table(root) if r["batch"] == 64}
+    return ", ".join(f"{sig(before[m]['ghost s/answer'], 2)} → {sig(after[m]['ghost s/answer'], 2)} s"
+                     f" ({PAPER_NAMES[m]})" for m in after if m in before and m != "olmo-1b")
+
+
+@value("f32grams_ratio_b64", PAPER_SIZES_F32, PAPER_SIZES)
+def _v_f32grams_ratio(root: Path) -> str:
+    """ghost / floor at batch 64, before → after."""
+    before = {r["model"]: r for r in _paper_table(root, PAPER_SIZES_F32) if r["batch"] == 64}
+    after = {r["model"]: r for r in _paper_table(root) if r["batch"] == 64}
+    return ", ".join(f"{_two(before[m]['ghost/floor'])} → {_two(after[m]['ghost/floor'])}"
+                     for m in after if m in before and m != "olmo-1b")
+
+
+@value("phi4_memory", PAPER_SIZES)
+def _v_phi4_memory(root: Path) -> str:
+    """Peak GiB of the 14B model with ghost at batch 16 and 64, and its bfloat16 weights."""
+    t = {r["batch"]: r for r in _paper_table(root) if r["model"] == "phi-4"}
+    n = next(r["n_params"] for r in _json(root, PAPER_SIZES)["rows"] if r["model"] == "phi-4")
+    return (f"{fixed(t[16]['ghost peak GiB'], 1)} GiB at batch 16 and "
+            f"{fixed(t[64]['ghost peak GiB'], 1)} GiB at batch 64 with ghost (weights alone, "
+            f"2 bytes each: {fixed(2 * n / 2**30, 1)} GiB)")
+
+
+@value("paper_sizes_4bit", PAPER_SIZES_4BIT, PAPER_SIZES)
+def _v_paper_4bit(root: Path) -> str:
+    """The 3B model in 4-bit against its floor, and its peak against bfloat16 (batch 16)."""
+    (q,) = _paper_table(root, PAPER_SIZES_4BIT)
+    bf = next(r for r in _paper_table(root) if r["model"] == "llama-3.2-3b" and r["batch"] == 16)
+    return (f"{sig(q['ghost s/answer'])} s per answer against a floor of "
+            f"{sig(q['floor s/answer'], 2)} s ({_two(q['ghost/floor'])}×), with a peak of "
+            f"{fixed(q['ghost peak GiB'], 1)} GiB against {fixed(bf['ghost peak GiB'], 1)} GiB in "
+            "bfloat16")
+
+
+# --------------------------------------------------------------------------- values: LM-Polygraph
+
+
+def _polygraph_ranks(root: Path) -> list[dict]:
+    return _section(_json(root, POLYGRAPH_REPORT), "lm-polygraph-benchmark")["ranks"]
+
+
+def _difference_interval(r: Mapping) -> tuple[float, float]:
+    """The 95% interval of isouq's best minus the best LM-Polygraph estimator, from the report's
+    ``difference [95% CI]`` cell (``-0.024 [-0.049, -0.004]``)."""
+    m = re.search(r"\[\s*([-−\d.]+)\s*,\s*([-−\d.]+)\s*\]", r["difference [95% CI]"])
+    if m is None:
+        raise ValueError(f"{POLYGRAPH_REPORT}: no interval in {r['difference [95% CI]']!r}")
+    return tuple(float(x.replace("−", "-")) for x in m.groups())
+
+
+@value("polygraph_standing", POLYGRAPH_REPORT)
+def _v_polygraph_standing(root: Path) -> str:
+    """Where isouq's best score stands against the best LM-Polygraph estimator, over the
+    rankable settings of the kept report."""
+    ok = [r for r in _polygraph_ranks(root) if "isouq best" in r
+          and not str(r.get("verdict", "")).startswith("not rankable")]
+    if not ok:
+        return "no setting of the kept benchmark could rank the estimators"
+    cis = [_difference_interval(r) for r in ok]
+    ahead = sum(lo > 0 for lo, _ in cis)
+    below = sum(hi < 0 for _, hi in cis)
+    within = len(ok) - ahead - below
+    lead = ("never ahead of the best LM-Polygraph estimator" if ahead == 0 else
+            f"ahead of the best LM-Polygraph estimator beyond noise in {ahead}")
+    return (f"over the {len(ok)} rankable settings (model × dataset × quality metric), isouq's "
+            f"best score is {lead}: within noise in {within}, below beyond noise in {below}")
+
+
+@value("polygraph_lm_estimators", POLYGRAPH_REPORT)
+def _v_polygraph_lm_estimators(root: Path) -> str:
+    """How many LM-Polygraph estimators isouq's best is ranked among."""
+    ofs = {int(r["rank (of estimators)"].split(" of ")[1]) for r in _polygraph_ranks(root)
+           if "rank (of estimators)" in r}
+    return span((n - 1 for n in ofs), count)
+
+
+@value("polygraph_questions", POLYGRAPH_REPORT)
+def _v_polygraph_questions(root: Path) -> str:
+    """Questions answered per model and dataset in the kept report."""
+    return span((r["n"] for r in _polygraph_ranks(root)), count)
+
+
+@value("polygraph_bootstrap", POLYGRAPH_REPORT)
+def _v_polygraph_bootstrap(root: Path) -> str:
+    """Bootstrap resamples of the kept report."""
+    return count(_json(root, POLYGRAPH_REPORT)["options"]["n_bootstrap"])
+
+
+@value("polygraph_estimators_per_file", POLYGRAPH)
+def _v_polygraph_estimators(root: Path) -> str:
+    """Estimators (LM-Polygraph's and isouq's) per kept benchmark file."""
+    return span((len(d["estimators"]) for d in _polygraph_docs(root)), count)
+
+
+# --------------------------------------------------------------------------- values: QA
+
+
+def _qa_groups(root: Path) -> list[tuple[str, str, int, int]]:
+    """(dataset, model, answers, correct by the judge) of each group of the QA study's rows."""
+    out = []
+    for ds in DATASETS:
+        for model in MODELS:
+            path = root / QA_ROWS / f"qa_{ds}__{model}.jsonl"
+            if path.exists():
+                rows = latest_by_key(read_jsonl(path))
+                out.append((ds, model, len(rows), sum(bool(x.get("correct")) for x in rows)))
+    return out
+
+
+@value("qa_judge_correct", QA_ROWS)
+def _v_qa_judge_correct(root: Path) -> str:
+    """The share of open questions answered correctly by the judge, over the study's groups."""
+    return span((c / n for _, _, n, c in _qa_groups(root)), lambda x: f"{100 * x:.0f}") + "%"
+
+
+@value("qa_judge_kappa", QA_REPORT)
+def _v_qa_judge_kappa(root: Path) -> str:
+    """Cohen's κ of the judge against the hand labels, over the study's groups."""
+    rows = _section(_json(root, QA_REPORT), "qa-study")["label_agreement"]
+    return span((r["kappa"] for r in rows if r["labels"] == "judge"), _two)
+
+
+def _qa_raw(root: Path) -> list[dict]:
+    return _section(_json(root, QA_REPORT), "qa-study")["raw_auroc"]
+
+
+@value("qa_pbar_raw_auroc", QA_REPORT)
+def _v_qa_pbar_raw(root: Path) -> str:
+    """Raw AUROC of p̄ over the study's groups."""
+    return span((r["auroc"] for r in _qa_raw(root) if r["score"] == "mean_prob"), _two)
+
+
+def _score_direction_groups(root: Path, score: str) -> dict[str, int]:
+    rows = [r for r in _qa_raw(root) if r["score"] == score]
+    return {d: sum(r["score_direction"] == d for r in rows)
+            for d in ("higher = wrong", "higher = correct", "none")}
+
+
+@value("qa_epistemic_log_directions", QA_REPORT)
+def _v_qa_epistemic_log_dirs(root: Path) -> str:
+    """How the raw ``epistemic_log`` points over the study's groups."""
+    d = _score_direction_groups(root, "epistemic_log")
+    n = sum(d.values())
+    return (f"higher = wrong in {d['higher = wrong']} of {n} groups, no direction in "
+            f"{d['none']}, higher = correct in {d['higher = correct']}")
+
+
+@value("qa_study_bootstrap", QA_REPORT)
+def _v_qa_study_bootstrap(root: Path) -> str:
+    """Bootstrap resamples of the QA study's report."""
+    return count(_json(root, QA_REPORT)["options"]["n_bootstrap"])
+
+
+@register("qa_study_raw_auroc", QA_REPORT, QA_ROWS)
+def _qa_study_raw_auroc(root: Path) -> str:
+    """Raw AUROC of each score per group of the QA study (judge labels), oriented as a
+    confidence, with its 95% interval and direction."""
+    mark = {"higher = correct": "↑", "higher = wrong": "↓", "none": "–"}
+    raw = {(r["dataset"], r["model"], r["score"]): r for r in _qa_raw(root)}
+    rows = []
+    for ds, model, n, c in _qa_groups(root):
+        cells = []
+        for score in ("mean_prob", "epistemic", "epistemic_log", "aleatoric"):
+            r = raw.get((ds, model, score))
+            if r is None:
+                cells.append(MISSING)
+                continue
+            d = r["direction"] if score == "mean_prob" else r["score_direction"]
+            sym = mark[d] if not (score == "epistemic" and d == "higher = correct") else "✗"
+            cells.append(f"{fixed(r['auroc'], 2)} [{fixed(r['ci_low'], 2)}, "
+                         f"{fixed(r['ci_high'], 2)}] {sym}")
+        rows.append([DATASETS[ds], model, f"{c}/{n}", *cells])
+    return _grid(["dataset", "model", "correct/n", "p̄", "epistemic", "epistemic_log",
+                  "aleatoric"], rows)
+
+
+def _evidence(root: Path, sid: str) -> Mapping:
+    return _section(_json(root, EVIDENCE), sid)
+
+
+@value("mc1_questions", EVIDENCE)
+def _v_mc1_questions(root: Path) -> str:
+    """MC1 questions per model."""
+    return span((c["n"] for c in _evidence(root, "qa-evidence-mc")["counts"]), count)
+
+
+@value("mc1_correct", EVIDENCE)
+def _v_mc1_correct(root: Path) -> str:
+    """Correct MC1 answers per model, in the models' order."""
+    counts = _by(_evidence(root, "qa-evidence-mc")["counts"], "model")
+    vals = [str(counts[m]["correct"]) for m in EVIDENCE_MODELS if m in counts]
+    return ", ".join(vals[:-1]) + " and " + vals[-1]
+
+
+@value("mc1_gradient_raw_auroc", EVIDENCE)
+def _v_mc1_gradient_raw(root: Path) -> str:
+    """Raw AUROC of −epistemic and −epistemic_log over the MC1 models."""
+    rows = [r for r in _evidence(root, "qa-evidence-mc")["raw_auroc"]
+            if r["score"] in ("epistemic", "epistemic_log")]
+    if not all(r["ci_low"] > 0.5 for r in rows):
+        raise ValueError(f"{EVIDENCE}: an MC1 gradient interval holds 0.5; reword the docs")
+    return span((r["auroc"] for r in rows), _two)
+
+
+def _pooled(root: Path, sid: str, method: str, baseline: str) -> Mapping:
+    for r in _evidence(root, sid)["paired_pooled"]:
+        if r["method"] == method and r["baseline"] == baseline:
+            return r
+    raise KeyError(f"{EVIDENCE}: no pooled {method} vs {baseline} in {sid}")
+
+
+@value("mc1_epi_log_vs_pbar", EVIDENCE)
+def _v_mc1_epi_log_vs_pbar(root: Path) -> str:
+    """The pooled fitted ΔAUROC of ‖∇θ log p̄‖² over p̄ on MC1, with its BH-adjusted p."""
+    r = _pooled(root, "qa-evidence-mc", "Epi. log", "p̄")
+    return f"ΔAUROC {r['delta_auroc']:+.3f}, p_BH {r['p_bh']:.3f}".replace("-", "−")
+
+
+@value("short_correct", EVIDENCE)
+def _v_short_correct(root: Path) -> str:
+    """Correct TriviaQA short answers per model."""
+    counts = _by(_evidence(root, "qa-evidence-short")["counts"], "model")
+    return ", ".join(f"{EVIDENCE_MODELS[m][1]} {counts[m]['correct']} of {count(counts[m]['n'])}"
+                     for m in EVIDENCE_MODELS if m in counts)
+
+
+@value("short_epistemic_raw_auroc", EVIDENCE)
+def _v_short_epistemic_raw(root: Path) -> str:
+    """Raw AUROC of −epistemic on TriviaQA short answers over the models (all below 0.5)."""
+    rows = [r for r in _evidence(root, "qa-evidence-short")["raw_auroc"] if r["score"] == "epistemic"]
+    if not all(r["ci_high"] < 0.5 for r in rows):
+        raise ValueError(f"{EVIDENCE}: a short-answer epistemic interval reaches 0.5; reword")
+    return span((r["auroc"] for r in rows), _two)
+
+
+# --------------------------------------------------------------------------- values: spans
+
+
+def _long_auroc(root: Path) -> list[dict]:
+    return _json(root, QA_LONG)["tables"].get("auroc", [])
+
+
+@value("long_epistemic_log_wrong_way", QA_LONG)
+def _v_long_epistemic_log_wrong_way(root: Path) -> str:
+    """Where the span ``epistemic_log`` points the wrong way on the labelled sentences of
+    ``qa long`` (interval below 0.5), of how many model × setting cells."""
+    rows = [r for r in _long_auroc(root) if r["score"] == "span epistemic_log"]
+    wrong = [r for r in rows if r["ci_high"] < 0.5]
+    what = ", ".join(f"{EVIDENCE_MODELS.get(r['model'], (r['model'], r['model']))[1]} "
+                     f"{r['setting']} {interval(r)}" for r in wrong)
+    return f"{len(wrong)} of {len(rows)} ({what})" if wrong else f"0 of {len(rows)}"
+
+
+@value("spans_cpu_sizes", SPANS_CPU)
+def _v_spans_sizes(root: Path) -> str:
+    """What ``benchmarks/spans.py`` scored."""
+    d = _json(root, SPANS_CPU)
+    return (f"{d['answers']} answers, {d['spans']} sentences, {d['answer_tokens_mean']:.1f} answer "
+            f"tokens on average, at most {d['prompt_plus_answer_tokens_max']} with the prompt")
+
+
+@value("spans_cpu_rows_batch", SPANS_CPU)
+def _v_spans_rows_batch(root: Path) -> str:
+    """Answers per pass of the rows form in the kept run."""
+    return str(_json(root, SPANS_CPU)["meta"]["rows_batch"])
+
+
+@value("spans_retain_over_whole", SPANS_CPU)
+def _v_spans_retain_over_whole(root: Path) -> str:
+    """Wall time of span scores (ghost) over the whole-answer score."""
+    return f"{_json(root, SPANS_CPU)['retain_over_whole']:.1f}×"
+
+
+@value("spans_loop_over_retain", SPANS_CPU)
+def _v_spans_loop_over_retain(root: Path) -> str:
+    """Wall time of the per-span loop over span scores (ghost)."""
+    return f"{_json(root, SPANS_CPU)['loop_over_retain']:.1f}×"
+
+
+@value("spans_max_rel_diff", SPANS_CPU)
+def _v_spans_max_rel_diff(root: Path) -> str:
+    """Largest relative difference of a span's epistemic, ghost against the loop."""
+    return f"{_json(root, SPANS_CPU)['max_rel_diff_retain_vs_loop']:.1e}"
+
+
+@value("spans_memory", *SPANS_ALONE.values())
+def _v_spans_memory(root: Path) -> str:
+    """Peak RSS of span scores (ghost) against the whole-answer score, each alone."""
+    a = {m: _json(root, SPANS_ALONE[m])["peak_rss_gib"] for m in ("spans_retain", "whole")}
+    return f"{a['spans_retain']:.2f} against {a['whole']:.2f} GiB"
+
+
+# --------------------------------------------------------------------------- classifiers.md
+
+CLASSIFIERS_CPU = "benchmarks/results/classifiers_cpu_quiet.json"
+CLASSIFIERS_CPU_LOOP = "benchmarks/results/classifiers_cpu.json"
+CLASSIFIERS_CUDA = "benchmarks/results/classifiers_cuda.json"
+CLASSIFIER_BREAKDOWN = "benchmarks/results/classifier_breakdown_cpu.json"
+CONV_CHUNKS = "benchmarks/results/conv_chunks_cpu.json"
+
+
+def _setting_label(r: Mapping, classes: bool = True) -> str:
+    label = f"{r['input'].replace('x', '×')}, N={r['batch']}"
+    return f"{label}, C={r['classes']}" if classes else label
+
+
+@register("classifiers_cpu", CLASSIFIERS_CPU)
+def _classifiers_cpu(root: Path) -> str:
+    """The CNN benchmark on the CPU (``benchmarks/classifiers.py``, one round-robin run):
+    seconds per call and peak MiB of the floor, a training step, isouq and Opacus."""
+    rows = []
+    for r in _json(root, CLASSIFIERS_CPU)["rows"]:
+        rows.append([
+            _setting_label(r), f"{r['floor_s']:.3f}",
+            f"{r['train_step_s']:.3f} ({r['train_step_over_floor']:.2f}×)",
+            f"{r['isouq_s']:.3f} ({r['isouq_over_floor']:.2f}×)",
+            f"{r['isouq_first_call_s']:.3f} ({r['isouq_first_call_over_floor']:.2f}×)",
+            f"{r['isouq_over_train_step']:.2f}×", f"{r['isouq_gn_s']:.3f}",
+            f"{r['opacus_gn_s']:.3f} ({r['opacus_gn_over_isouq_gn']:.2f}×)",
+            f"{r['floor_peak_mib']:.0f} / {r['isouq_peak_mib']:.0f} / {r['opacus_gn_peak_mib']:.0f}"])
+    return _grid(["input, batch, classes", "floor s", "training step s (/ floor)",
+                  "isouq s (/ floor)", "isouq, first call (/ floor)", "isouq / training step",
+                  "isouq GN s", "Opacus GN s (/ isouq GN)", "peak MiB floor / isouq / Opacus"],
+                 rows)
+
+
+@register("classifier_breakdown", CLASSIFIER_BREAKDOWN)
+def _classifier_breakdown(root: Path) -> str:
+    """Milliseconds per call beyond the floor, by part (``benchmarks/classifier_breakdown.py``)."""
+    rows = []
+    for r in _json(root, CLASSIFIER_BREAKDOWN)["rows"]:
+        parts = r["Conv2d_rule_ms"] + r["BatchNorm_rule_ms"] + r["sq_norms_ms"] + r["Linear_rule_ms"]
+        rest = r["isouq_nocheck_ms"] - r["floor_ms"] - parts  # within the timing noise: ≈ 0
+        rows.append([_setting_label(r, classes=False), f"{r['floor_ms']:.0f}",
+                     f"{r['isouq_nocheck_ms']:.0f}", f"{r['Conv2d_rule_ms']:.0f}",
+                     f"{r['BatchNorm_rule_ms']:.0f}", f"{r['sq_norms_ms']:.0f}",
+                     "≈ 0" if abs(rest) < 5 else fixed(rest, 0),
+                     f"{r['check_ms']:.0f}"])
+    return _grid(["input, batch", "floor", "isouq, no check", "conv rules", "BatchNorm rules",
+                  "squared norms", "hooks and the rest beyond the floor",
+                  "the check's one-example forward"], rows)
+
+
+@register("conv_chunks", CONV_CHUNKS)
+def _conv_chunks(root: Path) -> str:
+    """Milliseconds per call of each path of the conv rule (``benchmarks/conv_chunks.py``)."""
+    rows = [[f"{r['batch']}, {r['in']}→{r['out']}, {r['size']}², {r['stride']}",
+             *(f"{r[k]:.1f}" for k in ("rule_ms", "gram_ms", "one_call_ms", "chunked_ms",
+                                       "per_example_ms"))]
+            for r in _json(root, CONV_CHUNKS)["rows"]]
+    return _grid(["batch, channels, size, stride", "rule", "Gram", "one call", "chunked",
+                  "per example"], rows)
+
+
+def _clf(root: Path, rel: str, key: str, fmt: Callable[[float], str]) -> str:
+    return span((r[key] for r in _json(root, rel)["rows"]), fmt)
+
+
+def _clf_value(rel: str, key: str, fmt: Callable[[float], str], doc: str):
+    def fn(root: Path) -> str:
+        return _clf(root, rel, key, fmt)
+    fn.__doc__ = doc
+    return fn
+
+
+for _name, _rel, _key, _fmt in (
+        ("classifiers_cpu_isouq_over_floor", CLASSIFIERS_CPU, "isouq_over_floor", _two),
+        ("classifiers_cpu_train_over_floor", CLASSIFIERS_CPU, "train_step_over_floor", _two),
+        ("classifiers_cpu_isouq_over_train", CLASSIFIERS_CPU, "isouq_over_train_step", _two),
+        ("classifiers_cpu_opacus_over_isouq", CLASSIFIERS_CPU, "opacus_gn_over_isouq_gn", _one),
+        ("classifiers_cpu_loop_over_isouq", CLASSIFIERS_CPU_LOOP, "loop_over_isouq", _one),
+        ("classifiers_cuda_train_over_floor", CLASSIFIERS_CUDA, "train_step_over_floor", _two),
+        ("classifiers_cuda_isouq_over_floor", CLASSIFIERS_CUDA, "isouq_over_floor", _one),
+        ("classifiers_cuda_opacus_over_isouq", CLASSIFIERS_CUDA, "opacus_gn_over_isouq_gn", _two)):
+    value(_name, _rel)(_clf_value(_rel, _key, _fmt, f"``{_key}`` over the rows of ``{_rel}``."))
+
+
+def _ms_range(root: Path, rel: str, key: str) -> str:
+    return span((1000 * r[key] for r in _json(root, rel)["rows"]), lambda x: f"{x:.1f}") + " ms"
+
+
+@value("classifiers_cuda_floor_ms", CLASSIFIERS_CUDA)
+def _v_classifiers_cuda_floor(root: Path) -> str:
+    """The floor's milliseconds per call on the GPU."""
+    return _ms_range(root, CLASSIFIERS_CUDA, "floor_s")
+
+
+@value("classifiers_cuda_isouq_ms", CLASSIFIERS_CUDA)
+def _v_classifiers_cuda_isouq(root: Path) -> str:
+    """isouq's milliseconds per call on the GPU."""
+    return span((1000 * r["isouq_s"] for r in _json(root, CLASSIFIERS_CUDA)["rows"]),
+                lambda x: f"{x:.0f}") + " ms"
+
+
+def _memory_share(root: Path, rel: str) -> str:
+    """isouq's peak memory as a fraction of Opacus's, per row, with both ends' MiB."""
+    rows = _json(root, rel)["rows"]
+    share = span((r["isouq_gn_peak_mib"] / r["opacus_gn_peak_mib"] for r in rows), _two)
+    mib = (f"{span((r['isouq_gn_peak_mib'] for r in rows), lambda x: f'{x:.0f}')} MiB against "
+           f"{span((r['opacus_gn_peak_mib'] for r in rows), lambda x: f'{x:.0f}')} MiB")
+    return f"{share} of its peak memory ({mib})"
+
+
+@value("classifiers_cpu_memory_share", CLASSIFIERS_CPU)
+def _v_classifiers_cpu_memory(root: Path) -> str:
+    """isouq's peak memory over Opacus's on the CPU."""
+    return _memory_share(root, CLASSIFIERS_CPU)
+
+
+@value("classifiers_cuda_memory_share", CLASSIFIERS_CUDA)
+def _v_classifiers_cuda_memory(root: Path) -> str:
+    """isouq's peak memory over Opacus's on the GPU."""
+    return _memory_share(root, CLASSIFIERS_CUDA)
+
+
+@value("classifier_conv_rule_ms", CLASSIFIER_BREAKDOWN)
+def _v_classifier_conv_rule(root: Path) -> str:
+    """Milliseconds of the conv rules per call."""
+    return _clf(root, CLASSIFIER_BREAKDOWN, "Conv2d_rule_ms", lambda x: f"{x:.0f}") + " ms"
+
+
+@value("classifier_bn_rule_ms", CLASSIFIER_BREAKDOWN)
+def _v_classifier_bn_rule(root: Path) -> str:
+    """Milliseconds of the BatchNorm rules per call."""
+    return _clf(root, CLASSIFIER_BREAKDOWN, "BatchNorm_rule_ms", lambda x: f"{x:.0f}") + " ms"
+
+
+@value("classifier_check_ms", CLASSIFIER_BREAKDOWN)
+def _v_classifier_check(root: Path) -> str:
+    """Milliseconds of the independence check on a model's first call."""
+    return _clf(root, CLASSIFIER_BREAKDOWN, "check_ms", lambda x: f"{x:.0f}") + " ms"
+
+
+@value("conv_one_call_max_ratio", CONV_CHUNKS)
+def _v_conv_one_call_ratio(root: Path) -> str:
+    """How much slower one weight-gradient call over the batch runs than the chunks, at most."""
+    return f"{max(r['one_call_ms'] / r['chunked_ms'] for r in _json(root, CONV_CHUNKS)['rows']):.1f}×"
+
+
+@value("conv_one_call_largest", CONV_CHUNKS)
+def _v_conv_one_call_largest(root: Path) -> str:
+    """One call against chunks on the row where one call takes longest."""
+    r = max(_json(root, CONV_CHUNKS)["rows"], key=lambda r: r["one_call_ms"])
+    return (f"{r['one_call_ms']:.0f} ms against {r['chunked_ms']:.0f} ms for {r['in']}→{r['out']} "
+            f"channels at {r['size']}×{r['size']}, batch {r['batch']}")
+
+
+# --------------------------------------------------------------------------- models.md
+
+
+def _models_cpu_rows(root: Path) -> dict[str, tuple[dict, dict]]:
+    return {kind: _batches(_json(root, rel))[16] for kind, rel in MODELS_CPU.items()}
+
+
+_MODEL_KINDS = {"fp32": "float32", "4bit": "bitsandbytes 4-bit (NF4, `--quantize 4bit`)",
+                "lora8": "float32 + LoRA rank 8 on every projection"}
+
+
+def _model_value(kind: str, what: str):
+    def fn(root: Path) -> str:
+        s, rq = _models_cpu_rows(root)[_MODEL_KINDS[kind]]
+        if what == "ghost/floor":
+            return _two(rq["ghost/floor"])
+        if what == "by round":
+            return rq["ghost/floor by round"]
+        if what == "loop/ghost":
+            return f"{rq['loop/ghost']:.1f}×"
+        if what == "weights":
+            return f"{s['ghost']['weights_gib']:.2f}"
+        if what == "peak":
+            return f"{s['ghost']['peak_rss_scoring_gib']:.2f} GiB"
+        if what == "loop_trainable":
+            lt = s["loop_trainable"]["seconds_per_answer"]
+            return (f"{sig(lt)} s per answer, {lt / s['ghost']['seconds_per_answer']:.1f}× ghost "
+                    "over every weight")
+        raise KeyError(what)
+    fn.__doc__ = f"{what} of the {kind} row of ``models_cpu``."
+    return fn
+
+
+for _kind in _MODEL_KINDS:
+    for _what in ("ghost/floor", "loop/ghost", "weights", "peak"):
+        _n = _what.replace("/", "_over_")
+        value(f"models_cpu_{_kind}_{_n}", MODELS_CPU[_MODEL_KINDS[_kind]])(_model_value(_kind, _what))
+value("models_cpu_lora8_by_round", MODELS_CPU[_MODEL_KINDS["lora8"]])(
+    _model_value("lora8", "by round"))
+value("models_cpu_4bit_loop_trainable", MODELS_CPU[_MODEL_KINDS["4bit"]])(
+    _model_value("4bit", "loop_trainable"))
+
+
+# --------------------------------------------------------------------------- CHANGELOG.md
+
+WORKER_THREAD = "benchmarks/results/worker_thread.json"
+
+
+@value("worker_thread", WORKER_THREAD)
+def _v_worker_thread(root: Path) -> str:
+    """One scoring call on a second torch thread and on the model thread, against the main
+    thread (``benchmarks/worker_thread.py``)."""
+    d = _json(root, WORKER_THREAD)
+    return (f"{d['second_thread_over_main']:.2f}× the main thread's wall time on a second thread, "
+            f"{d['model_thread_over_main']:.2f}× on the model thread")
+
+
+# --------------------------------------------------------------------------- memory plan
+
+
+def _plan(root: Path) -> Mapping:
+    return _json(root, MEMORY_PLAN)
+
+
+@value("memory_plan_constants", MEMORY_PLAN)
+def _v_memory_plan_constants(root: Path) -> str:
+    """The module's four constant factors, as the kept file records them."""
+    c = _plan(root)["calibration_in_module"]
+    return (f"{c['activations']:g}, {c['logits']:g}, {c['loop_gradients']:g}, "
+            f"{c['overhead'] / 2**20:.1f} MiB")
+
+
+@value("memory_plan_refit", MEMORY_PLAN)
+def _v_memory_plan_refit(root: Path) -> str:
+    """The same four refitted on the kept calibration rows."""
+    c = _plan(root)["fit_on_calibrate_rows"]
+    return (f"{c['activations']:.2f}, {c['logits']:.2f}, {c['loop_gradients']:.2f} and "
+            f"{c['overhead'] / 2**20:.1f} MiB")
+
+
+def _plan_checks(root: Path, dtype: str) -> list[dict]:
+    half = dtype != "float32"
+    return [r for r in _plan(root)["rows"]
+            if r["role"] == "check" and (r["dtype"] != "float32") == half]
+
+
+def _plan_summary(root: Path, dtype: str) -> str:
+    rows = _plan_checks(root, dtype)
+    within = [r for r in rows if abs(r["ratio"] - 1) <= 0.2]
+    errors = sorted(abs(r["ratio"] - 1) for r in rows)
+    return (f"{len(within)} of the {len(rows)} check rows are within 20% (ratios "
+            f"{span((r['ratio'] for r in rows), _two)}, median error "
+            f"{100 * statistics.median(errors):.0f}%)")
+
+
+@value("memory_plan_fp32", MEMORY_PLAN)
+def _v_memory_plan_fp32(root: Path) -> str:
+    """How the float32 check rows compare with the prediction."""
+    return _plan_summary(root, "float32")
+
+
+@value("memory_plan_half", MEMORY_PLAN)
+def _v_memory_plan_half(root: Path) -> str:
+    """How the half-precision check rows compare with the prediction."""
+    return _plan_summary(root, "half")
+
+
+def _plan_outside(root: Path, dtype: str) -> str:
+    out = [r for r in _plan_checks(root, dtype) if abs(r["ratio"] - 1) > 0.2]
+    return "; ".join(f"{r['model']} {r['method']} {r['dtype']} {r['batch']} × {r['length']} at "
+                     f"{r['ratio']:.2f} ({r['measured_mib']:,.0f} MiB measured, "
+                     f"{r['predicted_mib']:,.0f} predicted)" for r in out) or "none"
+
+
+@value("memory_plan_fp32_outside", MEMORY_PLAN)
+def _v_memory_plan_fp32_outside(root: Path) -> str:
+    """The float32 check rows outside 20%."""
+    return _plan_outside(root, "float32")
+
+
+@value("memory_plan_half_outside", MEMORY_PLAN)
+def _v_memory_plan_half_outside(root: Path) -> str:
+    """The half-precision check rows outside 20%."""
+    return _plan_outside(root, "half")
 
 if __name__ == "__main__":
     sys.exit(main())

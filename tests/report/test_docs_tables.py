@@ -179,8 +179,12 @@ def test_malformed_value_markers_and_bad_values_are_errors(tmp_path, fake_value)
         dt.find_values("a <!-- value: fv -->1\n2<!-- /value -->\n")
     with pytest.raises(ValueError, match="no <!-- value: NAME --> before it"):
         dt.find_values("a 1<!-- /value -->\n")
+    with pytest.raises(ValueError, match="begins with <!-- value: fv -->"):
+        dt.find_values("text\n  <!-- value: fv -->1<!-- /value --> more\n")
+    with pytest.raises(ValueError, match="begins with"):
+        dt.find_values("- <!-- value: fv -->1<!-- /value --> more\n")
     with pytest.raises(ValueError, match="opened inside value"):
-        dt.find_values("<!-- value: fv --><!-- value: fv -->1<!-- /value --><!-- /value -->\n")
+        dt.find_values("a <!-- value: fv --><!-- value: fv -->1<!-- /value --><!-- /value -->\n")
     fake_value["text"] = "two\nlines"
     with pytest.raises(ValueError, match="one non-empty line"):
         dt.render_value("fv", tmp_path)
@@ -188,6 +192,13 @@ def test_malformed_value_markers_and_bad_values_are_errors(tmp_path, fake_value)
     with pytest.raises(KeyError, match="no generated value named 'nosuch'"):
         dt.check(tmp_path)
     assert dt.main(["--check", "--root", str(tmp_path)]) == 2
+
+
+def test_value_markers_shown_as_code_are_not_values():
+    text = ("a `<!-- value: x -->` marker shown as code, ``<!-- /value -->`` too\n"
+            "```text\n<!-- value: x -->1<!-- /value -->\n```\n"
+            "b <!-- value: fv -->`1`<!-- /value -->\n")
+    assert [(f.name, f.line) for f in dt.find_values(text)] == [("fv", 4)]
 
 
 def test_a_name_is_registered_once_across_tables_and_values():
