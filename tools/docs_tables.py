@@ -1491,6 +1491,34 @@ SOAK = ("benchmarks/results/soak_20000_part1.json", "benchmarks/results/soak_200
         "benchmarks/results/soak_20000.json")
 
 
+@register("soak_windows", *SOAK)
+def _soak_windows(root: Path) -> str:
+    """Peak resident memory of each soak run by 1,024-row window of the input (the window of
+    the rows written so far, from each run's ``trace`` of (seconds, rows, RSS bytes)); equal
+    neighbours merged."""
+    rows = []
+    for rel in SOAK:
+        d = _json(root, rel)
+        peak: dict[int, float] = {}
+        for _, written, rss in d["trace"]:
+            w = written // 1024
+            peak[w] = max(peak.get(w, 0.0), rss / 2**30)
+        cells, run = [], []
+        for w in sorted(peak):
+            if run and fixed(peak[run[-1]], 2) == fixed(peak[w], 2) and w == run[-1] + 1:
+                run.append(w)
+                continue
+            if run:
+                cells.append(run)
+            run = [w]
+        cells.append(run)
+        text = ", ".join((f"{c[0]}–{c[-1]}: {fixed(peak[c[0]], 2)} each" if len(c) > 1
+                          else f"{c[0]}: {fixed(peak[c[0]], 2)}") for c in cells)
+        rows.append([f"{count(d['rows_before'])}–{count(d['rows_before'] + d['rows_scored_now'])}",
+                     text])
+    return _grid(["rows of this run", "window (rows ÷ 1,024): peak RSS (GiB)"], rows)
+
+
 @value("soak_runs", *SOAK)
 def _v_soak_runs(root: Path) -> str:
     """Where each run of the soak started and what it wrote, and whether the last finished."""
@@ -2156,6 +2184,20 @@ def _v_classifier_bn_rule(root: Path) -> str:
 def _v_classifier_check(root: Path) -> str:
     """Milliseconds of the independence check on a model's first call."""
     return _clf(root, CLASSIFIER_BREAKDOWN, "check_ms", lambda x: f"{x:.0f}") + " ms"
+
+
+@value("classifiers_cpu_train_minus_floor_ms", CLASSIFIERS_CPU)
+def _v_classifiers_train_minus_floor(root: Path) -> str:
+    """What a training step costs beyond the floor, milliseconds per call."""
+    return span((1000 * (r["train_step_s"] - r["floor_s"]) for r in _json(root, CLASSIFIERS_CPU)["rows"]),
+                lambda x: f"{x:.0f}") + " ms"
+
+
+@value("conv_gram_over_rule_wide", CONV_CHUNKS)
+def _v_conv_gram_wide(root: Path) -> str:
+    """The Gram form's time over the rule's on the layers of at least 1,024 positions."""
+    return span((r["gram_ms"] / r["rule_ms"] for r in _json(root, CONV_CHUNKS)["rows"]
+                 if r["size"] ** 2 >= 1024), lambda x: f"{x:.0f}") + "×"
 
 
 @value("conv_one_call_max_ratio", CONV_CHUNKS)
