@@ -4,7 +4,9 @@ absolute seconds per answer, with the machine's noise beside every ratio.
 On a shared CPU the floor itself drifts by several percent within an hour, so a before/after
 read from two tables measured at different times mixes the code's change with the machine's.
 This runs both sides in turn, round by round: the earlier commit from a temporary
-``git worktree`` (its ``src/`` first on the path), then this checkout (its working tree). Three
+``git worktree`` (its ``src/`` first on the path), then this checkout's working tree as it was
+when the run started (its ``src/`` and ``benchmarks/*.py`` copied then, so that edits made
+while it runs do not reach it; the files that differ from HEAD are listed in the result). Three
 things are timed on each side, in seconds per answer:
 
 - ``ghost``: ``score_sequences(method="ghost")`` as a user calls it (encoding included);
@@ -120,6 +122,18 @@ def hf_model_dir(model: str) -> str:
         raise SystemExit(f"--model {model}: no saved folder with a config.json among the files "
                          "it loads from; pass the folder transformers should load as --hf-model")
     return str(configs[0])
+
+
+def snapshot(dest: Path) -> Path:
+    """A copy of this checkout's ``src/`` and ``benchmarks/*.py`` as they are now, in
+    ``dest``: the after side, fixed for the whole run."""
+    import shutil
+
+    shutil.copytree(ROOT / "src", dest / "src", ignore=shutil.ignore_patterns("__pycache__"))
+    (dest / "benchmarks").mkdir(parents=True)
+    for f in (ROOT / "benchmarks").glob("*.py"):
+        shutil.copy2(f, dest / "benchmarks" / f.name)
+    return dest
 
 
 def run_interleaved(tree: Path, batch_sizes: list[int], opts: dict) -> list[dict]:
@@ -304,7 +318,7 @@ def main() -> None:
         ap.error(f"--before {a.before}: not a commit of this repository (git rev-parse)")
     after = git("rev-parse", "--short", "HEAD")
     # what the after side runs: src/ and the benchmark scripts, as they are in the working tree
-    dirty = bool(git("status", "--porcelain", "--", "src", "benchmarks/*.py"))
+    uncommitted = git("status", "--porcelain", "--", "src", "benchmarks/*.py").splitlines()
     load_start = load_avg()
     hf_dir = a.hf_model or hf_model_dir(a.model)
     # killed (SIGTERM): the finally blocks still remove the temporary worktree
@@ -318,12 +332,13 @@ def main() -> None:
         pairs.write_text(json.dumps([[p, s] for p, s in zip(prompts, answers, strict=True)]))
         opts = {"repeats": a.repeats, "warmups": a.warmups, "threads": a.threads,
                 "model": a.model, "hf_dir": hf_dir, "pairs": str(pairs)}
+        now = snapshot(Path(tmp) / "after")
         tree = Path(tmp) / "before"
         git("worktree", "add", "--detach", str(tree), before)
         try:
             for rnd in range(1, a.rounds + 1):
                 for side in SIDES:
-                    where = tree if side == "before" else ROOT
+                    where = tree if side == "before" else now
                     start = load_avg()[0]
                     rows = (run_interleaved(where, a.batch_sizes, opts) if a.mode == "interleaved"
                             else run_processes(where, Path(tmp) / f"{side}{rnd}", a.batch_sizes,
@@ -341,7 +356,8 @@ def main() -> None:
            "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
                        "threads": a.threads},
            "load_average": {"start": load_start, "end": load_avg()},
-           "before": before, "after": after + ("+uncommitted" if dirty else ""),
+           "before": before, "after": after + ("+uncommitted" if uncommitted else ""),
+           "after_uncommitted": uncommitted,
            "mode": a.mode, "batch_sizes": a.batch_sizes, "rounds": a.rounds,
            "repeats": a.repeats, "warmups": a.warmups, "model": a.model, "hf_model": hf_dir,
            "extra": a.extra, "noise": "the independent floor's (max − min) / median over rounds",

@@ -99,9 +99,12 @@ def test_score_sequences_ab_runs_both_sides_in_turn(tiny_llama_dir, tmp_path, mo
         assert set(row["seconds_per_answer"]) == {"ghost", "floor", "hf_floor"}
         assert all(v > 0 for v in row["seconds_per_answer"].values())
         assert len(row["times"]["hf_floor"]) == 2  # every call's raw seconds kept
-    if mode == "interleaved":  # each side ran its own src/: the worktree's, then this one's
-        srcs = [r["rows"][0]["src"] for r in doc["runs"]]
-        assert "isouq-ab-" in srcs[0] and srcs[1] == str(ROOT / "src" / "isouq" / "__init__.py")
+    assert isinstance(doc["after_uncommitted"], list)  # git status lines of src/, benchmarks/
+    if mode == "interleaved":  # each side ran its own src/: the worktree's, then the copy of
+        srcs = [r["rows"][0]["src"] for r in doc["runs"]]  # this checkout's made at the start
+        tail = str(Path("src") / "isouq" / "__init__.py")
+        assert srcs[0].endswith(str(Path("before") / tail)) and "isouq-ab-" in srcs[0]
+        assert srcs[1].endswith(str(Path("after") / tail)) and "isouq-ab-" in srcs[1]
         for run in doc["runs"]:
             row = run["rows"][0]
             assert all(len(row["times"][m]) == 2 for m in ("ghost", "floor", "hf_floor"))
