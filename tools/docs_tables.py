@@ -1078,27 +1078,29 @@ def _long_order(rows: Iterable[Mapping]) -> list[tuple[str, str]]:
 
 @register("qa_long_counts", QA_LONG)
 def _qa_long_counts(root: Path) -> str:
-    """Answers written of those planned, labelled sentences and wrong ones, per setting and
-    model of ``isouq qa long``, then per model over both settings."""
+    """Answers scored of those planned (and written but skipped: an empty short answer),
+    labelled sentences and wrong ones, per setting and model of ``isouq qa long``, then per model
+    over both settings."""
     t = _json(root, QA_LONG)["tables"]
     counts = {(c["setting"], c["model"]): c for c in t.get("counts", [])}
     prog = {(p["setting"], p["model"]): p for p in t.get("progress", [])}
     rows, total = [], {}
     for key in _long_order(t.get("progress", [])):
         p, c = prog[key], counts.get(key, {})
+        scored = p.get("scored", p["written"])
         rows.append([p["setting"], EVIDENCE_MODELS.get(p["model"], (p["model"],))[0],
-                     f"{p['written']} of {p['planned']}" + (" (partial)" if p["partial"] else ""),
-                     str(c.get("sentences", 0)), str(c.get("wrong", 0)),
+                     f"{scored} of {p['planned']}" + (" (partial)" if p["partial"] else ""),
+                     str(p.get("skipped", 0)), str(c.get("sentences", 0)), str(c.get("wrong", 0)),
                      str(p["sentences_dropped"])])
-        m = total.setdefault(p["model"], [0, 0, 0, 0])
-        for i, v in enumerate((p["written"], c.get("sentences", 0), c.get("wrong", 0),
-                               p["sentences_dropped"])):
+        m = total.setdefault(p["model"], [0, 0, 0, 0, 0])
+        for i, v in enumerate((scored, p.get("skipped", 0), c.get("sentences", 0),
+                               c.get("wrong", 0), p["sentences_dropped"])):
             m[i] += v
-    for model, (written, sentences, wrong, dropped) in total.items():
-        rows.append(["**both**", EVIDENCE_MODELS.get(model, (model,))[0], str(written),
-                     f"**{sentences:,}**", str(wrong), str(dropped)])
-    return _grid(["setting", "model", "answers", "labelled sentences", "wrong",
-                  "sentences dropped"], rows)
+    for model, (scored, skipped, sentences, wrong, dropped) in total.items():
+        rows.append(["**both**", EVIDENCE_MODELS.get(model, (model,))[0], str(scored), str(skipped),
+                     f"**{sentences:,}**", f"{wrong:,}", str(dropped)])
+    return _grid(["setting", "model", "answers scored", "skipped (empty short answer)",
+                  "labelled sentences", "wrong", "sentences dropped"], rows)
 
 
 @register("qa_long_auroc", QA_LONG)
@@ -1988,6 +1990,46 @@ def _v_short_epistemic_raw(root: Path) -> str:
     return span((r["auroc"] for r in rows), _two)
 
 
+@value("short_label_quality", EVIDENCE)
+def _v_short_label_quality(root: Path) -> str:
+    """Alias match and token F1 against the hand labels of the short answers."""
+    rows = _by(_evidence(root, "qa-evidence-short")["label_quality"], "labels")
+    a, f = rows["alias match"], rows["token F1 ≥ 0.5"]
+    return (f"{a['n']} hand labels: alias match κ {_two(a['kappa'])}, accuracy {_two(a['accuracy'])}, "
+            f"{a['false yes']} false yes, {a['false no']} false no; token F1 ≥ 0.5 κ {_two(f['kappa'])}")
+
+
+def _raw(root: Path, sid: str, table: str, score: str) -> list[dict]:
+    return [r for r in _evidence(root, sid)[table] if r["score"] == score]
+
+
+@value("mc1_pooled_gradient", EVIDENCE)
+def _v_mc1_pooled_gradient(root: Path) -> str:
+    """Pooled raw AUROC of −epistemic_log and −epistemic on MC1, with intervals."""
+    (lg,) = _raw(root, "qa-evidence-mc", "raw_pooled", "epistemic_log")
+    (ep,) = _raw(root, "qa-evidence-mc", "raw_pooled", "epistemic")
+    return f"{interval(lg)} and {interval(ep)}"
+
+
+@value("mc1_epi_log_pooled_wins", EVIDENCE)
+def _v_mc1_epi_log_wins(root: Path) -> str:
+    """The baselines the fitted ‖∇θ log p̄‖² beats pooled on MC1 (BH), with the Δ range and p."""
+    rows = [r for r in _evidence(root, "qa-evidence-mc")["paired_pooled"]
+            if r["method"] == "Epi. log" and r["significant"] and r["delta_auroc"] > 0]
+    label = {"Max prob.": "the maximum option probability", "Option ent.": "the option entropy"}
+    names = ", ".join(label.get(r["baseline"], r["baseline"]) for r in rows)
+    return (f"{names} (ΔAUROC {span((r['delta_auroc'] for r in rows), lambda x: f'{x:+.2f}')}, "
+            f"p_BH ≤ {max(r['p_bh'] for r in rows):.3f})").replace("–", " to ")
+
+
+@value("short_epistemic_log_raw_auroc", EVIDENCE)
+def _v_short_epistemic_log(root: Path) -> str:
+    """Raw AUROC of −epistemic_log on the short answers per model, and pooled."""
+    per = _raw(root, "qa-evidence-short", "raw_auroc", "epistemic_log")
+    (pooled,) = _raw(root, "qa-evidence-short", "raw_pooled", "epistemic_log")
+    return f"{span((r['auroc'] for r in per), _two)}, pooled {fixed(pooled['auroc'], 3)}"
+
+
 # --------------------------------------------------------------------------- values: spans
 
 
@@ -2003,7 +2045,8 @@ def _v_long_epistemic_log_wrong_way(root: Path) -> str:
     wrong = [r for r in rows if r["ci_high"] < 0.5]
     what = ", ".join(f"{EVIDENCE_MODELS.get(r['model'], (r['model'], r['model']))[1]} "
                      f"{r['setting']} {interval(r)}" for r in wrong)
-    return f"{len(wrong)} of {len(rows)} ({what})" if wrong else f"0 of {len(rows)}"
+    cells = f"{len(wrong)} of the {len(rows)} model × setting cells"
+    return f"{cells} ({what})" if wrong else cells
 
 
 @value("spans_cpu_sizes", SPANS_CPU)
