@@ -338,9 +338,11 @@ def replace_values(text: str, make: Callable[[str], str],
 
 
 def pages(root: str | Path = ".") -> list[Path]:
-    """The pages that may hold generated tables and values: README.md and docs/*.md."""
+    """The pages that may hold generated tables and values: README.md, CHANGELOG.md and
+    docs/*.md."""
     root = Path(root)
-    return [p for p in [root / "README.md", *sorted((root / "docs").glob("*.md"))] if p.exists()]
+    return [p for p in [root / "README.md", root / "CHANGELOG.md",
+                        *sorted((root / "docs").glob("*.md"))] if p.exists()]
 
 
 def _sweep(root: Path, write: bool) -> list[str]:
@@ -2298,6 +2300,16 @@ value("models_cpu_lora8_by_round", MODELS_CPU[_MODEL_KINDS["lora8"]])(
     _model_value("lora8", "by round"))
 value("models_cpu_4bit_loop_trainable", MODELS_CPU[_MODEL_KINDS["4bit"]])(
     _model_value("4bit", "loop_trainable"))
+
+
+@value("ghost_launches_fewer", *GHOST_LAUNCHES)
+def _v_ghost_launches_fewer(root: Path) -> str:
+    """How many fewer operations beyond the floor's a ghost batch runs after than before, per
+    architecture, as a range of percentages."""
+    before, after = (_json(root, rel) for rel in GHOST_LAUNCHES)
+    return span((100 * (1 - a["ghost − floor"] / b["ghost − floor"])
+                 for b, a in zip(before["table"], after["table"], strict=True)),
+                lambda x: f"{x:.0f}") + "%"
 
 
 # --------------------------------------------------------------------------- CHANGELOG.md
