@@ -1479,6 +1479,14 @@ def _v_bucketing(root: Path) -> str:
             f"batch {d['batch']})")
 
 
+@value("bucketing_answers_per_s", BUCKETING)
+def _v_bucketing_rate(root: Path) -> str:
+    """Answers per second with and without length bucketing."""
+    d = _json(root, BUCKETING)
+    return (f"{fixed(d['answers_per_s_bucketed'], 1)} SmolLM2 answers per second with length "
+            f"bucketing ({fixed(d['answers_per_s_input_order'], 1)} without")
+
+
 MEMORY_REPEAT_BEFORE = "benchmarks/results/memory_repeat_ghost_before_fix.json"
 
 
