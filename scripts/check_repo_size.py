@@ -28,8 +28,9 @@ MB = 1_000_000
 MAX_FILE_MB = 2.0
 #: the most the tracked files under ``results/`` may add up to, in MB
 RESULTS_BUDGET_MB = 75.0
-#: result files over MAX_FILE_MB kept as they are (the QA runs' rows and sample caches, read by
-#: `isouq report` and resumed from), each with the most it may grow to, in MB
+#: result files over MAX_FILE_MB kept as they are, each with the most it may grow to, in MB: the
+#: QA runs' answer rows (`isouq report` reads them) and sampled answers (cache/*.samples.jsonl,
+#: which a resumed run reuses instead of generating them again)
 ALLOWED: dict[str, float] = {
     "results/qa/cache/truthfulqa__smollm2.samples.jsonl": 4.5,
     "results/qa/cache/triviaqa__smollm2.samples.jsonl": 4.5,

@@ -4,7 +4,7 @@ The run's checkpoint (``OUT/compact_checkpoints/hmc_w<width>/``, about 40 MB for
 rewritten after every segment of 2 iterations) is a git-ignored cache on the machine that runs
 it. This script reads its ``meta.json`` (settings, iterations done, every segment's wall and CPU
 seconds and leapfrog steps) and ``OUT/cost.json`` (the cost model of ``scripts/hmc_cost.py``)
-and writes ``OUT/hmc_w<width>_summary.json`` (10 kB at 112 iterations, about 150 kB at the end):
+and writes ``OUT/hmc_w<width>_summary.json`` (11 kB at 112 iterations, about 170 kB at the end):
 
 - ``done``, ``total``, ``phase``, ``updated``, the fingerprint of the run's settings;
 - ``cost_per_iteration``: over the last ``--recent`` segments and over the whole record, the

@@ -19,7 +19,7 @@
 # `scripts/scaling_hmc.sh summary` writes what git keeps of it: the progress row
 # (`isouq experiment scaling --out $OUT --progress`: results.json, tables.md) and
 # $OUT/hmc_w1028_summary.json (scripts/hmc_summary.py: iterations done, the measured cost an
-# iteration, the hours left, every segment's record; under 200 kB at the end of the run);
+# iteration, the hours left, every segment's record; about 170 kB at the end of the run);
 # commit those paths by hand.
 # Smaller sizes checkpoint their draws under $OUT/checkpoints/hmc_w<width>/ (git-ignored); a
 # size with no live checkpoint starts from a copy in $OUT/checkpoint_snapshot/hmc_w<width>/,
