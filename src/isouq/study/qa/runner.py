@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ...choices import DEFAULT_JUDGE_MODEL, DEFAULT_JUDGE_PROMPT
 from ...distributed import DistEnv, barrier, merge_shards, shard, shard_path, write_ordered
 from ...errors import InputError
 from ...llm.generation import Generation, Sampled
@@ -47,9 +48,6 @@ SPELLING_SETTINGS = ("data_path", "adapter")
 #: the load options of the model under study only (the judge and entailment models load
 #: without them)
 STUDY_LOAD_OPTIONS = ("quantize", "adapter", "device_map", "max_memory", "offload_folder")
-DEFAULT_JUDGE_PROMPT = "strict"  # measured against hand labels: README, QA study
-#: the judge of correctness and semantic entropy's entailment judge unless one is named
-DEFAULT_JUDGE_MODEL = "qwen2.5-coder-1.5b"
 
 
 def item_changed(row: dict | None, item) -> bool:
