@@ -32,10 +32,10 @@ def rows(n: int):
 
 
 def padding_share(tok, rs, batch: int, bucket: bool) -> float:
-    from isouq.score_run import plan_batches, prompt_of
+    from isouq.prepare import plan_batches, prompt_for
     from isouq.sequences import encode
 
-    enc = encode(tok, [prompt_of(r, tok) for r in rs], [r.answer for r in rs])
+    enc = encode(tok, [prompt_for(tok, r.prompt, r.question) for r in rs], [r.answer for r in rs])
     lengths = [len(e.prompt) + len(e.answer) for e in enc]
     padded = sum(max(lengths[i] for i in b) * len(b) for b in plan_batches(lengths, batch, None,
                                                                            bucket))

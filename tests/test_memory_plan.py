@@ -166,7 +166,12 @@ def test_parse_bytes_rejects_with_a_clear_message(text):
 def test_bad_arguments_are_input_errors():
     s = mp.shape_of(causal_lm("llama"))
     with pytest.raises(InputError, match="method"):
-        mp.peak_bytes(s, batch=1, length=10, answer_length=2, method="per_token")
+        mp.peak_bytes(s, batch=1, length=10, answer_length=2, method="nope")
+    # the engines' names (isouq.engines), older names resolved: per_token holds what ghost holds
+    assert mp.peak_bytes(s, batch=2, length=10, answer_length=3, method="per_token") == \
+        mp.peak_bytes(s, batch=2, length=10, answer_length=3, method="ghost")
+    assert mp.peak_bytes(s, batch=2, length=10, answer_length=3, method="loop") == \
+        mp.peak_bytes(s, batch=2, length=10, answer_length=3, method="per_example")
     with pytest.raises(InputError, match="batch"):
         mp.peak_bytes(s, batch=0, length=10, answer_length=2)
     with pytest.raises(InputError, match="answer_length"):

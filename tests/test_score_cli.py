@@ -15,8 +15,8 @@ import torch
 import isouq
 from isouq.answer_row import FIELDS
 from isouq.cli import main
+from isouq.prepare import plan_batches
 from isouq.runio import read_jsonl
-from isouq.score_run import plan_batches
 
 QUESTIONS = ["what is the capital of france", "who wrote hamlet", "why is the sky blue",
              "what is the moon made of", "is the cat on the mat", "who sat on the mat"]

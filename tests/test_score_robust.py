@@ -85,7 +85,7 @@ def test_other_settings_refused_before_the_model_loads(model_dir, tmp_path, monk
     no_load(monkeypatch)
     assert score(inp, out, model_dir, "--method", "loop") == 2
     err = capsys.readouterr().err
-    assert "method: 'ghost' there, 'loop' now" in err and "Traceback" not in err
+    assert "method: 'ghost' there, 'per_example' now" in err and "Traceback" not in err
     assert len(read_jsonl(out)) == 5
 
 

@@ -253,3 +253,30 @@ def test_a_range_without_a_token_of_its_own_is_an_error_row(tiny_llama_dir, tmp_
 def test_sharded_weights_refuse_rows_with_their_own_spans():
     with pytest.raises(InputError, match="row 'k' gives its own spans.*drop the rows' spans"):
         check_shard("fsdp", DistEnv(0, 2), method="ghost", load={}, spans_key="k")
+
+
+@pytest.mark.parametrize("method", ["per_example", "loop"])
+def test_memory_budget_is_planned_for_the_engine_that_scores(tmp_path, method):
+    """``--method per_example --memory-budget``: the rows are planned with per_example's memory,
+    not ghost's (a budget between the two needs tells them apart)."""
+    from isouq.memory_plan import peak_bytes, shape_of
+
+    tok, model = tiny.tokenizer(), tiny.causal_lm("llama")
+    row = ROWS[0]
+    n = sum(len(e.prompt) + len(e.answer) for e in encode(tok, [row["prompt"]], [row["answer"]]))
+    a = len(tok(row["answer"], add_special_tokens=False)["input_ids"])
+    shape = shape_of(model)
+    ghost, per_example = (peak_bytes(shape, batch=1, length=n, answer_length=a, method=m)
+                          for m in ("ghost", "per_example"))
+    assert per_example > ghost  # this model: one row's weight gradients outweigh its Grams
+    budget = (ghost + per_example) // 2
+    out = tmp_path / "out.jsonl"
+    run = ScoreRun(model, tok, out, method=method, memory_budget=budget, progress=False)
+    assert run.method == "per_example" and run.limits.memory.method == "per_example"
+    run.run(iter_pairs(jsonl(tmp_path / "in.jsonl", [row])))
+    got = by_key(out)["a"]  # per_example's plan refuses what ghost's plan would have scored
+    assert got.get("reason") == "over_memory_budget" and "--memory-budget" in got["error"]
+    ghost_out = tmp_path / "ghost.jsonl"
+    ScoreRun(model, tok, ghost_out, method="ghost", memory_budget=budget,
+             progress=False).run(iter_pairs(tmp_path / "in.jsonl"))
+    assert "scores" in by_key(ghost_out)["a"]

@@ -145,7 +145,7 @@ def test_weights_requires_grad_restored(tok):
 
 def test_clear_errors(tok):
     model = tiny.causal_lm("llama")
-    with pytest.raises(InputError, match="answer 1 is empty"):
+    with pytest.raises(InputError, match="answer 1: the answer is empty"):
         isouq.score_sequences(model, tok, ["a", "b"], ["paris", ""])
     with pytest.raises(InputError, match="2 prompts but 1 answers"):
         isouq.score_sequences(model, tok, ["a", "b"], ["paris"])
@@ -161,12 +161,12 @@ def test_clear_errors(tok):
 
 
 @pytest.mark.parametrize("prompt, answer, problem", [
-    (0, "paris", "prompt 0 must be a string or a non-empty list"),
-    ([], "paris", "prompt 0 must be a string or a non-empty list"),
-    ([{"role": "user"}], "paris", "prompt 0 must be a string or a non-empty list"),
-    ("q", 4, "answer 0 must be a string or a list of token ids"),
-    ("q", [1.7, 5], "answer 0 must be a string or a list of token ids"),
-    ("q", [True, 5], "answer 0 must be a string or a list of token ids"),
+    (0, "paris", "answer 0: the prompt must be a string or a non-empty list"),
+    ([], "paris", "answer 0: the prompt must be a string or a non-empty list"),
+    ([{"role": "user"}], "paris", "answer 0: the prompt must be a string or a non-empty list"),
+    ("q", 4, "answer 0: the answer must be a string or a list of token ids"),
+    ("q", [1.7, 5], "answer 0: the answer must be a string or a list of token ids"),
+    ("q", [True, 5], "answer 0: the answer must be a string or a list of token ids"),
     ("q", [5, 10_000], "token id 10000 is outside the model's vocabulary"),
 ])
 def test_bad_prompts_and_answers_are_input_errors(prompt, answer, problem):
@@ -242,12 +242,12 @@ def test_rows_padded_to_a_multiple_of_8_do_not_change_scores(family, side, tok, 
     """What CUDA runs (rows and the lm_head's compacted positions padded to 8), forced on the
     CPU, against the brute-force reference on unpadded rows."""
     import isouq.ghost.factors as factors
-    import isouq.sequences as sequences
+    import isouq.passes as passes
 
     model = tiny.causal_lm(family)
     ref = torch.stack([r["total"] for r in brute_force(model, tok, PROMPTS, ANSWERS)])
     seen, natural = [], []
-    collate = sequences.collate
+    collate = passes.collate
 
     def spy(enc, *args, **kwargs):
         b = collate(enc, *args, **kwargs)
@@ -255,9 +255,9 @@ def test_rows_padded_to_a_multiple_of_8_do_not_change_scores(family, side, tok, 
         natural.append(max(len(e.prompt) + len(e.answer) for e in enc))
         return b
 
-    monkeypatch.setattr(sequences, "token_multiple", lambda device: 8)
+    monkeypatch.setattr(passes, "token_multiple", lambda device: 8)
     monkeypatch.setattr(factors, "token_multiple", lambda device: 8)
-    monkeypatch.setattr(sequences, "collate", spy)
+    monkeypatch.setattr(passes, "collate", spy)
     s = isouq.score_sequences(model, tok, PROMPTS, ANSWERS, batch_size=3, padding_side=side)
     assert seen and all(n % 8 == 0 for n in seen) and any(n % 8 for n in natural)
     assert rel(s.epistemic, ref) < 1e-4

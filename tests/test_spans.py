@@ -15,7 +15,6 @@ from isouq.spans import (
     _assign,
     answer_offsets,
     resolve_spans,
-    score_spans,
     split_lines,
     split_sentences,
 )
@@ -191,19 +190,20 @@ def test_whole_answer_scores_are_unchanged_and_loop_agrees():
         torch.testing.assert_close(getattr(res, f), getattr(plain, f), rtol=1e-5, atol=0)
     assert torch.equal(res.n_tokens, plain.n_tokens)
     assert res.params == plain.params and res.row_scores(1) == pytest.approx(plain.row_scores(1))
-    assert res.extra["span_engine"] == "retain"
+    assert res.extra["span_strategy"] == "retain"
     loop = isouq.score_sequences(model, tok, PROMPTS, ANSWERS, spans="sentences", method="loop")
-    rows = score_spans(model, tok, PROMPTS, ANSWERS, "sentences", engine="rows", batch_size=2)
-    assert loop.extra["span_engine"] == rows.extra["span_engine"] == "rows"
+    rows = isouq.score_sequences(model, tok, PROMPTS, ANSWERS, spans="sentences",
+                                 span_strategy="rows", batch_size=2)
+    assert loop.extra["span_strategy"] == rows.extra["span_strategy"] == "rows"
     for a, b, c in zip(res.spans, loop.spans, rows.spans, strict=True):
         for x, y, z in zip(a, b, c, strict=True):
             assert x.epistemic == pytest.approx(y.epistemic, rel=1e-5)
             assert x.epistemic == pytest.approx(z.epistemic, rel=1e-5)
             assert (x.mean_prob, x.n_tokens) == pytest.approx((z.mean_prob, z.n_tokens), rel=1e-6)
     torch.testing.assert_close(rows.epistemic, plain.epistemic, rtol=1e-5, atol=0)
-    with pytest.raises(InputError, match="engine='retain' runs ghost backwards"):
-        score_spans(model, tok, PROMPTS, ANSWERS, "sentences", engine="retain",
-                    method="per_example")
+    with pytest.raises(InputError, match="span_strategy='retain' runs ghost backwards"):
+        isouq.score_sequences(model, tok, PROMPTS, ANSWERS, spans="sentences",
+                              span_strategy="retain", method="per_example")
 
 
 def test_batch_size_and_padding_never_change_a_span_score():

@@ -124,11 +124,40 @@ def answer_and_score(model, tokenizer, questions: Sequence[str], *,
             row["samples"] = batch.sampled()[i].texts
         rows.append(row)
     if spans is not None:
-        from .spans import add_spans
-
         add_spans(model, tokenizer, prompts, [g.token_ids for g in gens], rows, spans,
                   batch_size=batch_size)
     return rows
+
+
+def add_spans(model, tokenizer, prompts: Sequence, answer_ids: Sequence,
+              rows: Sequence[dict], spans: str, *, batch_size: int = 16) -> None:
+    """Give each answer row a ``spans`` list (``SpanSequenceScores.row_spans``) and
+    ``seconds["spans"]`` (its share of the span scoring); an answer with no token or no span
+    (blank text) gets an empty list."""
+    import time
+
+    from .sequences import score_sequences
+    from .spans import resolve_spans
+
+    ok = []
+    for i, ids in enumerate(answer_ids):
+        rows[i]["spans"] = []
+        if len(ids) == 0:
+            continue
+        try:
+            resolve_spans(tokenizer, [ids], spans)
+        except InputError:
+            continue
+        ok.append(i)
+    if not ok:
+        return
+    t0 = time.perf_counter()
+    res = score_sequences(model, tokenizer, [prompts[i] for i in ok],
+                          [list(answer_ids[i]) for i in ok], batch_size=batch_size, spans=spans)
+    share = (time.perf_counter() - t0) / len(ok)
+    for j, i in enumerate(ok):
+        rows[i]["spans"] = res.row_spans(j)
+        rows[i].setdefault("seconds", {})["spans"] = share
 
 
 @dataclass

@@ -1,7 +1,9 @@
 """Peak memory of :func:`isouq.score_sequences`, planned before anything runs.
 
 :func:`estimate` predicts, in bytes, the peak resident memory of scoring one batch of N rows
-padded to L tokens (``A`` of them answer tokens) with ``method="ghost"`` or ``"loop"``, from
+padded to L tokens (``A`` of them answer tokens) with ``method="ghost"`` or ``"per_example"``
+(the engines of ``isouq.engines``; ``"per_token"`` holds what ghost holds, older names such as
+``"loop"`` are read as the engine they name), from
 quantities read off the model without running it: parameter bytes, hidden size d, key/value
 width, intermediate size I, layers, attention heads, vocabulary V, tied embeddings. The terms
 follow what the code holds (``sequences.token_probs``, ``ghost/engine.py``, ``ghost/factors.py``):
@@ -24,7 +26,7 @@ follow what the code holds (``sequences.token_probs``, ``ghost/engine.py``, ``gh
   ``N × A' × V`` logit gradient the lm_head rule keeps to the end. Half-precision factors are
   multiplied as float32 copies made one at a time and not kept; the cache keeps the inputs in
   the model's dtype and their float32 Grams.
-- **loop** (loop only): the batch's no-grad forward (its logits and one layer's intermediates,
+- **per_example** (per_example only): the batch's no-grad forward (its logits and one layer's intermediates,
   ``N·L·(4·I + 2·d + L)`` elements), then one row at a time: its activations, the weight
   gradients of every selected parameter, their concatenation and square (``3 × parameter
   bytes``), the embedding backward's dense ``V × d`` buffer (twice when tied: the lm_head's
@@ -57,11 +59,20 @@ from typing import Literal
 import torch
 from torch import nn
 
+from .engines import engine_name
 from .errors import InputError, MemoryBudgetError, ModelError
 from .ghost.factors import gram_is_cheaper
 from .ghost.registry import rule_for
 
-Method = Literal["ghost", "loop"]
+Method = Literal["ghost", "per_example", "per_token", "loop"]
+
+
+def _planned(method: str) -> str:
+    """The engine whose memory is planned for ``method`` (``isouq.engines``; an older name such
+    as ``"loop"`` resolved): ``"per_example"``, or ``"ghost"`` for ghost and per_token (one
+    forward whose graph is retained for the backwards)."""
+    name = engine_name(method, ("ghost", "per_example", "per_token"))
+    return "per_example" if name == "per_example" else "ghost"
 
 #: blocks of this size or more are returned to the system when freed (runtime.tune_allocator)
 MMAP_THRESHOLD = 32 * 2**20
@@ -105,7 +116,7 @@ class Estimate:
         activations: what the forward saves for the backward (all layers).
         logits: the logit tensors around the start of the backward.
         engine: ghost: the backward's worst moment beyond the activations (Grams, cached
-            factors, materialized per-example gradients); loop: one row's forward and backward
+            factors, materialized per-example gradients); per_example: one row's forward and backward
             with its weight gradients.
         working: the scoring's own peak (what a budget must leave room for beyond the model).
         total: weights + runtime + working.
@@ -319,7 +330,8 @@ def estimate(
         answer_length: A, answer tokens of the longest answer (logits are kept from the first
             answer position on; at most ``length − 1`` count).
         dtype: the model's dtype when scored; default its parameters' dtype.
-        method: ``"ghost"`` (one backward per batch) or ``"loop"`` (one backward per answer).
+        method: the engine (``isouq.engines``): ``"ghost"`` (one backward per batch; also
+            ``"per_token"``) or ``"per_example"`` (one backward per answer; ``"loop"``).
         param_bytes: bytes of the selected parameters (loop gradients); default all of them.
 
     Returns:
@@ -330,8 +342,7 @@ def estimate(
         InputError: batch or answer length not positive, a length below 2, or an unknown
             method.
     """
-    if method not in ("ghost", "loop"):
-        raise InputError(f"method={method!r}: memory is planned for 'ghost' or 'loop'")
+    method = _planned(method)
     for name, v in (("batch", batch), ("length", length), ("answer_length", answer_length)):
         if not isinstance(v, int) or isinstance(v, bool) or v < 1:
             raise InputError(f"{name} must be a whole number ≥ 1, got {v!r}")
@@ -343,7 +354,7 @@ def estimate(
     e = torch.empty((), dtype=s.dtype).element_size()
     N, L, A = batch, length, answer_length
     cal = CALIBRATION
-    if method == "loop":
+    if method == "per_example":
         # the batch's no-grad forward holds only its logits; then one unpadded row at a time:
         # its activations, and the weight gradients of every selected parameter with their
         # concatenation and square (3 × parameter bytes) and the embedding's dense V × d buffer
@@ -400,7 +411,7 @@ def peak_bytes(
         length: L tokens per padded row.
         answer_length: A answer tokens of the longest answer.
         dtype: the dtype scored in; default the model's.
-        method: ``"ghost"`` or ``"loop"``.
+        method: the engine (``isouq.engines``): ``"ghost"``, ``"per_token"`` or ``"per_example"``.
 
     Returns:
         Bytes.
@@ -471,7 +482,7 @@ def plan_batch_size(
         budget_bytes: the process's memory budget, in bytes or as text (``"8GB"``, see
             :func:`parse_bytes`); it covers the weights, the runtime and the scoring.
         answer_length: answer tokens of the longest answer; default ``min(L − 1, 64)``.
-        method: ``"ghost"`` or ``"loop"``.
+        method: the engine (``isouq.engines``): ``"ghost"``, ``"per_token"`` or ``"per_example"``.
         dtype: the dtype scored in; default the model's.
         max_batch: the largest batch size to return.
 
@@ -595,7 +606,7 @@ def plan_placement(model: nn.Module | Shape, budget: int | str, *, batch: int = 
             tokens).
         devices: processes (one device each) a run may use: FSDP is chosen only if W ≤ it.
         max_ranks: the largest W considered.
-        method: ``"ghost"`` (FSDP and offloading score with it) or ``"loop"``.
+        method: the engine: ``"ghost"`` (FSDP and offloading score with it) or ``"per_example"``.
         dtype: the dtype scored in; default the model's.
         device: the device scored on (``cpu``, ``cuda:N``): names it in ``--max-memory``.
 

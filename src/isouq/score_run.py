@@ -42,22 +42,16 @@ from .distributed import (
     shard_path,
     write_ordered,
 )
+from .engines import engine_name
 from .errors import InputError, IsouqError
+from .prepare import Limits, Prepared, RowProblem, plan, prepare_pair, prompt_for
 from .runio import JsonlWriter, dumps, exclusive, read_jsonl
-from .sequences import Encoded, context_window, encode, pad_id, score_sequences
-from .spans import SPLITTERS, AnswerSpans, check_ranges, resolve_spans
+from .sequences import score_sequences
+from .spans import SPLITTERS, check_ranges
+from .tokens import Encoded, pad_id
 
 ON_ERROR = ("skip", "stop")
 WINDOW = 1024
-
-
-def prompt_of(row: PairRow, tokenizer) -> str | list:
-    """The row's prompt, or the documented QA prompt built from its question."""
-    if row.prompt is not None:
-        return row.prompt
-    from .llm.prompts import qa_prompt
-
-    return qa_prompt(tokenizer, row.question)
 
 
 #: the settings ``models.content_options`` writes; a run without one was made without it
@@ -156,38 +150,6 @@ def _windows(rows: Iterable[PairRow], size: int) -> Iterator[list[PairRow]]:
         yield chunk
 
 
-class _RowError(Exception):
-    """A row that cannot be scored; its message is the reason written in the error row."""
-
-
-def plan_batches(lengths: list[int], batch_size: int, max_tokens: int | None,
-                 bucket: bool = True,
-                 fits: Callable[[list[int]], bool] | None = None) -> list[list[int]]:
-    """Group item indices into batches: sorted by length when ``bucket``, each batch at most
-    ``batch_size`` items, (max length × items) ≤ ``max_tokens`` padded tokens, and, given
-    ``fits`` (indices -> whether that batch fits a memory budget), a batch that fits."""
-    if batch_size < 1:
-        raise InputError(f"batch_size must be ≥ 1, got {batch_size}")
-    order = sorted(range(len(lengths)), key=lambda i: lengths[i]) if bucket \
-        else list(range(len(lengths)))
-    batches: list[list[int]] = []
-    cur: list[int] = []
-    longest = 0
-    for i in order:
-        grown = max(longest, lengths[i])
-        full = len(cur) >= batch_size or (max_tokens is not None and cur
-                                          and grown * (len(cur) + 1) > max_tokens) or (
-            fits is not None and cur and not fits([*cur, i]))
-        if full:
-            batches.append(cur)
-            cur, grown = [], lengths[i]
-        cur.append(i)
-        longest = grown
-    if cur:
-        batches.append(cur)
-    return batches
-
-
 def check_row_spans(row: PairRow) -> None:
     """InputError naming the row's key and the fix when its own ``spans`` cannot be character
     ranges of its answer (``spans.check_ranges``: not pairs of whole numbers, outside the text,
@@ -195,25 +157,6 @@ def check_row_spans(row: PairRow) -> None:
     decoding, known once the tokenizer loads; the rest is checked then)."""
     if row.spans is not None:
         check_ranges(row.spans, row.answer if isinstance(row.answer, str) else None, row.key)
-
-
-@dataclass(frozen=True)
-class Prepared:
-    """A row measured once, ready for its batch: its prompt, ``encoded`` (its token ids: the
-    row's only tokenization, used by its batch and by a retry alone), ``spans`` (resolved, or
-    None without spans) and ``n_rows``, the rows it counts as in the memory plan (1; 1 + its
-    spans with ``method="per_example"``, whose span rows are rows of their own)."""
-
-    row: PairRow
-    prompt: str | list
-    encoded: Encoded
-    spans: AnswerSpans | None
-    n_rows: int
-
-    @property
-    def length(self) -> int:
-        """Prompt + answer tokens."""
-        return len(self.encoded.prompt) + len(self.encoded.answer)
 
 
 @dataclass
@@ -283,20 +226,15 @@ class ScoreRun:
             raise InputError(f"spans={self.spans!r} is not one of {', '.join(SPLITTERS)}")
         self.env = self.env or DistEnv()
         self.out = Path(self.out)
+        self.method = engine_name(self.method, ("auto", "ghost", "per_example", "per_token"))
         self.settings = {**(self.settings or {}), "method": self.method, "params": self.params}
         if self.spans is not None:  # absent otherwise: runs made before spans existed resume
             self.settings["spans"] = self.spans
         self.settings_sha = content_sha(self.settings)
         self.path = (shard_path(self.out, self.env.rank, self.env.world) if self.env.world > 1
                      else self.out)
-        self.context = context_window(self.model)
-        emb = getattr(self.model, "get_input_embeddings", lambda: None)()
-        self.vocab = getattr(emb, "num_embeddings", None)
-        self._shape = None
-        if self.memory_budget is not None:
-            from .memory_plan import shape_of
-
-            self._shape = shape_of(self.model)
+        self.limits = Limits.of_model(self.model, memory_budget=self.memory_budget,
+                                      method=self.method)
         self.counts = {"written": 0, "skipped": 0, "rescored": 0, "errors": 0}
         self._writer: JsonlWriter | None = None
         self._bar = None
@@ -401,52 +339,19 @@ class ScoreRun:
 
     # ------------------------------------------------------------------ rows and batches
     def prepare(self, row: PairRow) -> Prepared:
-        """The row measured: its prompt, token ids (the one tokenization of the row) and
-        spans; _RowError with the reason when it cannot be scored (a chat template that refuses
-        its messages, ids outside the vocabulary, longer than the context window, spans that
-        cannot be, over the memory budget alone)."""
+        """The row made ready (``prepare.prepare_pair``: its prompt, its one tokenization, its
+        fit, its spans; the row itself in ``source``), or a ``RowProblem`` with the reason."""
         given = row.spans if row.spans is not None else self.spans
+        if given is not None and self.lockstep:
+            raise RowProblem("invalid_spans", "span scores run a backward per span, a number "
+                             "that differs between ranks of sharded weights; drop its spans "
+                             "or --shard")
         try:
-            prompt = prompt_of(row, self.tokenizer)
-            enc = encode(self.tokenizer, [prompt], [row.answer], offsets=given is not None)[0]
+            prompt = prompt_for(self.tokenizer, row.prompt, row.question)
         except IsouqError as e:
-            raise _RowError(str(e)) from None
-        except Exception as e:  # noqa: BLE001 - a chat template (jinja) refusing the messages
-            raise _RowError(f"the tokenizer's chat template cannot render this prompt "
-                            f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
-                            "check the messages' roles and order") from None
-        if isinstance(row.answer, list) and self.vocab is not None and \
-                max(row.answer) >= self.vocab:
-            raise _RowError(f"answer token id {max(row.answer)} is outside the model's "
-                            f"vocabulary of {self.vocab}; pass ids of this model's tokenizer")
-        n = len(enc.prompt) + len(enc.answer)
-        if self.context is not None and n > self.context:
-            raise _RowError(f"prompt + answer are {n} tokens, longer than the model's context "
-                            f"window of {self.context}; shorten the prompt or the answer")
-        spans = None
-        if given is not None:
-            if self.lockstep:
-                raise _RowError("span scores run a backward per span, a number that differs "
-                                "between ranks of sharded weights; drop its spans or --shard")
-            try:
-                spans = resolve_spans(self.tokenizer, [row.answer],
-                                      given if isinstance(given, str) else [given], [enc],
-                                      keys=[row.key])[0]
-            except IsouqError as e:
-                raise _RowError(str(e)) from None
-            except Exception as e:  # noqa: BLE001 - a tokenizer that cannot decode the ids
-                raise _RowError(f"its spans cannot be placed on its tokens ({type(e).__name__}: "
-                                f"{str(e).splitlines()[0] if str(e) else ''}); score it "
-                                "without spans") from None
-        # ghost span scores need a whole answer's memory; per_example: one row per span more
-        k = 1 if spans is None or self.method in ("ghost", "auto") else 1 + len(spans.ranges)
-        item = Prepared(row, prompt, enc, spans, k)
-        if self.memory_budget is not None and not self._fits([item]):
-            raise _RowError(
-                f"one row of {n} tokens needs more than the memory budget of "
-                f"{self.memory_budget / 2**30:.2f} GiB (predicted "
-                f"{self._need([item]) / 2**30:.2f} GiB); raise --memory-budget")
-        return item
+            raise RowProblem("invalid_prompt", str(e)) from None
+        return prepare_pair(self.tokenizer, prompt, row.answer, self.limits, spans=given,
+                            method=self.method, key=row.key, source=row)
 
     def _prepare_all(self, rows: list[PairRow]) -> list[Prepared]:
         """:meth:`prepare` of each row; a row that cannot be scored gets its error row."""
@@ -454,40 +359,16 @@ class ScoreRun:
         for r in rows:
             try:
                 out.append(self.prepare(r))
-            except _RowError as e:
-                self.fail(r, str(e))
+            except RowProblem as e:
+                self.fail(r, str(e), e.reason)
                 self._advance(1)
         return out
 
-    def _need(self, items: list[Prepared]) -> int:
-        """Predicted peak bytes of a batch of ``items``."""
-        from .memory_plan import peak_bytes
-
-        return peak_bytes(self._shape, batch=sum(it.n_rows for it in items),
-                          length=max(it.length for it in items),
-                          answer_length=max(len(it.encoded.answer) for it in items),
-                          method=self.method if self.method in ("ghost", "loop") else "ghost")
-
-    def _fits(self, items: list[Prepared]) -> bool:
-        return self._need(items) <= self.memory_budget
-
     def plan(self, items: list[Prepared]) -> list[list[Prepared]]:
-        """The batches of ``items`` (:func:`plan_batches`: ``batch_size``,
-        ``max_tokens_per_batch``, ``bucket``, the memory budget); rows with spans and rows
-        without are batched apart (one ``score_sequences`` call scores spans of all or none)."""
-        batches = []
-        for with_spans in (False, True):
-            group = [it for it in items if (it.spans is not None) == with_spans]
-            if not group:
-                continue
-            fits = None
-            if self.memory_budget is not None:
-                def fits(idx: list[int], group=group) -> bool:
-                    return self._fits([group[i] for i in idx])
-            batches += [[group[i] for i in idx] for idx in plan_batches(
-                [it.length for it in group], self.batch_size, self.max_tokens_per_batch,
-                self.bucket, fits=fits)]
-        return batches
+        """The batches of ``items`` (``prepare.plan``: ``batch_size``, ``max_tokens_per_batch``,
+        ``bucket``, the memory budget; rows with spans and rows without apart)."""
+        return plan(items, self.batch_size, max_tokens=self.max_tokens_per_batch,
+                    bucket=self.bucket, memory=self.limits.memory)
 
     def score_batch(self, items: list[Prepared], *, retry: bool = True):
         """Score one batch (one ``score_sequences`` call on its token ids, as one batch) and
@@ -499,15 +380,16 @@ class ScoreRun:
         spans = [it.spans for it in items] if items[0].spans is not None else None
         try:
             res = score_sequences(self.model, self.tokenizer, [it.prompt for it in items],
-                                  [it.row.answer for it in items], batch_size=len(items),
+                                  [it.answer for it in items], batch_size=len(items),
                                   method=self.method, params=self.params,
                                   encoded=[it.encoded for it in items],
                                   **({"spans": spans} if spans is not None else {}))
         except (IsouqError, RuntimeError, ValueError, IndexError) as e:
             if len(items) == 1 or not retry:
                 for it in items:
-                    self.fail(it.row, f"{type(e).__name__}: "
-                                      f"{str(e).splitlines()[0] if str(e) else ''}")
+                    self.fail(it.source, f"{type(e).__name__}: "
+                                         f"{str(e).splitlines()[0] if str(e) else ''}",
+                              getattr(e, "reason", None))
                 return None
             infos = [self.score_batch([it]) for it in items]
             return next((i for i in infos if i is not None), None)
@@ -524,7 +406,7 @@ class ScoreRun:
         ``seconds``: each row's share of the batch)."""
         for j, it in enumerate(items):
             self._writer.write({
-                **self._base(it.row),
+                **self._base(it.source),
                 "scores": res.row_scores(j),
                 "seconds": {"gradient": round(seconds, 5)},
                 "n_answer_tokens": int(res.n_tokens[j]),
@@ -536,12 +418,15 @@ class ScoreRun:
             })
             self.counts["written"] += 1
 
-    def fail(self, r: PairRow, reason: str) -> None:
-        """The error row of ``r`` (``on_error="skip"``), or an InputError naming its key."""
+    def fail(self, r: PairRow, message: str, reason: str | None = None) -> None:
+        """The error row of ``r`` (``on_error="skip"``): its ``error`` message and, when the
+        row could not be prepared, the ``reason`` code (``prepare.REASONS``); or, with
+        ``on_error="stop"``, an InputError naming its key."""
         if self.on_error == "stop":
-            raise InputError(f"row {r.key!r} (line {r.line}): {reason} "
+            raise InputError(f"row {r.key!r} (line {r.line}): {message} "
                              "(or run with --on-error skip to write an error row and go on)")
-        self._writer.write({**self._base(r), "error": reason})
+        self._writer.write({**self._base(r), "error": message,
+                            **({"reason": reason} if reason else {})})
         self.counts["errors"] += 1
 
     def _filler(self) -> None:
@@ -621,6 +506,7 @@ def score_file(input: str | Path, out: str | Path, *, model: str, load: dict | N
     from .runio import exclusive
 
     load = dict(load or {})
+    method = engine_name(method, ("auto", "ghost", "per_example", "per_token"))
     options = content_options(load.get("quantize"), load.get("adapter"))
     # everything a user can get wrong is checked before the model loads
     index = scan_pairs(input, limit=limit, check=check_row_spans)
@@ -732,6 +618,5 @@ def check_placement(model, budget: int, env: DistEnv, *, method: str, device: st
         raise MemoryBudgetError(f"--memory-budget: {plan.advice}; or raise --memory-budget")
 
 
-__all__ = ["ON_ERROR", "Prepared", "ScoreRun", "check_out", "check_row_spans", "check_settings",
-           "check_token_ids", "plan_batches", "prompt_of", "run_settings", "score_file",
-           "score_rows"]
+__all__ = ["ON_ERROR", "ScoreRun", "check_out", "check_row_spans", "check_settings",
+           "check_token_ids", "run_settings", "score_file", "score_rows"]

@@ -1,12 +1,18 @@
-"""Result types returned by the scoring functions: tensors plus the metadata to read them."""
+"""Result types returned by the scoring functions: tensors plus the metadata to read them.
+
+Torch-free to import (tensors are only held), so that the registries built on these types (the
+score keys of an answer, ``SequenceScores.KEYS``) can be read without loading torch.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
-import torch
+from typing import TYPE_CHECKING, ClassVar
 
 from .errors import InputError
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -105,7 +111,18 @@ class SequenceScores:
     mean_prob: p̄.   n_tokens: T, the number of answer tokens.
     per_param: optional (N, n_tensors) breakdown of ‖g‖² by parameter tensor
     (columns in ``params.names`` order), when requested.
+    blocks: optional (N, B) breakdown of ‖g‖² by block of the model (``isouq.blocks``: the
+    embeddings, each layer of its stack, the final norm, the head), columns in ``block_names``
+    order (module paths); each row sums to ``epistemic``.
+
+    ``KEYS`` are the scores of one answer (or one span of it) as an answer row holds them,
+    listed here once: :meth:`row_scores`, span scores, the server's ``uncertainty``, the QA
+    methods' registry and the LM-Polygraph plugin read them from here.
     """
+
+    #: the scores of an answer, as an answer row's ``scores`` holds them
+    KEYS: ClassVar[tuple[str, ...]] = ("epistemic", "epistemic_log", "aleatoric",
+                                       "normalized_epistemic", "mean_prob")
 
     epistemic: torch.Tensor
     aleatoric: torch.Tensor
@@ -116,6 +133,8 @@ class SequenceScores:
     covariance: str = "identity"
     per_param: torch.Tensor | None = None
     extra: dict = field(default_factory=dict)
+    blocks: torch.Tensor | None = None
+    block_names: tuple[str, ...] | None = None
 
     @property
     def normalized_epistemic(self) -> torch.Tensor:
@@ -128,10 +147,13 @@ class SequenceScores:
         return self.epistemic / self.mean_prob.pow(2)
 
     def row_scores(self, i: int) -> dict[str, float]:
-        """Answer ``i``'s scores as an answer row holds them (``isouq.answer_row``): epistemic,
-        epistemic_log, aleatoric, normalized_epistemic and mean_prob, as floats."""
-        return {"epistemic": float(self.epistemic[i]),
-                "epistemic_log": float(self.epistemic_log[i]),
-                "aleatoric": float(self.aleatoric[i]),
-                "normalized_epistemic": float(self.normalized_epistemic[i]),
-                "mean_prob": float(self.mean_prob[i])}
+        """Answer ``i``'s scores as an answer row holds them (``isouq.answer_row``): the
+        :attr:`KEYS`, as floats."""
+        return {k: float(getattr(self, k)[i]) for k in self.KEYS}
+
+    def row_blocks(self, i: int) -> dict[str, float] | None:
+        """Answer ``i``'s block profile {block module path: ‖∇θ_b p̄‖²} (None without blocks)."""
+        if self.blocks is None or self.block_names is None:
+            return None
+        return {b: float(v) for b, v in zip(self.block_names, self.blocks[i].tolist(),
+                                             strict=True)}

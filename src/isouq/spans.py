@@ -23,15 +23,15 @@ two claims) enters only the whole-answer score. A sentence or line that gets no 
 (a token began before it and runs into it) is merged into the span before it; a given range that
 gets none is an error.
 
-How it is computed (:func:`score_spans`). With the ghost method (the default): one forward of a
-batch's answers, then, over the retained graph, one ghost backward per span index k (p̄ of span
-k of every answer of the batch at once) and the whole answers' own backward: exact, and the
-memory of the whole-answer score. With ``method="per_example"`` or ``"per_token"`` (or
-``engine="rows"``): rows truncated at each span's end, span k of an answer being the row
-(prompt, answer tokens up to span k's last one) whose p̄ reads span k's tokens only (a causal LM
-sees nothing after them); the 1 + S rows of a batch's answers go through one ``score_sequences``
-batch (about (1 + S)-fold memory); ``method="per_example"`` is then one backward per row, the
-reference.
+How it is computed (:func:`score_spans`, the ``span_strategy`` of ``score_sequences``). With the
+ghost method (the default, ``"retain"``): one forward of a batch's answers, then, over the
+retained graph, one ghost backward per span index k (p̄ of span k of every answer of the batch
+at once) and the whole answers' own backward: exact, and the memory of the whole-answer score.
+With ``method="per_example"`` or ``"per_token"`` (or ``span_strategy="rows"``): rows truncated
+at each span's end, span k of an answer being the row (prompt, answer tokens up to span k's
+last one) whose p̄ reads span k's tokens only (a causal LM sees nothing after them); the 1 + S
+rows of a batch's answers go through one batch of the batch loop (``isouq.passes``; about
+(1 + S)-fold memory); ``method="per_example"`` is then one backward per row, the reference.
 """
 
 from __future__ import annotations
@@ -43,13 +43,16 @@ from dataclasses import dataclass, field, fields
 import torch
 from torch import nn
 
-from .covariance import Identity
-from .engines import engine_name
 from .errors import InputError
-from .scores import SequenceScores
-from .sequences import Encoded, check_lengths, encode, given_encoding, score_sequences, summarize
+from .passes import score_encoded, summarize
+from .scores import ParamInfo, SequenceScores
+from .tokens import Encoded, answer_tokens
 
 SPLITTERS = ("sentences", "lines")
+
+#: how span scores are computed: one forward whose graph is retained for a ghost backward per
+#: span index (ghost only), or rows truncated at each span's end (any engine)
+STRATEGIES = ("retain", "rows")
 
 # ------------------------------------------------------------------ splitting
 #: words after which a period never ends a sentence (titles, Latin; lower-case, no final dot)
@@ -268,9 +271,7 @@ def resolve_spans(tokenizer, answers: Sequence, spans, enc: Sequence[Encoded] | 
             out.append(spans[i])
             continue
         if enc is None:
-            from .sequences import _answer_tokens
-
-            t, given_offsets = _answer_tokens(tokenizer, a, i, offsets=True)
+            t, given_offsets = answer_tokens(tokenizer, a, _name(keys[i]), offsets=True)
         else:
             t, given_offsets = enc[i].answer, enc[i].offsets
         text, offsets = answer_offsets(tokenizer, a, t, given_offsets)
@@ -336,10 +337,7 @@ class SpanScore:
         ``scores`` (the keys of :meth:`isouq.SequenceScores.row_scores`)."""
         return {"text": self.text, "start": self.start, "end": self.end,
                 "n_tokens": self.n_tokens,
-                "scores": {"epistemic": self.epistemic, "epistemic_log": self.epistemic_log,
-                           "aleatoric": self.aleatoric,
-                           "normalized_epistemic": self.normalized_epistemic,
-                           "mean_prob": self.mean_prob}}
+                "scores": {k: getattr(self, k) for k in SequenceScores.KEYS}}
 
 
 @dataclass
@@ -369,63 +367,47 @@ def _span_rows(enc: Sequence[Encoded], resolved: Sequence[AnswerSpans]):
 
 def score_spans(
     model: nn.Module,
-    tokenizer,
-    prompts: Sequence,
-    answers: Sequence,
-    spans,
+    enc: Sequence[Encoded],
+    resolved: Sequence[AnswerSpans],
+    params: dict[str, nn.Parameter],
+    info: ParamInfo,
     *,
-    batch_size: int = 16,
-    keys: Sequence | None = None,
-    engine: str | None = None,
-    encoded: Sequence[Encoded] | None = None,
+    strategy: str | None = None,
     **options,
 ) -> SpanSequenceScores:
-    """Whole-answer and span scores (``score_sequences(..., spans=...)`` calls this).
+    """Whole-answer and span scores of prepared pairs (``score_sequences(..., spans=...)``
+    checks, prepares and calls this).
 
     Args:
-        spans: ``"sentences"``, ``"lines"``, or per answer a list of (start, end) character
-            ranges or an :class:`AnswerSpans` (:func:`resolve_spans`).
-        batch_size: answers per pass.
-        keys: N names of the answers for error messages (default 0..N−1).
-        engine: ``"retain"`` (the default with the ghost method): one forward of a batch's
+        model: the causal LM.
+        enc: the pairs' token ids (``isouq.prepare``).
+        resolved: per answer, its spans (:func:`resolve_spans`).
+        params, info: the parameters that take part and their ``ParamInfo``.
+        strategy: ``"retain"`` (the default with the ghost method): one forward of a batch's
             answers, one ghost backward for the whole answers and one per span index over the
             retained graph (memory of the whole-answer score); ``"rows"`` (the default with
             ``method="per_example"`` or ``"per_token"``): rows truncated at each span's end,
             1 + S rows per answer of S spans in one batch (memory about (1 + S)-fold).
-        encoded: the pairs' token ids when already made (``sequences.encode``, with
-            ``offsets=True`` for a string answer's character offsets): nothing is tokenized
-            again, also not for a span's row.
-        **options: ``method``, ``params``, ``covariance``, ``per_param``, ``padding_side``,
-            ``progress`` of :func:`isouq.score_sequences`.
+        **options: ``pad``, ``method``, ``covariance``, ``batch_size``, ``per_param``,
+            ``padding_side``, ``progress`` of the batch loop (``passes.score_encoded``).
 
     Returns:
         :class:`SpanSequenceScores`: the whole answers' scores (as without spans) and, per
         answer, its spans'.
     """
-    if batch_size < 1:
-        raise InputError(f"batch_size must be ≥ 1, got {batch_size}")
-    method = engine_name(options.get("method", "ghost"),
-                         ("auto", "ghost", "per_example", "per_token"))
-    cov = options.get("covariance", "identity")
-    identity = (isinstance(cov, str) and cov == "identity") or isinstance(cov, Identity)
-    ghost = method == "ghost" or (method == "auto" and identity)
-    if engine is None:
-        engine = "retain" if ghost else "rows"
-    if engine not in ("retain", "rows"):
-        raise InputError(f"engine={engine!r} is not one of 'retain', 'rows'")
-    if engine == "retain" and not ghost:
-        raise InputError("engine='retain' runs ghost backwards; use method='ghost' (and the "
-                         "identity covariance) or engine='rows'")
-    enc = (encode(tokenizer, prompts, answers, offsets=True) if encoded is None
-           else given_encoding(encoded, prompts, answers))
-    check_lengths(model, enc)
-    resolved = resolve_spans(tokenizer, answers, spans, enc, keys)
-    if engine == "retain":
-        found = _score_retained(model, tokenizer, prompts, answers, enc, resolved, batch_size,
-                                getattr(cov, "scale", 1.0), options)
+    method = options["method"]
+    if strategy is None:
+        strategy = "retain" if method == "ghost" else "rows"
+    if strategy not in STRATEGIES:
+        raise InputError(f"span_strategy={strategy!r} is not one of "
+                         f"{', '.join(repr(s) for s in STRATEGIES)}")
+    if strategy == "retain" and method != "ghost":
+        raise InputError("span_strategy='retain' runs ghost backwards; use method='ghost' (and "
+                         "the identity covariance) or span_strategy='rows'")
+    if strategy == "retain":
+        whole, per_span = _score_retained(model, enc, resolved, params, info, options)
     else:
-        found = _score_rows(model, tokenizer, prompts, enc, resolved, batch_size, options)
-    whole, per_span = found
+        whole, per_span = _score_rows(model, enc, resolved, params, info, options)
     sq = max(whole.params.sq_norm, 1e-30)
     out: list[list[SpanScore]] = [[] for _ in enc]
     for (i, k), (e, m, a, t) in sorted(per_span.items()):
@@ -435,18 +417,18 @@ def score_spans(
             aleatoric=a, epistemic=e, epistemic_log=e / m**2 if m > 0 else float("inf"),
             normalized_epistemic=e / sq))
     kept = {f.name: getattr(whole, f.name) for f in fields(whole) if f.init}
-    kept["extra"] = {**kept.get("extra", {}), "span_engine": engine}
+    kept["extra"] = {**kept.get("extra", {}), "span_strategy": strategy}
     return SpanSequenceScores(**kept, spans=out, texts=[r.text for r in resolved])
 
 
-def _score_retained(model, tokenizer, prompts, answers, enc, resolved, batch_size, scale,
-                    options):
-    """The whole answers through ``score_sequences`` (ghost), and, over each batch's graph
-    before its own backward, one ghost backward per span index k: p̄ of span k of every answer
-    of the batch (0 for an answer with fewer spans), retain_graph=True."""
+def _score_retained(model, enc, resolved, params, info, options):
+    """The whole answers through the batch loop (ghost), and, over each batch's graph before
+    its own backward, one ghost backward per span index k: p̄ of span k of every answer of the
+    batch (0 for an answer with fewer spans), retain_graph=True."""
     per_span: dict[tuple[int, int], tuple[float, float, float, int]] = {}
+    scale = getattr(options["covariance"], "scale", 1.0)
 
-    def on_probs(ghost, p, mask, rows: slice) -> None:
+    def after_forward(ghost, p, mask, rows: slice) -> None:
         spans = [resolved[i].tokens for i in range(rows.start, rows.stop)]
         masks = torch.zeros((max(len(s) for s in spans), *mask.shape), dtype=torch.bool,
                             device=mask.device)
@@ -465,17 +447,28 @@ def _score_retained(model, tokenizer, prompts, answers, enc, resolved, batch_siz
                     per_span[(rows.start + b, k)] = (float(e[b]), float(m[b]), float(a[b]),
                                                      int(t[b]))
 
-    whole = score_sequences(model, tokenizer, prompts, answers, batch_size=batch_size,
-                            encoded=enc, _on_probs=on_probs, **options)
+    whole = score_encoded(model, enc, params, info, after_forward=after_forward, **options)
     return whole, per_span
 
 
-def _score_rows(model, tokenizer, prompts, enc, resolved, batch_size, options):
-    """Rows truncated at each span's end, the rows of ``batch_size`` answers in one
-    ``score_sequences`` batch (``Encoded.scored_from``: the answer tokens before the span are
-    context; the answers' own ids, not tokenized again)."""
+def _span_rows(enc: Sequence[Encoded], resolved: Sequence[AnswerSpans]):
+    """(answer index, span index or −1 for the whole answer, answer tokens the row holds,
+    answer tokens before its scored ones) of each row, answer by answer."""
+    out = []
+    for i, (e, sp) in enumerate(zip(enc, resolved, strict=True)):
+        out.append((i, -1, len(e.answer), 0))
+        out += [(i, k, toks[-1] + 1, toks[0]) for k, toks in enumerate(sp.tokens)]
+    return out
+
+
+def _score_rows(model, enc, resolved, params, info, options):
+    """Rows truncated at each span's end, the rows of ``batch_size`` answers in one batch
+    (``Encoded.scored_from``: the answer tokens before the span are context; the answers' own
+    ids, not tokenized again)."""
     rows = _span_rows(enc, resolved)
     n = len(enc)
+    options = dict(options)
+    batch_size = options.pop("batch_size")
     progress = options.pop("progress", False)
     bar = None
     if progress:
@@ -485,11 +478,10 @@ def _score_rows(model, tokenizer, prompts, enc, resolved, batch_size, options):
     parts, placed = [], []
     for s in range(0, n, batch_size):
         chunk = [r for r in rows if s <= r[0] < s + batch_size]
-        parts.append(score_sequences(
-            model, tokenizer, [prompts[i] for i, *_ in chunk],
-            [enc[i].answer[:end] for i, _, end, _ in chunk], batch_size=len(chunk),
-            encoded=[Encoded(enc[i].prompt, enc[i].answer[:end], skip)
-                     for i, _, end, skip in chunk], **options))
+        parts.append(score_encoded(
+            model, [Encoded(enc[i].prompt, enc[i].answer[:end], skip)
+                    for i, _, end, skip in chunk], params, info, batch_size=len(chunk),
+            **options))
         placed += chunk
         if bar is not None:
             bar.update(min(s + batch_size, n) - s)
@@ -522,34 +514,6 @@ def least_trusted(spans: Sequence[dict]) -> int | None:
     return max(vals)[1] if len(spans) > 1 and vals else None
 
 
-def add_spans(model: nn.Module, tokenizer, prompts: Sequence, answer_ids: Sequence,
-              rows: Sequence[dict], spans: str, *, batch_size: int = 16) -> None:
-    """Give each answer row a ``spans`` list (:meth:`SpanSequenceScores.row_spans`) and
-    ``seconds["spans"]`` (its share of the span scoring); an answer with no token or no span
-    (blank text) gets an empty list."""
-    import time
-
-    ok = []
-    for i, ids in enumerate(answer_ids):
-        rows[i]["spans"] = []
-        if len(ids) == 0:
-            continue
-        try:
-            resolve_spans(tokenizer, [ids], spans)
-        except InputError:
-            continue
-        ok.append(i)
-    if not ok:
-        return
-    t0 = time.perf_counter()
-    res = score_sequences(model, tokenizer, [prompts[i] for i in ok],
-                          [list(answer_ids[i]) for i in ok], batch_size=batch_size, spans=spans)
-    share = (time.perf_counter() - t0) / len(ok)
-    for j, i in enumerate(ok):
-        rows[i]["spans"] = res.row_spans(j)
-        rows[i].setdefault("seconds", {})["spans"] = share
-
-
-__all__ = ["ABBREVIATIONS", "ENDING_ABBREVIATIONS", "SPLITTERS", "AnswerSpans", "SpanScore",
-           "SpanSequenceScores", "add_spans", "answer_offsets", "check_ranges", "least_trusted",
+__all__ = ["ABBREVIATIONS", "ENDING_ABBREVIATIONS", "SPLITTERS", "STRATEGIES", "AnswerSpans",
+           "SpanScore", "SpanSequenceScores", "answer_offsets", "check_ranges", "least_trusted",
            "resolve_spans", "score_spans", "split_lines", "split_sentences"]

@@ -9,13 +9,12 @@ from collections import Counter
 
 import pytest
 
-import isouq.sequences
 import isouq.serve.engine as engine_mod
 
 
 @pytest.fixture
 def counted(lm, monkeypatch):
-    """Counts of tokenizer calls (by text), chat-template renders, ``sequences.encode`` calls
+    """Counts of tokenizer calls (by text), chat-template renders, ``encode_checked`` calls
     (a tokenization inside ``score_sequences``), ``score_sequences`` calls and ghost hook set-ups
     while the test runs."""
     _, tok = lm
@@ -33,8 +32,10 @@ def counted(lm, monkeypatch):
         n["chat_template"] += 1
         return real_template(self, *a, **kw)
 
-    real_encode, real_score = isouq.sequences.encode, engine_mod.score_sequences
-    real_ghost = isouq.sequences.GhostNorms
+    import isouq.passes
+
+    real_encode, real_score = isouq.sequences.encode_checked, engine_mod.score_sequences
+    real_ghost = isouq.passes.GhostNorms
 
     def encode(*a, **kw):
         n["encode_inside_score_sequences"] += 1
@@ -50,9 +51,9 @@ def counted(lm, monkeypatch):
 
     monkeypatch.setattr(cls, "__call__", call)
     monkeypatch.setattr(cls, "apply_chat_template", template)
-    monkeypatch.setattr(isouq.sequences, "encode", encode)
+    monkeypatch.setattr(isouq.sequences, "encode_checked", encode)
     monkeypatch.setattr(engine_mod, "score_sequences", score)
-    monkeypatch.setattr(isouq.sequences, "GhostNorms", ghost)
+    monkeypatch.setattr(isouq.passes, "GhostNorms", ghost)
     return n, texts
 
 

@@ -45,11 +45,13 @@ from .weights import execution_device, gathered_copy, is_sharded, offloaded_ties
 @dataclass
 class GhostResult:
     """total: (N,) ‖g‖²; per_param: (N, n) by parameter tensor, columns in ``names`` order
-    (None when not asked for)."""
+    (None when not asked for); per_group: (N, G) by group of parameters (``groups`` of
+    :meth:`GhostNorms.backward_detailed`; None without groups)."""
 
     total: torch.Tensor
     per_param: torch.Tensor | None
     names: tuple[str, ...]
+    per_group: torch.Tensor | None = None
 
 
 class GhostNorms:
@@ -268,7 +270,8 @@ class GhostNorms:
         return self.backward_detailed(s, retain_graph=retain_graph, per_param=False).total
 
     def backward_detailed(self, s: torch.Tensor, *, retain_graph: bool = False,
-                          per_param: bool = True) -> GhostResult:
+                          per_param: bool = True,
+                          groups: tuple[int, ...] | None = None) -> GhostResult:
         """Backward of Σᵢ sᵢ; per-example squared norms, total and per parameter tensor.
 
         Args:
@@ -276,32 +279,43 @@ class GhostNorms:
             retain_graph: keep the graph (and the recorded inputs) for another backward.
             per_param: also the norms by parameter tensor; False: the total only, which lets
                 layers sharing an input sum their Grams before one inner product.
+            groups: per parameter (in ``names`` order) the index of its group (e.g. its block,
+                ``isouq.blocks``): the norms are also summed by group, ‖∇_{θ_g} sᵢ‖², from the
+                same backward; layers sharing an input still sum their Grams before one inner
+                product when they are of one group (without ``per_param``).
 
         Returns:
             GhostResult: ``total`` (N,), ``per_param`` (N, n) in the order of ``names`` (None
-            without ``per_param``).
+            without ``per_param``), ``per_group`` (N, G), G = max(groups) + 1 (None without
+            ``groups``).
         """
-        total, per = self._run(s, retain_graph, per_param=per_param)
-        return GhostResult(total=total, per_param=per, names=self.names)
+        if groups is not None and len(groups) != len(self.names):
+            raise InputError(f"groups has {len(groups)} entries for {len(self.names)} "
+                             "parameters; give one group index per parameter")
+        total, per, by_group = self._run(s, retain_graph, per_param=per_param, groups=groups)
+        return GhostResult(total=total, per_param=per, names=self.names, per_group=by_group)
 
-    def _run(self, s: torch.Tensor, retain_graph: bool, per_param: bool
-             ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _run(self, s: torch.Tensor, retain_graph: bool, per_param: bool,
+             groups: tuple[int, ...] | None = None
+             ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         """The backward of Σᵢ sᵢ: (the total (N,), the per-parameter norms (N, n) with
-        ``per_param``, else None)."""
+        ``per_param``, else None, the per-group norms (N, G) with ``groups``, else None)."""
         if s.ndim != 1:
             raise InputError(f"s must be (N,), one scalar per example, got shape {tuple(s.shape)}")
         N = s.shape[0]
         for c in self.calls:
             c.grad = None
         self._now, self._cache, self._retain, self._N = {}, {}, retain_graph, N
+        group_of = None if groups is None else dict(zip(self.names, groups, strict=True))
         if self.share_grams:  # the calls _maybe_now will compute, grouped by their input
             self._shared = SharedInputs(
                 [c for c in self.calls if c.module in self._solo
-                 and self._n_calls.get(c.module) == 1], summed=not per_param)
+                 and self._n_calls.get(c.module) == 1], summed=not per_param,
+                group_of=group_of)
         try:
             if s.requires_grad:
                 s.sum().backward(retain_graph=retain_graph)
-            return self._norms(N, s.dtype, s.device, per_param)
+            return self._norms(N, s.dtype, s.device, per_param, group_of)
         finally:
             if retain_graph:  # another backward over the same graph re-reads the inputs
                 for c in self.calls:
@@ -310,10 +324,12 @@ class GhostNorms:
                 self._release_calls()
             self._now, self._cache, self._shared = {}, {}, None
 
-    def _norms(self, N: int, dtype: torch.dtype, device=None, per_param: bool = True
-               ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """(total (N,), per-parameter norms (N, n) or None without ``per_param``): the norms
-        the backward computed, those that waited for its end, and the shared groups' sums."""
+    def _norms(self, N: int, dtype: torch.dtype, device=None, per_param: bool = True,
+               group_of: dict[str, int] | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """(total (N,), per-parameter norms (N, n) or None without ``per_param``, per-group
+        norms (N, G) or None without ``group_of``): the norms the backward computed, those
+        that waited for its end, and the shared groups' sums."""
         contribs: dict[str, list[Contribution]] = {n: [] for n in self.names}
         self._capturing = False  # fallbacks re-run forwards: record nothing
         try:
@@ -339,7 +355,7 @@ class GhostNorms:
         finally:
             self._capturing = True
         out = torch.promote_types(dtype, torch.float32)
-        terms: list[torch.Tensor] = []  # of the total, each (N,)
+        terms: list[tuple[int | None, torch.Tensor]] = []  # (group, (N,)) of the total
         if self._shared is not None:  # groups with a member s does not depend on
             self._shared.flush()
             self._now.update(self._shared.norms)
@@ -352,13 +368,24 @@ class GhostNorms:
             if per_param:
                 cols.append(torch.zeros(N, dtype=out, device=device) if col is None else col)
             elif col is not None:
-                terms.append(col)
+                terms.append((None if group_of is None else group_of[name], col))
         # layers may live on different devices (device_map="auto"): gathered on s's device
         per = (torch.stack([c.to(device=device, dtype=out) for c in cols], dim=1) if per_param
                else None)
-        terms = [t.to(device=device, dtype=out) for t in terms]
+        terms = [(g, t.to(device=device, dtype=out)) for g, t in terms]
+        by_group = None
+        if group_of is not None:
+            G = max(group_of.values(), default=-1) + 1
+            by_group = torch.zeros(N, G, dtype=out, device=device)
+            if per is not None:
+                index = torch.tensor([group_of[n] for n in self.names], device=device)
+                by_group.index_add_(1, index, per)
+            for g, t in terms:
+                by_group[:, g] += t
+            return by_group.sum(1), per, by_group
+        parts = [t for _, t in terms]
         if per is not None:
-            terms.insert(0, per.sum(1))
-        total = (torch.stack(terms).sum(0) if len(terms) > 1 else terms[0] if terms
+            parts.insert(0, per.sum(1))
+        total = (torch.stack(parts).sum(0) if len(parts) > 1 else parts[0] if parts
                  else torch.zeros(N, dtype=out, device=device))
-        return total, per
+        return total, per, None

@@ -125,15 +125,19 @@ class SharedInputs:
             call per layer, every parameter owned by that layer alone).
         summed: only the total is wanted: a group's Gram-form members give one ⟨Σₚ Bₚ Bₚᵀ,
             A Aᵀ⟩ (in ``totals``), not one norm each (in ``norms``).
+        group_of: parameter name -> the index of its group (e.g. its block): summed members of
+            different groups are summed apart (one inner product per group, A Aᵀ still once).
 
     After the backward and :meth:`flush`: ``norms`` {parameter name: (N,)} and ``totals``, a
-    list of (N,) sums over parameters that are in no column of ``norms``.
+    list of (group index or None, (N,) sum) over parameters that are in no column of ``norms``.
     """
 
-    def __init__(self, calls: Iterable[Call], *, summed: bool):
+    def __init__(self, calls: Iterable[Call], *, summed: bool,
+                 group_of: dict[str, int] | None = None):
         self.summed = summed
+        self.group_of = group_of
         self.norms: dict[str, torch.Tensor] = {}
-        self.totals: list[torch.Tensor] = []
+        self.totals: list[tuple[int | None, torch.Tensor]] = []
         self._groups: dict[tuple, _Group] = {}
         self._key_of: dict[int, tuple] = {}
         for c in calls:
@@ -199,13 +203,18 @@ class SharedInputs:
             for name, p in members:
                 self.norms[name] = block_gram_inner(own(p), gram_a, k)
             return
-        grads = [gradient_factor(p) for _, p in members]
-        if len(grads) > 1 and grads[0].device.type in CONCAT_DEVICES:
-            # Σₚ Bₚ Bₚᵀ = [B₁ … Bₘ][B₁ … Bₘ]ᵀ: one product of the gradients side by side
-            S = block_gram(torch.cat(grads, dim=-1), k)
-        else:
-            S = None
-            for g in map(own, (p for _, p in members)):
-                S = g if S is None else [s.add_(b) if s.dtype == b.dtype else s + b
-                                         for s, b in zip(S, g, strict=True)]
-        self.totals.append(block_gram_inner(S, gram_a, k))
+        by_group: dict[int | None, list[Pair]] = {}
+        for name, p in members:
+            by_group.setdefault(None if self.group_of is None else self.group_of[name],
+                                []).append(p)
+        for group, pairs in by_group.items():
+            grads = [gradient_factor(p) for p in pairs]
+            if len(grads) > 1 and grads[0].device.type in CONCAT_DEVICES:
+                # Σₚ Bₚ Bₚᵀ = [B₁ … Bₘ][B₁ … Bₘ]ᵀ: one product of the gradients side by side
+                S = block_gram(torch.cat(grads, dim=-1), k)
+            else:
+                S = None
+                for g in map(own, pairs):
+                    S = g if S is None else [s.add_(b) if s.dtype == b.dtype else s + b
+                                             for s, b in zip(S, g, strict=True)]
+            self.totals.append((group, block_gram_inner(S, gram_a, k)))

@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from ..errors import InputError, ModelError
-from ..sequences import pad_id as tokenizer_pad_id
+from ..tokens import pad_id as tokenizer_pad_id
 from .packed_logits import (
     PrefixKV,
     cache_kwarg,

@@ -1,6 +1,7 @@
 """Every prompt the QA pipeline sends to a model, in one place, with where it comes from.
 
-All builders return the exact prompt *string*; models see ``encode_prompt(tokenizer, prompt)``.
+All builders return the exact prompt *string*; models see ``encode_prompt(tokenizer, prompt)``
+(``isouq.tokens.text_ids``: BOS exactly once).
 Scoring code re-tokenizes ``prompt + answer`` later, so keep the string, not only the ids.
 
 Sources (Farquhar et al. 2024, github.com/jlko/semantic_uncertainty, file in brackets):
@@ -22,6 +23,7 @@ from collections.abc import Sequence
 
 from ..errors import InputError
 from ..models.info import has_chat_template
+from ..tokens import text_ids as encode_prompt  # noqa: F401 - how models see a prompt
 
 BRIEF_PROMPT = "Answer the following question as briefly as possible.\n"
 """Farquhar et al.'s default brief instruction (``BRIEF_PROMPTS['default']``)."""
@@ -43,22 +45,6 @@ def wrap_chat(tokenizer, user_content: str, *, prefill: str = "") -> str:
         [{"role": "user", "content": user_content}], tokenize=False, add_generation_prompt=True
     )
     return text + prefill
-
-
-def add_special_tokens_for(tokenizer, text: str) -> bool:
-    """Whether to let the tokenizer add special tokens to ``text``.
-
-    Chat templates often write the BOS token into the string already; adding it again would
-    double it. So: False when ``text`` starts with the tokenizer's BOS string, else True.
-    """
-    bos = getattr(tokenizer, "bos_token", None)
-    return not (bos and text.startswith(bos))
-
-
-def encode_prompt(tokenizer, text: str) -> list[int]:
-    """Token ids of ``text`` as the model sees it (BOS exactly once, see add_special_tokens_for)."""
-    add = add_special_tokens_for(tokenizer, text)
-    return list(tokenizer(text, add_special_tokens=add)["input_ids"])
 
 
 def qa_prompt(

@@ -3,7 +3,7 @@
 A batch holds jobs of two kinds:
 
 - :class:`ScoreJob`: (prompt or messages or question, answer) pairs made elsewhere, scored as
-  ``isouq score`` scores them (``score_run.prompt_of`` for a question, then
+  ``isouq score`` scores them (``prepare.prompt_for`` for a question, then
   ``score_sequences`` with the server's parameter set);
 - :class:`GenerateJob`: prompts to answer (chat messages through the model's chat template, a
   plain completion prompt, or a question in the QA prompt of ``isouq ask``), decoded by
@@ -31,18 +31,30 @@ import math
 import secrets
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from ..data.pairs import PairRow
 from ..errors import IsouqError
-from ..score_run import prompt_of
-from ..sequences import Encoded, context_window, encode, score_sequences
-from ..spans import AnswerSpans, least_trusted, resolve_spans
+from ..prepare import (
+    TOO_LARGE,
+    Limit,
+    Limits,
+    Prepared,
+    RowProblem,
+    plan_batches,
+    prepare_pair,
+    prepare_prompt,
+    prompt_for,
+    resolve_one,
+)
+from ..scores import SequenceScores
+from ..sequences import score_sequences
+from ..spans import AnswerSpans, least_trusted
+from ..tokens import Encoded
 from .config import ServeSettings
 from .errors import RequestError
 
 #: what ``uncertainty`` holds for every answer (``p_correct``/``withheld`` with a calibration)
-SCORE_FIELDS = ("mean_prob", "aleatoric", "epistemic", "epistemic_log", "normalized_epistemic")
+SCORE_FIELDS = SequenceScores.KEYS
 #: temperatures below this decode greedily
 GREEDY_BELOW = 1e-5
 #: the spans of an answer scored whole only (an answer of a batch whose other answers have spans)
@@ -116,20 +128,6 @@ class Outcome:
     finished: float | None = None
 
 
-@dataclass
-class Item:
-    """One answer of a batch to score: ``prompt`` and ``answer`` as sent (or generated),
-    ``encoded`` their token ids (the one tokenization, scored as it is), ``spans`` resolved
-    (``isouq.spans.AnswerSpans``; None: the answer's spans were not asked for) and ``job``, the
-    place in the batch of the job it belongs to."""
-
-    prompt: str | list
-    answer: str | list[int]
-    encoded: Encoded
-    spans: AnswerSpans | None = None
-    job: int = -1
-
-
 def finite(x: float) -> float | None:
     """``x`` as a JSON number, None for NaN/inf (JSON has neither)."""
     x = float(x)
@@ -149,36 +147,14 @@ class Engine:
         self.model, self.tokenizer = model, tokenizer
         self.settings = settings
         self.calibration = calibration
-        self.window = context_window(model)
-        emb = getattr(model, "get_input_embeddings", lambda: None)()
-        self.vocab = getattr(emb, "num_embeddings", None)
         self.params_info = None  # the ParamInfo of the first scoring (warm_up sets it)
-        self._shape = None
-        if settings.memory_budget is not None:
-            from ..memory_plan import shape_of
-
-            self._shape = shape_of(model)
-
-    def predicted_bytes(self, rows: int, length: int, answer_length: int) -> int | None:
-        """Predicted peak memory of scoring ``rows`` rows of ``length`` tokens (None without a
-        memory budget)."""
-        if self._shape is None:
-            return None
-        from ..memory_plan import peak_bytes
-
-        return peak_bytes(self._shape, batch=rows, length=length, answer_length=answer_length)
-
-    def _fits(self, rows: int, length: int, answer_length: int) -> bool:
-        need = self.predicted_bytes(rows, length, answer_length)
-        return need is None or need <= self.settings.memory_budget
-
-    def _check_memory(self, length: int, answer_length: int, where: str) -> None:
-        if not self._fits(1, length, answer_length):
-            need = self.predicted_bytes(1, length, answer_length)
-            raise RequestError(f"{where}: scoring {length} tokens needs about {need / 2**30:.2f} "
-                               f"GiB (predicted), over this server's --memory-budget of "
-                               f"{self.settings.memory_budget / 2**30:.2f} GiB; shorten it",
-                               status=413, param=where, code="over_memory_budget")
+        # what a pair must fit, and a prompt to answer (its answer limit: --max-new-tokens)
+        self.limits = Limits.of_model(
+            model, prompt=Limit(settings.max_prompt_tokens, "--max-prompt-tokens"),
+            answer=Limit(settings.max_answer_tokens, "--max-answer-tokens"),
+            memory_budget=settings.memory_budget)
+        self.generate_limits = replace(
+            self.limits, answer=Limit(settings.max_new_tokens, "--max-new-tokens"))
 
     # ------------------------------------------------------------ start
     def warm_up(self) -> None:
@@ -198,108 +174,44 @@ class Engine:
                     "n_params": int(self.params_info.n_params)}
         return out
 
-    # ------------------------------------------------------------ checks
-    def _check_tokens(self, n_prompt: int, n_answer: int, where: str, *, answer_limit: int,
-                      answer_what: str, option: str) -> None:
-        s = self.settings
-        if n_prompt > s.max_prompt_tokens:
-            raise RequestError(f"{where}: the prompt is {n_prompt} tokens, over this server's "
-                               f"limit of {s.max_prompt_tokens} (--max-prompt-tokens); shorten "
-                               "it", status=413, param=where, code="prompt_too_long")
-        if n_answer > answer_limit:
-            raise RequestError(f"{where}: {answer_what} {n_answer} tokens, over this server's "
-                               f"limit of {answer_limit} ({option})", status=413, param=where,
-                               code="answer_too_long")
-        if self.window is not None and n_prompt + n_answer > self.window:
-            raise RequestError(f"{where}: prompt ({n_prompt} tokens) + answer ({n_answer}) "
-                               f"exceed the model's context window of {self.window} tokens; "
-                               "shorten the prompt or the answer", status=413, param=where,
-                               code="context_length_exceeded")
-
-    def _prepare_pair(self, pair: Pair, where: str, spans: str | None) -> Item:
-        """The pair measured and checked (its one tokenization, its spans), or a
-        RequestError."""
-        row = PairRow(key=pair.key or "", answer=pair.answer, prompt=pair.prompt,
-                      question=pair.question)
+    # ------------------------------------------------------------ rows
+    def _prepare_pair(self, pair: Pair, where: str, spans: str | None, job: int) -> Prepared:
+        """The pair made ready (``prepare.prepare_pair``: its one tokenization, its fit, its
+        spans; ``source`` = its job's place in the batch), or a RequestError."""
         try:
-            prompt = prompt_of(row, self.tokenizer)
-            enc = encode(self.tokenizer, [prompt], [pair.answer], offsets=spans is not None)[0]
-        except IsouqError as e:
-            raise RequestError(f"{where}: {e}", param=where) from None
-        except Exception as e:  # noqa: BLE001 - a chat template (jinja) refusing the messages
-            raise RequestError(f"{where}: the model's chat template cannot render these "
-                               f"messages ({type(e).__name__}); check their roles and order",
-                               param=where) from None
-        top = max(enc.prompt + enc.answer)
-        if self.vocab is not None and top >= self.vocab:
-            raise RequestError(f"{where}: token id {top} is outside the model's vocabulary of "
-                               f"{self.vocab}; pass ids of this model's tokenizer", param=where)
-        self._check_tokens(len(enc.prompt), len(enc.answer), where,
-                           answer_limit=self.settings.max_answer_tokens,
-                           answer_what="the answer is", option="--max-answer-tokens")
-        self._check_memory(len(enc.prompt) + len(enc.answer), len(enc.answer), where)
-        item = Item(prompt, pair.answer, enc)
-        if spans is not None:
-            try:
-                item.spans = resolve_spans(self.tokenizer, [pair.answer], spans, [enc],
-                                           keys=[where])[0]
-            except IsouqError as e:
-                raise RequestError(str(e), param=where) from None
-            except Exception as e:  # noqa: BLE001 - a tokenizer that cannot decode the ids
-                raise RequestError(f"{where}: its spans cannot be placed on its tokens "
-                                   f"({type(e).__name__}); score it without spans",
-                                   param=where) from None
-        return item
+            prompt = prompt_for(self.tokenizer, pair.prompt, pair.question)
+            return prepare_pair(self.tokenizer, prompt, pair.answer, self.limits, where=where,
+                                spans=spans, key=where, source=job)
+        except RowProblem as e:
+            raise request_error(e, where) from None
 
-    def _generated_item(self, text: str, prompt_ids: list[int], g, spans: str | None) -> Item:
+    def _generated_item(self, text: str, prompt_ids: list[int], g, spans: str | None,
+                        job: int) -> Prepared:
         """A generated answer to score: its prompt's ids and its own (nothing tokenized
         again); with ``spans``, its spans (none when its text has none: blank, or no token of
         its own)."""
         enc = Encoded(list(prompt_ids), list(g.token_ids))
-        item = Item(text, enc.answer, enc)
+        resolved = None
         if spans is not None:
             try:
-                item.spans = resolve_spans(self.tokenizer, [enc.answer], spans, [enc])[0]
-            except Exception:  # noqa: BLE001 - an answer without spans is scored whole
-                item.spans = NO_SPANS
-        return item
-
-    def _prompt_text(self, kind: str, value, where: str) -> str:
-        from ..llm.prompts import qa_prompt
-        from ..models.info import has_chat_template
-
-        if kind == "text":
-            return str(value)
-        if kind == "question":
-            return qa_prompt(self.tokenizer, str(value))
-        if not has_chat_template(self.tokenizer):
-            raise RequestError("this model has no chat template; send the prompt as text to "
-                               "/v1/completions instead", param=where)
-        try:
-            return self.tokenizer.apply_chat_template(list(value), tokenize=False,
-                                                      add_generation_prompt=True)
-        except Exception as e:  # noqa: BLE001 - jinja errors of the model's own template
-            raise RequestError(f"{where}: the model's chat template cannot render these "
-                               f"messages ({type(e).__name__}: {str(e)[:120]}); check their "
-                               "roles and order", param=where) from None
+                resolved = resolve_one(self.tokenizer, enc.answer, spans, enc)
+            except RowProblem:  # an answer without spans is scored whole
+                resolved = NO_SPANS
+        return Prepared(text, enc.answer, enc, resolved, source=job)
 
     def _prepare_generate(self, job: GenerateJob) -> list[tuple[str, list[int]]]:
         """(prompt text, its token ids: measured here, scored with the answer) of each of the
-        job's prompts, or a RequestError."""
-        from ..llm.prompts import encode_prompt
-
+        job's prompts (``prepare.prepare_prompt``), or a RequestError."""
         out = []
         for i, (kind, value) in enumerate(job.prompts):
             where = job.param if len(job.prompts) == 1 else f"{job.param}[{i}]"
-            text = self._prompt_text(kind, value, where)
-            ids = encode_prompt(self.tokenizer, text)  # = sequences.encode's ids of the text
-            n = len(ids)
-            if n == 0:
-                raise RequestError(f"{where} is empty; give the prompt text", param=where)
-            self._check_tokens(n, job.max_tokens, where, answer_limit=self.settings.max_new_tokens,
-                               answer_what="max_tokens asks for", option="--max-new-tokens")
-            self._check_memory(n + job.max_tokens, job.max_tokens, where)
-            out.append((text, ids))
+            try:
+                prompt = (prompt_for(self.tokenizer, question=str(value)) if kind == "question"
+                          else list(value) if kind == "messages" else str(value))
+                out.append(prepare_prompt(self.tokenizer, prompt, self.generate_limits,
+                                          max_new_tokens=job.max_tokens, where=where))
+            except RowProblem as e:
+                raise request_error(e, where) from None
         return out
 
     # ------------------------------------------------------------ the batch
@@ -308,13 +220,13 @@ class Engine:
         outcomes = [Outcome() for _ in jobs]
         t0 = time.perf_counter()
         # 1. prompts built, tokenized and checked
-        pairs: dict[int, list[Item]] = {}
+        pairs: dict[int, list[Prepared]] = {}
         gens: dict[int, list[tuple[str, list[int]]]] = {}
         for j, job in enumerate(jobs):
             try:
                 if isinstance(job, ScoreJob):
                     pairs[j] = [self._prepare_pair(p, job.param if job.param == "answer"
-                                                   else f"{job.param}[{i}]", job.spans)
+                                                   else f"{job.param}[{i}]", job.spans, j)
                                 for i, p in enumerate(job.pairs)]
                 else:
                     gens[j] = self._prepare_generate(job)
@@ -343,24 +255,20 @@ class Engine:
         t2 = time.perf_counter()
         # 3. every answer of the batch scored by one score_sequences call (or, over the memory
         # budget, as few as fit)
-        items: list[Item] = []
-        for j, prepared in pairs.items():
-            for it in prepared:
-                it.job = j
+        items: list[Prepared] = []
+        for prepared in pairs.values():
             items += prepared
         for j, per_prompt in decoded.items():
             for (text, ids), choices in zip(gens[j], per_prompt, strict=True):
-                for g in _distinct(choices):
-                    it = self._generated_item(text, ids, g, jobs[j].spans)
-                    it.job = j
-                    items.append(it)
+                items += [self._generated_item(text, ids, g, jobs[j].spans, j)
+                          for g in _distinct(choices)]
         scores = self._score_all(items, outcomes)
         t3 = time.perf_counter()
         # 4. P(correct), then each job's answer
         calibrated = self._calibrate(scores)
         by_job: dict[int, list[dict]] = {}
         for it, sc in zip(items, calibrated, strict=True):
-            by_job.setdefault(it.job, []).append(sc)
+            by_job.setdefault(it.source, []).append(sc)
         t4 = time.perf_counter()
         seconds = {"prepare": t1 - t0, "generate": t2 - t1, "score": t3 - t2,
                    "calibrate": t4 - t3}
@@ -411,7 +319,8 @@ class Engine:
             at += len(p)
         return out
 
-    def _score_all(self, items: list[Item], outcomes: list[Outcome]) -> list[dict | None]:
+    def _score_all(self, items: list[Prepared], outcomes: list[Outcome]
+                   ) -> list[dict | None]:
         """The scores of every item: one ``score_sequences`` call; if it fails, each job's items
         alone (a job that still fails gets the error). None for a failed job's items."""
         if not items:
@@ -421,8 +330,8 @@ class Engine:
         except Exception:  # noqa: BLE001 - find the job that fails, answer the others
             pass
         out: list[dict | None] = [None] * len(items)
-        for j in dict.fromkeys(it.job for it in items):
-            idx = [i for i, it in enumerate(items) if it.job == j]
+        for j in dict.fromkeys(it.source for it in items):
+            idx = [i for i, it in enumerate(items) if it.source == j]
             try:
                 got = self._score([items[i] for i in idx])
             except Exception as e:  # noqa: BLE001
@@ -432,24 +341,19 @@ class Engine:
                 out[i] = sc
         return out
 
-    def _score(self, items: list[Item]) -> list[dict]:
+    def _score(self, items: list[Prepared]) -> list[dict]:
         """Scores of the items (with ``spans`` when an item has them): one ``score_sequences``
         call on their token ids, ``max_batch`` answers per pass; with a memory budget, the
         items sorted by length into the fewest passes whose predicted peak fits (one call when
         the batch fits). When some items have spans, the call scores spans (the others' whole
         answers only: :data:`NO_SPANS`), one ghost backward per span index over the batch."""
-        from ..score_run import plan_batches
-
         s = self.settings
-        lengths = [len(it.encoded.prompt) + len(it.encoded.answer) for it in items]
-        answers = [len(it.encoded.answer) for it in items]
-        if self._shape is None or (len(items) <= s.max_batch and self._fits(
-                len(items), max(lengths), max(answers))):
+        memory = self.limits.memory
+        if memory is None or (len(items) <= s.max_batch and memory.fits(items)):
             chunks, size = [list(range(len(items)))], s.max_batch
         else:
-            chunks = plan_batches(lengths, s.max_batch, None, bucket=True, fits=lambda idx: (
-                self._fits(len(idx), max(lengths[i] for i in idx),
-                           max(answers[i] for i in idx))))
+            chunks = plan_batches([it.length for it in items], s.max_batch, None, bucket=True,
+                                  fits=lambda idx: memory.fits([items[i] for i in idx]))
             size = None
         out: list[dict | None] = [None] * len(items)
         for idx in chunks:
@@ -521,6 +425,13 @@ def _distinct(choices: list) -> list:
     for g in choices:
         seen.setdefault(id(g), g)
     return list(seen.values())
+
+
+def request_error(e: RowProblem, param: str) -> RequestError:
+    """A row that cannot be scored as the server answers it: 413 for a row too large
+    (``prepare.TOO_LARGE``), else 422; its reason as OpenAI's error ``code``."""
+    return RequestError(str(e), status=413 if e.reason in TOO_LARGE else 422, param=param,
+                        code=e.reason)
 
 
 def _as_request_error(e: BaseException, param: str | None) -> BaseException:

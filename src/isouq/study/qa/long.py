@@ -262,8 +262,9 @@ def span_probabilities(model, tok, prompts, answers, ranges) -> list[dict]:
     (``spans.resolve_spans``: the tokens ``score_sequences(spans=…)`` reads)."""
     import torch
 
-    from ...sequences import collate, encode, pad_id, token_probs
+    from ...passes import collate, token_probs
     from ...spans import resolve_spans
+    from ...tokens import encode, pad_id
 
     enc = encode(tok, prompts, answers)
     spans = resolve_spans(tok, answers, ranges, enc)

@@ -47,7 +47,7 @@ from ...runio import (
     read_jsonl,
     versions,
 )
-from ...sequences import pad_id as tokenizer_pad_id
+from ...tokens import pad_id as tokenizer_pad_id
 
 DATASET = "truthfulqa_mc1"
 #: what defines a row's content: a resume with other values is an error

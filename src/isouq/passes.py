@@ -1,0 +1,320 @@
+"""The batch loop of :func:`isouq.score_sequences`: token ids in, scores out, one forward and the
+engine's backward(s) per batch.
+
+:func:`score_encoded` is the kernel: for each batch of already prepared pairs (``isouq.prepare``)
+it pads them (:func:`collate`), runs the forward (:func:`token_probs`: the probability of every
+answer token), then the engine's backward — ``"ghost"``: ONE backward of Σᵢ p̄ᵢ whose hooks give
+every answer's ‖∇θ p̄ᵢ‖² (``isouq.ghost``); ``"per_example"``: one backward per answer, the
+paper's way, any covariance; ``"per_token"``: the paper's per-token comparison. A caller that
+needs more from the same forward (span scores: one ghost backward per span index over the
+retained graph) passes ``after_forward``, called between the forward and the engine's backward.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import nn
+
+from .blocks import Blocks
+from .covariance import Covariance
+from .errors import check_finite
+from .estimators import eval_mode
+from .ghost.engine import GhostNorms
+from .ghost.factors import round_up, token_multiple
+from .ghost.weights import execution_device
+from .quantized import autograd_ready
+from .scores import ParamInfo, SequenceScores
+from .tokens import Encoded
+
+#: called after a batch's forward, before the engine's backward, as
+#: ``after_forward(ghost, p, mask, rows)``: the batch's GhostNorms (None with per_example), the
+#: token probabilities (N, L−1) and answer mask of its rows ``rows`` (a slice of the pairs); it
+#: may run ghost backwards over the same graph with ``retain_graph=True``
+AfterForward = Callable[[GhostNorms | None, torch.Tensor, torch.Tensor, slice], None]
+
+
+@dataclass
+class Batch:
+    """Padded batch. input_ids/attention_mask/position_ids: (N, L); answer_mask: (N, L−1),
+    true where logits[:, j] predict an answer token input_ids[:, j + 1]."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    position_ids: torch.Tensor
+    answer_mask: torch.Tensor
+
+
+def collate(enc: list[Encoded], pad_id: int, side: Literal["right", "left"] = "right",
+            multiple: int = 1) -> Batch:
+    """The encoded pairs as one padded batch.
+
+    Args:
+        enc: the pairs' token ids.
+        pad_id: the id that fills the padding (masked out).
+        side: where the padding goes.
+        multiple: rows padded to a multiple of this many positions (``ghost.factors.
+            token_multiple``: 8 on CUDA, where aligned Grams run on tensor cores).
+
+    Returns:
+        Batch of (N, L) tensors, L the longest pair rounded up to ``multiple``.
+    """
+    L = round_up(max(len(e.prompt) + len(e.answer) for e in enc), multiple)
+    N = len(enc)
+    ids = torch.full((N, L), pad_id, dtype=torch.long)
+    att = torch.zeros((N, L), dtype=torch.long)
+    ans = torch.zeros((N, L), dtype=torch.bool)
+    for i, e in enumerate(enc):
+        seq = e.prompt + e.answer
+        start = 0 if side == "right" else L - len(seq)
+        ids[i, start : start + len(seq)] = torch.tensor(seq)
+        att[i, start : start + len(seq)] = 1
+        ans[i, start + len(e.prompt) + e.scored_from : start + len(seq)] = True
+    pos = (att.cumsum(1) - 1).clamp(min=0)
+    return Batch(ids, att, pos, ans[:, 1:])
+
+
+def input_device(model: nn.Module) -> torch.device:
+    """Where the input ids go: the embedding's device; for one accelerate offloads (weight on
+    ``meta``), the device its hook runs it on."""
+    emb = model.get_input_embeddings()
+    dev = emb.weight.device
+    if dev.type != "meta":
+        return dev
+    return execution_device(emb) or execution_device(model) or torch.device("cpu")
+
+
+def token_probs(model: nn.Module, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """Forward pass; returns (p (N, L−1) probability of each next token, zero off-answer; mask)."""
+    dev = input_device(model)  # with device_map="auto": the first layer's
+    mask = batch.answer_mask.to(dev)
+    # logits only from the first position that predicts an answer token (lm_head is a large
+    # share of a small LM's forward); models without ``logits_to_keep`` compute them all
+    start = int(mask.any(0).nonzero()[0])
+    L = batch.input_ids.shape[1]
+    inputs = dict(input_ids=batch.input_ids.to(dev), attention_mask=batch.attention_mask.to(dev),
+                  position_ids=batch.position_ids.to(dev))
+    try:
+        out = model(**inputs, logits_to_keep=L - start)
+    except TypeError:
+        out = model(**inputs)
+    logits = out.logits if hasattr(out, "logits") else out[0]
+    logits = logits[:, -(L - start) :]  # positions start .. L−1
+    mask_k = mask[:, start:]
+    rows, cols = mask_k.nonzero(as_tuple=True)
+    sel = logits[:, :-1][rows, cols].float()  # only answer positions: (n_tok, V)
+    target = batch.input_ids[:, 1:].to(dev)[:, start:][rows, cols]
+    lp = torch.log_softmax(sel, dim=-1).gather(1, target[:, None])[:, 0]
+    # a NaN or +inf logit anywhere in a row makes its log-softmax NaN/inf: checking the n_tok
+    # values read is as strict as checking all n_tok·V logits (a tenth of a second per batch)
+    check_finite(lp.detach(), "the log-probabilities of the model's logits",
+                 "Check the model's weights (NaN/inf) or dtype.")
+    p = torch.zeros(mask.shape, dtype=lp.dtype, device=dev)
+    p = p.index_put((rows, cols + start), lp.exp())
+    return p, mask
+
+
+def summarize(p: torch.Tensor, mask: torch.Tensor):
+    """(p̄, aleatoric, T) per row from token probabilities p (N, L−1) and mask."""
+    T = mask.sum(1)
+    mean = p.sum(1) / T
+    alea = (p * (1 - p) * mask).sum(1) / T
+    return mean, alea, T
+
+
+class _only_selected_require_grad:
+    """Context: the selected parameters require grad, every other one does not."""
+
+    def __init__(self, model: nn.Module, params: dict):
+        self.model, self.ids = model, {id(p) for p in params.values()}
+
+    def __enter__(self):
+        self.saved = [(p, p.requires_grad) for p in self.model.parameters()]
+        for p, _ in self.saved:
+            p.requires_grad_(id(p) in self.ids)
+
+    def __exit__(self, *exc):
+        for p, flag in self.saved:
+            p.requires_grad_(flag)
+
+
+def _per_example_batch(model, params, batch: Batch, cov) -> tuple[torch.Tensor, torch.Tensor]:
+    """One backward per answer: ((N,) gᵀCg, (N, n_tensors) ‖g‖² per parameter tensor)."""
+    tensors = list(params.values())
+    totals, per = [], []
+    for i in range(batch.input_ids.shape[0]):
+        keep = batch.attention_mask[i].bool()
+        one = Batch(
+            batch.input_ids[i : i + 1, keep],
+            batch.attention_mask[i : i + 1, keep],
+            batch.position_ids[i : i + 1, keep],
+            batch.answer_mask[i : i + 1, keep[:-1] & keep[1:]],
+        )
+        with torch.enable_grad():
+            p, mask = token_probs(model, one)
+            mean, _, _ = summarize(p, mask)
+            gs = torch.autograd.grad(mean[0], tensors, allow_unused=True)
+        gs = [torch.zeros_like(t) if g is None else g for g, t in zip(gs, tensors, strict=False)]
+        per.append(torch.stack([g.float().pow(2).sum() for g in gs]))
+        flat = torch.cat([g.reshape(-1) for g in gs])
+        totals.append(cov.quadratic(flat[None])[0])
+    return torch.stack(totals), torch.stack(per)
+
+
+def _per_token(ghost: GhostNorms, p: torch.Tensor, mask: torch.Tensor):
+    """(1/T²) Σₜ ‖∇θ pₜ‖²: one batched backward per answer-token index k; (total (N,),
+    per parameter (N, n))."""
+    N = p.shape[0]
+    T = mask.sum(1)
+    # position of the k-th answer token in each row
+    order = torch.cumsum(mask.long(), 1) - 1
+    total = torch.zeros(N, dtype=p.dtype, device=p.device)
+    per = None
+    kmax = int(T.max())
+    for k in range(kmax):
+        sel = mask & (order == k)
+        s = (p * sel).sum(1)
+        res = ghost.backward_detailed(s, retain_graph=k < kmax - 1)
+        total = total + res.total
+        per = res.per_param if per is None else per + res.per_param
+    T2 = T.to(p.dtype).pow(2)
+    return total / T2, per / T2[:, None]
+
+
+def _lockstep(n_batches: int) -> int:
+    """The most batches any rank runs (a model sharded with FSDP2: every rank runs as many)."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        return n_batches
+    from .distributed import DistEnv, lockstep_steps
+
+    return lockstep_steps(n_batches, DistEnv(dist.get_rank(), dist.get_world_size()))
+
+
+def _filler_batch(model: nn.Module, ghost: GhostNorms, batch: Batch) -> None:
+    """One forward and backward whose scores are dropped (a rank short of batches)."""
+    ghost.seq_len = batch.input_ids.shape[1]
+    with torch.enable_grad():
+        p, mask = token_probs(model, batch)
+        ghost.backward_detailed(summarize(p, mask)[0], per_param=False)
+
+
+def score_encoded(
+    model: nn.Module,
+    enc: Sequence[Encoded],
+    params: dict[str, nn.Parameter],
+    info: ParamInfo,
+    *,
+    pad: int,
+    method: str = "ghost",
+    covariance: Covariance,
+    batch_size: int = 16,
+    per_param: bool = False,
+    blocks: Blocks | None = None,
+    padding_side: Literal["right", "left"] = "left",
+    lockstep: bool = False,
+    progress: bool = False,
+    after_forward: AfterForward | None = None,
+) -> SequenceScores:
+    """Score prepared pairs, batch after batch (the kernel of :func:`isouq.score_sequences`,
+    which checks everything first).
+
+    Args:
+        model: the causal LM.
+        enc: the pairs' token ids (``isouq.prepare``: checked against the model).
+        params: name -> parameter of those that take part (``params.select_params``); ``info``
+            their :class:`ParamInfo`.
+        pad: the padding id (``tokens.pad_id``).
+        method: ``"ghost"``, ``"per_example"`` or ``"per_token"`` (resolved, ``engines``).
+        covariance: a :class:`Covariance` (anything but the identity: ``per_example`` only).
+        batch_size: answers per forward/backward.
+        per_param: also the (N, n_tensors) norms by parameter tensor.
+        blocks: also the (N, B) norms by block (``isouq.blocks``; ghost: from the same
+            backward, summed by block).
+        padding_side: where the padding goes (it never changes a score).
+        lockstep: the weights are sharded (FSDP2): every rank runs as many batches.
+        progress: show a progress bar.
+        after_forward: called after each batch's forward, before its engine's backward
+            (:data:`AfterForward`).
+
+    Returns:
+        :class:`SequenceScores` of the pairs, in their order.
+    """
+    n = len(enc)
+    multiple = token_multiple(input_device(model))
+    epi = torch.zeros(n)
+    alea, mean, T = torch.zeros(n), torch.zeros(n), torch.zeros(n, dtype=torch.long)
+    per = torch.zeros(n, len(params)) if per_param or (blocks and method != "ghost") else None
+    by_block = torch.zeros(n, len(blocks.names)) if blocks is not None else None
+    groups = blocks.of_param if blocks is not None else None
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=n, desc=f"scoring ({method})", unit="answer")
+    # one set of hooks for every batch (set up once: milliseconds per call on an LLM)
+    hooks = GhostNorms(model, params) if method != "per_example" else nullcontext()
+    with eval_mode(model), autograd_ready(model), hooks as ghost:
+        starts = range(0, n, batch_size)
+        for k in range(_lockstep(len(starts)) if lockstep else len(starts)):
+            if k >= len(starts):  # FSDP2: another rank's batch needs this rank's collectives
+                _filler_batch(model, ghost, collate(list(enc[:1]), pad, padding_side, multiple))
+                continue
+            s = starts[k]
+            rows = slice(s, min(s + batch_size, n))
+            batch = collate(list(enc[rows]), pad, padding_side, multiple)
+            pb = None
+            if method == "per_example":
+                with torch.no_grad():
+                    p, mask = token_probs(model, batch)
+                if after_forward is not None:
+                    after_forward(None, p, mask, rows)
+                with _only_selected_require_grad(model, params):
+                    e, pp = _per_example_batch(model, params, batch, covariance)
+            else:
+                ghost.seq_len = batch.input_ids.shape[1]
+                with torch.enable_grad():
+                    p, mask = token_probs(model, batch)
+                    if after_forward is not None:  # e.g. span backwards over the same graph
+                        after_forward(ghost, p, mask, rows)
+                    if method == "ghost":  # without per_param, the shared groups' summed form
+                        res = ghost.backward_detailed(summarize(p, mask)[0], per_param=per_param,
+                                                      groups=groups)
+                        e, pp, pb = res.total, res.per_param, res.per_group
+                    else:
+                        e, pp = _per_token(ghost, p, mask)
+                    e = covariance.scale * e  # per_example applied the covariance already
+            m, a, t = summarize(p.detach(), mask)
+            epi[rows] = e.detach().cpu()
+            if pp is not None and per is not None:
+                per[rows] = pp.detach().float().cpu()
+            if by_block is not None:  # the identity's scale, as the total has it
+                scale = getattr(covariance, "scale", 1.0)
+                by_block[rows] = scale * (pb.detach().float().cpu() if pb is not None
+                                          else per[rows] @ blocks.indicator())
+            mean[rows], alea[rows], T[rows] = m.cpu(), a.cpu(), t.cpu()
+            if bar is not None:
+                bar.update(rows.stop - rows.start)
+    if bar is not None:
+        bar.close()
+    return SequenceScores(
+        epistemic=epi,
+        aleatoric=alea,
+        mean_prob=mean,
+        n_tokens=T,
+        params=info,
+        method=method,
+        covariance=getattr(covariance, "name", "custom"),
+        per_param=per if per_param else None,
+        blocks=by_block,
+        block_names=blocks.names if blocks is not None else None,
+    )
+
+
+__all__ = ["AfterForward", "Batch", "collate", "input_device", "score_encoded", "summarize",
+           "token_probs"]
