@@ -43,12 +43,11 @@ from dataclasses import dataclass, field, fields
 import torch
 from torch import nn
 
+from .choices import SPAN_SPLITTERS as SPLITTERS
 from .errors import InputError
 from .passes import score_encoded, summarize
 from .scores import ParamInfo, SequenceScores
 from .tokens import Encoded, answer_tokens
-
-SPLITTERS = ("sentences", "lines")
 
 #: how span scores are computed: one forward whose graph is retained for a ghost backward per
 #: span index (ghost only), or rows truncated at each span's end (any engine)
