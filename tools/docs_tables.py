@@ -2400,5 +2400,140 @@ def _v_memory_plan_half_outside(root: Path) -> str:
     """The half-precision check rows outside 20%."""
     return _plan_outside(root, "half")
 
+
+# --------------------------------------------------------------------------- calibration.md
+
+CALIBRATION = "results/calibration/summary/results.json"
+
+
+def _cal(root: Path, table: str) -> list[dict]:
+    return _json(root, CALIBRATION)["tables"][table]
+
+
+@register("calibration_crossfit", CALIBRATION)
+def _calibration_crossfit(root: Path) -> str:
+    """Cross-fitted P(correct) of each kept QA model, dataset and label source."""
+    rows = [[r["model"], r["dataset"], r["labels"], f"{r['n']} ({r['correct']})", r["map"],
+             fixed(r["ECE"], 3), f"{fixed(r['Brier'], 3)} ({fixed(r['base Brier'], 3)})",
+             f"{fixed(r['log-loss'], 3)} ({fixed(r['base log-loss'], 3)})",
+             f"{r['best single']}: {fixed(r['its log-loss'], 3)}", fixed(r["AUROC"], 3)]
+            for r in _cal(root, "calibrations")]
+    return _grid(["model", "dataset", "labels", "n (correct)", "map selected", "ECE",
+                  "Brier (base)", "log-loss (base)", "best single score: log-loss", "AUROC"], rows)
+
+
+@register("calibration_withholding", CALIBRATION)
+def _calibration_withholding(root: Path) -> str:
+    """Learn then Test per α: the threshold, how many held-out answers it keeps, their error."""
+    cells: dict[tuple, dict] = {}
+    alphas: list[float] = []
+    for r in _cal(root, "withholding"):
+        cells[(r["model"], r["dataset"], r["labels"], r["alpha"])] = r
+        alphas += [] if r["alpha"] in alphas else [r["alpha"]]
+
+    def cell(r: Mapping) -> str:
+        if "held-out rows" not in r:
+            return "too few correct to split"
+        if r["threshold"] is None:
+            return "none (withhold all)"
+        return (f"λ̂ {fixed(r['threshold'], 2)}: keeps {r['kept']}/{r['held-out rows']}, "
+                f"{fixed(r['error rate kept'], 2)} wrong")
+
+    groups = list(dict.fromkeys(k[:3] for k in cells))
+    rows = [[*g, *(cell(cells[(*g, a)]) for a in alphas)] for g in groups]
+    return _grid(["model", "dataset", "labels", *(f"α = {a:g}" for a in alphas)], rows)
+
+
+@register("calibration_transfer", CALIBRATION)
+def _calibration_transfer(root: Path) -> str:
+    """A map fitted on one dataset, evaluated on the other's rows."""
+    rows = [[r["model"], r["labels"], f"{r['from']} → {r['to']}", fixed(r["ECE"], 3),
+             fixed(r["Brier"], 3), fixed(r["log-loss"], 3), fixed(r["AUROC"], 3),
+             f"{fixed(r['in-domain ECE'], 3)} / {fixed(r['in-domain log-loss'], 3)} / "
+             f"{fixed(r['in-domain AUROC'], 3)}", fixed(r["source base rate log-loss"], 3)]
+            for r in _cal(root, "transfer")]
+    return _grid(["model", "labels", "from → to", "ECE", "Brier", "log-loss", "AUROC",
+                  "in-domain ECE / log-loss / AUROC", "source base rate log-loss"], rows)
+
+
+def _cal_rows(root: Path, labels: str) -> list[dict]:
+    return [r for r in _cal(root, "calibrations") if r["labels"] == labels]
+
+
+@value("calibration_elapsed", CALIBRATION)
+def _v_calibration_elapsed(root: Path) -> str:
+    """Seconds the whole calibration set took."""
+    return f"{_json(root, CALIBRATION)['elapsed_s']:.0f} s"
+
+
+@value("calibration_rows", CALIBRATION)
+def _v_calibration_rows(root: Path) -> str:
+    """Labelled answers per calibration."""
+    return span((r["n"] for r in _cal(root, "calibrations")), count)
+
+
+@value("calibration_judge", CALIBRATION)
+def _v_calibration_judge(root: Path) -> str:
+    """With the judge's labels: log-loss against the base rate, ECE and AUROC ranges, and in how
+    many groups p̄ alone (Platt-scaled) is as good or better."""
+    rows = _cal_rows(root, "judge")
+    beats = sum(r["log-loss"] < r["base log-loss"] for r in rows)
+    pbar = sum(r["best single"] == "p̄" and round(r["its log-loss"], 3) <= round(r["log-loss"], 3)
+               for r in rows)  # as the table shows them, to 3 decimals
+    return (f"beats the base rate in {beats} of {len(rows)} groups (log-loss "
+            f"{span((r['log-loss'] for r in rows), _two)} against "
+            f"{span((r['base log-loss'] for r in rows), _two)}; ECE "
+            f"{span((r['ECE'] for r in rows), _two)}; AUROC {span((r['AUROC'] for r in rows), _two)}). "
+            f"p̄ alone, Platt-scaled, is as good or better in {pbar} of {len(rows)}")
+
+
+@value("calibration_hand", CALIBRATION)
+def _v_calibration_hand(root: Path) -> str:
+    """With hand labels: correct answers per group, the groups that beat the base rate, and the
+    AUROC range of the others."""
+    rows = _cal_rows(root, "hand")
+    win = [r for r in rows if r["log-loss"] < r["base log-loss"]]
+    rest = [r for r in rows if r not in win]
+    names = ", ".join(f"{r['model']} on {r['dataset']} ({r['correct']} of {r['n']} correct)"
+                      for r in win) or "no group"
+    return (f"{span((r['correct'] for r in rows), count)} correct answers per group; the "
+            f"calibration beats the base rate for {names}; elsewhere AUROC "
+            f"{span((r['AUROC'] for r in rest), _two)}")
+
+
+@value("calibration_correct_share", CALIBRATION)
+def _v_calibration_share(root: Path) -> str:
+    """The share of correct answers under each label source."""
+    def share(labels: str) -> str:
+        return span((r["correct"] / r["n"] for r in _cal_rows(root, labels)),
+                    lambda x: sig(100 * x, 2)) + "%"
+    return f"{share('judge')} correct under the judge, {share('hand')} under hand labels"
+
+
+@value("calibration_alpha07", CALIBRATION)
+def _v_calibration_alpha07(root: Path) -> str:
+    """What the threshold at α = 0.7 keeps, over the groups where one is certified."""
+    rows = [r for r in _cal(root, "withholding") if r.get("alpha") == 0.7 and r.get("threshold")]
+    if not rows:
+        return "nothing is certified at α = 0.7"
+    groups = "; ".join(f"{r['model']} {r['dataset']} ({r['labels']})" for r in rows)
+    return (f"the calibration keeps {span((r['coverage'] for r in rows), lambda x: f'{100 * x:.0f}')}% "
+            f"of held-out answers ({groups}) with "
+            f"{span((r['error rate kept'] for r in rows), lambda x: f'{100 * x:.0f}')}% of them wrong")
+
+
+@value("calibration_transfer_judge", CALIBRATION)
+def _v_calibration_transfer(root: Path) -> str:
+    """Carried maps with judge labels: AUROC and ECE against in-domain, and the log-loss counts."""
+    rows = [r for r in _cal(root, "transfer") if r["labels"] == "judge"]
+    worse = sum(r["log-loss"] > r["in-domain log-loss"] for r in rows)
+    const = sum(r["log-loss"] > r["source base rate log-loss"] for r in rows)
+    return (f"AUROC {span((r['AUROC'] for r in rows), _two)} against "
+            f"{span((r['in-domain AUROC'] for r in rows), _two)} in-domain), but its probabilities "
+            f"are off (ECE {span((r['ECE'] for r in rows), _two)} against "
+            f"{span((r['in-domain ECE'] for r in rows), _two)}) because the share of correct answers "
+            f"differs between datasets; its log-loss is worse than in-domain in {worse} of "
+            f"{len(rows)} judge-labelled cases, and in {const} worse than a constant")
+
 if __name__ == "__main__":
     sys.exit(main())
