@@ -227,8 +227,8 @@ def score_encoded(
     Args:
         model: the causal LM.
         enc: the pairs' token ids (``isouq.prepare``: checked against the model).
-        params: name -> parameter of those that take part (``params.select_params``); ``info``
-            their :class:`ParamInfo`.
+        params: name -> parameter of those that take part (``params.select_params``).
+        info: their :class:`ParamInfo`.
         pad: the padding id (``tokens.pad_id``).
         method: ``"ghost"``, ``"per_example"`` or ``"per_token"`` (resolved, ``engines``).
         covariance: a :class:`Covariance` (anything but the identity: ``per_example`` only).

@@ -381,7 +381,8 @@ def score_spans(
         model: the causal LM.
         enc: the pairs' token ids (``isouq.prepare``).
         resolved: per answer, its spans (:func:`resolve_spans`).
-        params, info: the parameters that take part and their ``ParamInfo``.
+        params: name -> parameter of those that take part.
+        info: their ``ParamInfo``.
         strategy: ``"retain"`` (the default with the ghost method): one forward of a batch's
             answers, one ghost backward for the whole answers and one per span index over the
             retained graph (memory of the whole-answer score); ``"rows"`` (the default with

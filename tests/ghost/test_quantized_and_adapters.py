@@ -15,6 +15,9 @@ import isouq
 import tiny
 from isouq.errors import InputError, ModelError
 from isouq.quantized import dequantized, is_quantized
+from test_blocks import ANSWERS as BLOCK_ANSWERS
+from test_blocks import PROMPTS as BLOCK_PROMPTS
+from test_blocks import check_against_brute
 
 PROMPTS = ["Question: who sat?\nAnswer:", "Q: what is it\nA:", "Say a word:"]
 ANSWERS = [" a cat sat", " the dog", " hello there you"]
@@ -520,3 +523,27 @@ def test_torchao_activation_quantization_is_refused_in_one_line():
     for params in ("all", "trainable"):
         with pytest.raises(ModelError, match="no gradient passes.*Int8WeightOnlyConfig"):
             isouq.score_sequences(m, tok, PROMPTS, ANSWERS, params=params)
+
+
+# ---------------------------------------------------------------- block profiles (isouq.blocks)
+
+def test_blocks_of_a_4bit_model_equal_its_dequantized_twin():
+    bnb = pytest.importorskip("bitsandbytes")
+    tok = tiny.tokenizer(chat=False)
+    m = _quantize(_llama())
+    assert any(isinstance(x, bnb.nn.Linear4bit) for x in m.modules())
+    s = isouq.score_sequences(m, tok, BLOCK_PROMPTS, BLOCK_ANSWERS, blocks=True)
+    check_against_brute(s, _twin(m), tok)
+
+
+def test_blocks_of_a_lora_model_hold_their_adapters():
+    tok = tiny.tokenizer(chat=False)
+    m = _lora(_llama())
+    s = isouq.score_sequences(m, tok, BLOCK_PROMPTS, BLOCK_ANSWERS, blocks=True)
+    check_against_brute(s, m, tok)
+    assert "base_model.model.model.layers.0" in s.block_names
+    adapter = isouq.score_sequences(m, tok, BLOCK_PROMPTS, BLOCK_ANSWERS, blocks=True,
+                                    params="adapter")
+    assert adapter.block_names == ("base_model.model.model.layers.0",
+                                   "base_model.model.model.layers.1")
+    torch.testing.assert_close(adapter.blocks.sum(1), adapter.epistemic, rtol=1e-5, atol=0)
