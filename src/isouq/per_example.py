@@ -6,14 +6,27 @@ For small and mid-size models. For large ones with the identity covariance, ghos
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 
 import torch
 from torch import nn
 from torch.func import functional_call, jacrev, vmap
 
-DEFAULT_CHUNK_BYTES = int(os.environ.get("ISOUQ_CHUNK_BYTES", 512 * 2**20))
+from .runtime import env_int
+
+#: the memory budget of one chunk of per-example Jacobians unless ``ISOUQ_CHUNK_BYTES`` says
+#: otherwise (:func:`chunk_bytes`)
+DEFAULT_CHUNK_BYTES = 512 * 2**20
+
+
+def chunk_bytes() -> int:
+    """The memory budget (bytes) of one chunk of per-example Jacobians: ``ISOUQ_CHUNK_BYTES``,
+    read now, else :data:`DEFAULT_CHUNK_BYTES` (512 MiB).
+
+    Raises:
+        InputError: naming the variable, when it is not a whole number ≥ 1.
+    """
+    return env_int("ISOUQ_CHUNK_BYTES", DEFAULT_CHUNK_BYTES, low=1)
 
 
 def flatten(tensors: dict[str, torch.Tensor], batch_dims: int = 0) -> torch.Tensor:
@@ -45,12 +58,20 @@ def functional_model(
     return f
 
 
-def chunk_size_for(per_example_floats: int, budget_bytes: int = DEFAULT_CHUNK_BYTES) -> int:
+def chunk_size_for(per_example_floats: int, budget_bytes: int | None = None) -> int:
     """How many examples fit a memory budget when each needs ``per_example_floats`` floats.
 
     The factor 3 leaves room for vmap's intermediates next to the Jacobian itself.
+
+    Args:
+        per_example_floats: floats one example's Jacobian holds.
+        budget_bytes: the budget; None: :func:`chunk_bytes` (``ISOUQ_CHUNK_BYTES``).
+
+    Returns:
+        The chunk size, at least 1.
     """
-    return max(1, budget_bytes // max(1, 3 * 4 * per_example_floats))
+    budget = chunk_bytes() if budget_bytes is None else budget_bytes
+    return max(1, budget // max(1, 3 * 4 * per_example_floats))
 
 
 def output_jacobians(

@@ -15,25 +15,60 @@ materializing Σₖ LₖᵀRₖ (cost ~ N T a b, memory N a b), whichever is che
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
-#: Largest per-example gradient block (bytes) the cost rule may materialize for one parameter.
-MATERIALIZE_BYTES = int(os.environ.get("ISOUQ_GHOST_MATERIALIZE_BYTES", 256 * 2**20))
-#: Symmetric Grams X Xᵀ of layers sharing an input (``shared.py``): T split into this many
-#: blocks, only the blocks on and above the diagonal multiplied ((k + 1) / 2k of the products);
-#: 1: the whole Gram in one product
-GRAM_BLOCKS = int(os.environ.get("ISOUQ_GHOST_GRAM_BLOCKS", 1))
-#: Token positions per row on CUDA are padded to a multiple of this (the batch in
-#: ``sequences.collate``, the lm_head's compacted positions in :meth:`Pair.compacted`): cuBLAS
-#: runs its tensor-core kernels on 16-byte-aligned matrices only, and a T × T Gram of odd T is
-#: written with an unaligned leading dimension (the kept profile of Llama 3.2 3B at T = 69 spends
-#: 85% of its Gram time in an unaligned fallback kernel). Padded positions carry no gradient, so
-#: every norm is unchanged. Elsewhere, and with ``ISOUQ_TOKEN_MULTIPLE=1``, no padding.
-TOKEN_MULTIPLE = max(1, int(os.environ.get("ISOUQ_TOKEN_MULTIPLE", 8)))
+from ..runtime import env_int
+
+#: The ghost settings an environment variable may change, each read where it is used (never
+#: at import): ``factors.NAME`` gives its value now. Assigning one (``factors.GRAM_BLOCKS = 2``:
+#: a test, a benchmark) holds that value in place of the environment's.
+#: name -> (environment variable, default, what it is)
+SETTINGS: dict[str, tuple[str, int, str]] = {
+    "MATERIALIZE_BYTES": (
+        "ISOUQ_GHOST_MATERIALIZE_BYTES", 256 * 2**20,
+        "the largest per-example gradient block (bytes) the cost rule may materialize for one "
+        "parameter"),
+    "GRAM_BLOCKS": (
+        "ISOUQ_GHOST_GRAM_BLOCKS", 1,
+        "symmetric Grams X Xᵀ of layers sharing an input (``shared.py``): T split into this "
+        "many blocks, only the blocks on and above the diagonal multiplied ((k + 1) / 2k of the "
+        "products); 1: the whole Gram in one product"),
+    "TOKEN_MULTIPLE": (
+        "ISOUQ_TOKEN_MULTIPLE", 8,
+        # cuBLAS runs its tensor-core kernels on 16-byte-aligned matrices only, and a T × T
+        # Gram of odd T is written with an unaligned leading dimension (the kept profile of
+        # Llama 3.2 3B at T = 69 spends 85% of its Gram time in an unaligned fallback kernel).
+        "token positions per row on CUDA are padded to a multiple of this (the batch in "
+        "``sequences.collate``, the lm_head's compacted positions in :meth:`Pair.compacted`); "
+        "padded positions carry no gradient, so every norm is unchanged; elsewhere, and with "
+        "1 (or less), no padding"),
+}
+
+
+def setting(name: str) -> int:
+    """The value of ghost setting ``name`` (:data:`SETTINGS`) now: an assigned
+    ``factors.NAME``, else its environment variable, else its default.
+
+    Raises:
+        InputError: naming the variable, when it is not a whole number.
+    """
+    if name in globals():  # assigned over the environment (a test, a benchmark)
+        return globals()[name]
+    var, default, _ = SETTINGS[name]
+    value = env_int(var, default)
+    return max(1, value) if name == "TOKEN_MULTIPLE" else value
+
+
+def __getattr__(name: str) -> int:
+    """``factors.MATERIALIZE_BYTES``, ``GRAM_BLOCKS``, ``TOKEN_MULTIPLE``: :func:`setting`."""
+    if name in SETTINGS:
+        return setting(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 #: dtypes whose products and sums are accumulated in float32 (a bf16 Gram loses digits)
 LOW_PRECISION = (torch.float16, torch.bfloat16)
 
@@ -46,7 +81,9 @@ def at_least_f32(t: torch.Tensor | None) -> torch.Tensor | None:
 def token_multiple(device: torch.device | str | None) -> int:
     """The multiple token positions are padded to on ``device``: ``TOKEN_MULTIPLE`` on CUDA,
     else 1."""
-    return TOKEN_MULTIPLE if device is not None and torch.device(device).type == "cuda" else 1
+    if device is None or torch.device(device).type != "cuda":
+        return 1
+    return setting("TOKEN_MULTIPLE")
 
 
 def round_up(n: int, multiple: int) -> int:
@@ -276,7 +313,7 @@ def gram_is_cheaper(N: int, a: int, b: int, positions: list[tuple[int, bool]],
     gram, mat = form_costs(a, b, positions)
     if gram_cost is not None:
         gram = gram_cost
-    return gram <= mat or N * a * b * elem_bytes > MATERIALIZE_BYTES
+    return gram <= mat or N * a * b * elem_bytes > setting("MATERIALIZE_BYTES")
 
 
 def form_costs(a: int, b: int, positions: list[tuple[int, bool]]) -> tuple[float, float]:
