@@ -81,13 +81,15 @@ def main() -> None:
     ap.add_argument("--out", default="results/scaling/cost.json")
     args = ap.parse_args()
 
-    import isouq.study.reference as R  # noqa: I001  (first: float64, one JAX device per core)
+    import isouq.study.reference as R  # noqa: I001  (first: float64)
     import jax.numpy as jnp
 
+    R.prepare_jax()  # one JAX device per core, before JAX computes: the two chains together
+
     from isouq.data.synthetic import make_problem
+    from isouq.runio import machine_label, read_jsonl
     from isouq.study.experiments.scaling import spec_for_width
     from isouq.study.reference.checkpoint import read_meta
-    from isouq.runio import machine_label, read_jsonl
 
     p = make_problem("multiclass_rings", seed=0, grid_n=10)
     X, y = jnp.asarray(p.X.numpy(), jnp.float64), jnp.asarray(p.y.numpy())

@@ -20,10 +20,9 @@
 
 from __future__ import annotations
 
-import argparse
 import copy
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, fields
 from pathlib import Path
 
 import numpy as np
@@ -33,28 +32,9 @@ from torch import nn
 from ...errors import InputError
 from ...estimators import score_classifier
 from ...runio import write_results
+from .settings.classifiers import QUICK, Settings
 
 NAME = "classifiers"
-
-
-@dataclass(frozen=True)
-class Settings:
-    """Everything that changes the numbers."""
-
-    test_fraction: float = 0.4
-    epochs: int = 60
-    lr: float = 3e-3
-    weight_decay: float = 1e-4
-    batch: int = 64
-    dropout: float = 0.25
-    ensemble: int = 5
-    mc_samples: int = 30
-    rotate: float = 30.0
-    noise: float = 2.0
-    n_bootstrap: int = 1000
-
-
-QUICK = Settings(epochs=15, ensemble=3, mc_samples=10, n_bootstrap=200)
 
 
 class DigitsCNN(nn.Module):
@@ -305,10 +285,3 @@ def run(out: Path, *, quick: bool = False, seed: int = 0, device: str = "cpu", *
     return write_results(out, NAME, settings=settings, seed=seed, started=started,
                          tables={"auroc": rows, "seconds": seconds, "model": info},
                          figures=[fig.name])
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options beyond the shared --out/--quick/--seed/--device (defaults: :class:`Settings`)."""
-    for f in fields(Settings):
-        parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=None,
-                            help=f"default {f.default} (--quick: {getattr(QUICK, f.name)})")

@@ -40,7 +40,6 @@ is refused).
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import shutil
@@ -56,21 +55,21 @@ from ...data.synthetic import Problem, make_problem
 from ...errors import InputError
 from ...models import toy as tm
 from ...runio import JsonlWriter, check_resume, exclusive, read_jsonl, write_results
-from .settings import HMCSettings, VISettings, add_options, resolve, split_options
+from .settings import HMCSettings, VISettings, resolve, split_options
+from .settings.scaling import (
+    GRID_N,
+    HMC_PRESETS,
+    HMC_WIDTHS,
+    VI_PRESETS,
+    VI_WIDTHS,
+)
 from .validation import compare
 
 NAME = "scaling"
 
 STUDIES: tuple[str, ...] = ("hmc", "vi")
-#: Hidden widths of MLP(w, w) per study; 0 is softmax regression (no hidden layer).
-HMC_WIDTHS: tuple[int, ...] = (0, 8, 16, 32, 64, 128, 256, 512, 1028)
-VI_WIDTHS: tuple[int, ...] = (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 PROBLEM = {"hmc": "multiclass_rings", "vi": "multiclass_clusters"}
 N_CLASSES = 4
-#: Presets of the references: the full study and ``--quick`` (explicit options override).
-HMC_PRESETS = {"full": HMCSettings(), "quick": HMCSettings(num_warmup=150, num_samples=150)}
-VI_PRESETS = {"full": VISettings(), "quick": VISettings(steps=400, draws=100)}
-GRID_N = {"full": 50, "quick": 20}
 VI_N_TRAIN = VISettings().n_train
 #: Above this many parameters VI runs in float32 (see ``vi_reference``).
 VI_FLOAT32_ABOVE = 1_000_000
@@ -323,8 +322,9 @@ def run_hmc_size(job: Job, settings: dict, device: str = "cpu",
     :data:`COMPACT_THINNING`. With chains from prior draws (``init="prior"``) the MAP is
     trained after the HMC run, so a resumed session goes straight back to sampling.
     """
-    from ..reference import flat_params, hmc_reference
+    from ..reference import flat_params, hmc_reference, prepare_jax
 
+    prepare_jax()  # before JAX computes: one CPU device per chain
     problem = make_problem(PROBLEM["hmc"], seed=settings["seed"], grid_n=settings["grid_n"])
     spec = job.spec
     model = tm.build(spec, seed=settings["seed"]).to(device)
@@ -378,8 +378,9 @@ def run_hmc_size(job: Job, settings: dict, device: str = "cpu",
 
 def run_vi_size(job: Job, settings: dict, out: Path, device: str = "cpu") -> dict:
     """Study B at one size: mean-field VI, GN at μ; writes ``out/elbo/vi_w{w}.csv``; a row."""
-    from ..reference import load_into, vi_reference
+    from ..reference import load_into, prepare_jax, vi_reference
 
+    prepare_jax()  # before JAX computes (the HMC study may have run first)
     t0 = time.perf_counter()
     problem = make_problem(PROBLEM["vi"], n_train=settings["n_train"], seed=settings["seed"],
                            grid_n=settings["grid_n"])
@@ -592,38 +593,6 @@ def plot_elbo(rows: list[dict], out: Path) -> Path | None:
 
 
 # --------------------------------------------------------------------------- entry point
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The experiment's own command-line options (besides --out/--quick/--seed/--device).
-
-    The HMC and VI options are generated from :class:`HMCSettings` and :class:`VISettings`
-    (``--num-warmup``, …, ``--vi-steps``, …).
-    """
-    p.add_argument("--sizes", nargs="+", type=int, default=None, metavar="W",
-                   help="hidden widths of MLP(w,w), 0 = softmax regression (default: HMC "
-                        f"{' '.join(map(str, HMC_WIDTHS))}; VI {' '.join(map(str, VI_WIDTHS))}"
-                        "; --quick: HMC 0 8, VI 8 16)")
-    p.add_argument("--study", choices=["hmc", "vi", "both"], default="both")
-    p.add_argument("--budget-minutes", type=float, default=None,
-                   help="start no size once this run has used this long, nor one predicted "
-                        "to overrun it")
-    full, quick = HMC_PRESETS["full"], HMC_PRESETS["quick"]
-    add_options(p, HMCSettings, defaults={
-        "num_warmup": f"{full.num_warmup}; --quick {quick.num_warmup}",
-        "num_samples": f"{full.num_samples}; --quick {quick.num_samples}"})
-    full, quick = VI_PRESETS["full"], VI_PRESETS["quick"]
-    add_options(p, VISettings, prefix="vi-", defaults={
-        "steps": f"{full.steps}; --quick {quick.steps}",
-        "draws": f"{full.draws}; --quick {quick.draws}"})
-    p.add_argument("--grid-n", type=int, default=None,
-                   help=f"grid points per axis (default {GRID_N['full']}; --quick "
-                        f"{GRID_N['quick']})")
-    p.add_argument("--prior-precision", type=float, default=1.0)
-    p.add_argument("--progress", action="store_true",
-                   help="run nothing: print where each HMC size with a checkpoint in --out "
-                        "stands (iterations, hours, hours left) and store it as the "
-                        "hmc_in_progress table of --out/results.json")
 
 
 def study_settings(study: str, *, seed: int, grid_n: int, prior_precision: float,

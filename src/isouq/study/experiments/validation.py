@@ -16,7 +16,6 @@ the settings that made it); a re-run with the same settings skips it, other sett
 
 from __future__ import annotations
 
-import argparse
 import time
 from pathlib import Path
 
@@ -28,19 +27,8 @@ from ...data.synthetic import Problem, make_problem
 from ...errors import InputError
 from ...models import toy as tm
 from ...runio import JsonlWriter, check_resume, read_jsonl, write_results
-from .settings import HMCSettings, add_options, resolve
-
-#: (problem, model kind) in the paper's order.
-PROBLEMS: tuple[tuple[str, str], ...] = (
-    ("binary_linear", "linear"),
-    ("binary_xor", "mlp"),
-    ("binary_rings", "mlp"),
-    ("multiclass_clusters", "linear"),
-    ("multiclass_spirals", "mlp"),
-    ("multiclass_rings", "mlp"),
-    ("regression_linear", "linear"),
-    ("regression_nonlinear", "mlp"),
-)
+from .settings import resolve
+from .settings.validation import GRID_N, HMC_PRESETS, PROBLEMS
 
 #: The paper's numbers (Tables 1, 4–7 and App. F), keyed like our tables.
 PAPER = {
@@ -120,9 +108,6 @@ DIFF_NOTES = {
 PAPER_ROUNDING = 0.005
 DIFF_NOTE_AT = 0.15
 
-#: HMC presets: the full validation and ``--quick`` (explicit options override).
-HMC_PRESETS = {"full": HMCSettings(), "quick": HMCSettings(num_warmup=300, num_samples=300)}
-GRID_N = {"full": 60, "quick": 30}
 #: The HMC settings a row's fingerprint names (``init`` only when not the default "prior").
 HMC_KEYS = ("num_warmup", "num_samples", "num_chains", "kernel")
 
@@ -206,24 +191,6 @@ def parse_key(key: str) -> tuple[str, int]:
     """(problem, seed) of a row key (:func:`seed_key`)."""
     name, _, s = key.partition("@seed")
     return name, int(s) if s else 0
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The experiment's own command-line options (besides --out/--quick/--seed/--device)."""
-    p.add_argument("--problems", nargs="+", default=None, metavar="NAME",
-                   help=f"subset of: {', '.join(n for n, _ in PROBLEMS)}")
-    full, quick = HMC_PRESETS["full"], HMC_PRESETS["quick"]
-    add_options(p, HMCSettings, defaults={
-        "num_warmup": f"{full.num_warmup}; --quick {quick.num_warmup}",
-        "num_samples": f"{full.num_samples}; --quick {quick.num_samples}"})
-    p.add_argument("--grid-n", type=int, default=None,
-                   help=f"grid points per axis, 2D (default {GRID_N['full']}; --quick "
-                        f"{GRID_N['quick']})")
-    p.add_argument("--prior-precision", type=float, default=1.0)
-    p.add_argument("--seeds", type=int, default=None, metavar="N",
-                   help="run N seeds (--seed, --seed+1, …): data, MAP and chains re-drawn "
-                        "per seed; tables give mean ± std over seeds and mark where the "
-                        "paper's number falls outside ±2 std")
 
 
 # --------------------------------------------------------------------------- statistics
@@ -326,8 +293,9 @@ def run_problem(
     device: str = "cpu",
 ) -> dict:
     """Train, sample and score one problem; return arrays and table rows (JSON-ready rows)."""
-    from ..reference import hmc_reference
+    from ..reference import hmc_reference, prepare_jax
 
+    prepare_jax()  # before JAX computes: one CPU device per chain
     problem = make_problem(name, seed=seed, grid_n=grid_n)
     spec = tm.spec_for(problem, kind)
     model = tm.build(spec, seed=seed)

