@@ -16,11 +16,11 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src"
 LAYERS = [
     ("foundation", ("errors", "runio", "runtime", "distributed", "methods", "answer_row",
-                    "_version", "param_sets", "quantized")),
-    ("edges", ("models", "data")),
-    ("estimators", ("scores", "params", "per_example", "covariance", "engines", "ghost", "estimators",
-                    "sequences", "spans", "memory_plan")),
-    ("llm", ("llm",)),
+                    "_version", "param_sets", "quantized", "choices")),
+    ("edges", ("models", "data", "tokens", "llm")),
+    ("estimators", ("scores", "params", "per_example", "covariance", "engines", "ghost",
+                    "estimators", "blocks", "passes", "spans", "prepare", "sequences",
+                    "memory_plan")),
     ("evaluation", ("evaluation", "calibration")),
     ("study: reference posteriors", ("study", "study.reference")),
     ("study: experiments", ("study.experiments",)),
@@ -30,7 +30,10 @@ LAYERS = [
     ("application", ("ask", "demo", "cli", "score_run", "calibrate_run", "serve", "__main__",
                      "integrations", "")),
 ]
-LIBRARY = {"foundation", "edges", "estimators", "llm", "evaluation"}
+LIBRARY = {"foundation", "edges", "estimators", "evaluation"}
+#: what a user runs (the commands, ``isouq ask``/``score``/``calibrate``/``serve``, the public
+#: API, the plugins): it may run the study wing's code, but imports none of it at module level
+PRODUCT = ("cli", "ask", "demo", "score_run", "calibrate_run", "serve", "integrations", "")
 RANK = {top: i for i, (_, tops) in enumerate(LAYERS) for top in tops}
 
 
@@ -53,11 +56,29 @@ def top(module: str) -> str:
     return parts[1] if len(parts) > 1 else ""
 
 
-def imports(name: str, path: Path) -> set[str]:
-    """isouq modules ``path`` imports, at any depth (function-level imports included)."""
+def _module_level(tree: ast.Module):
+    """The nodes of ``tree`` that run when the module is imported: everything but the bodies of
+    functions (and of ``if TYPE_CHECKING:``)."""
+    todo = list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            continue
+        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING",
+                                                                   "typing.TYPE_CHECKING"):
+            todo.extend(node.orelse)
+            continue
+        yield node
+        todo.extend(ast.iter_child_nodes(node))
+
+
+def imports(name: str, path: Path, *, top_level: bool = False) -> set[str]:
+    """isouq modules ``path`` imports, at any depth (function-level imports included), or with
+    ``top_level`` only those its import runs."""
     pkg = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
     found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in _module_level(tree) if top_level else ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
             if node.level:
                 base = pkg.split(".")[: len(pkg.split(".")) - (node.level - 1)]
@@ -102,3 +123,27 @@ def test_the_library_never_imports_the_study_wing():
              if LAYERS[RANK[top(name)]][0] in LIBRARY
              for target in imports(name, path) if top(target).startswith("study")]
     assert not wrong, "\n".join(wrong)
+
+
+def test_the_product_imports_the_study_wing_only_where_it_runs_it():
+    """The commands, ``ask``, the runners and the server import no ``isouq.study`` module at
+    module level: a handler or a function imports what it runs when it runs it."""
+    wrong = [f"{name} imports {target} at module level" for name, path in modules()
+             if top(name) in PRODUCT
+             for target in imports(name, path, top_level=True) if top(target).startswith("study")]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_top_level_imports_are_told_from_function_level_ones(tmp_path):
+    """The check above sees a module-level import, in a class body or under ``try`` too, and
+    lets a function's own import and a ``TYPE_CHECKING`` one pass."""
+    path = tmp_path / "m.py"
+    path.write_text("from typing import TYPE_CHECKING\n"
+                    "import isouq.errors\n"
+                    "try:\n    from isouq.study import experiments\nexcept ImportError:\n    pass\n"
+                    "class C:\n    from isouq.study.report import build\n"
+                    "if TYPE_CHECKING:\n    from isouq.study.qa import runner\n"
+                    "def f():\n    from isouq.study.analysis import cost\n")
+    got = imports("isouq.m", path, top_level=True)
+    assert got == {"isouq.errors", "isouq.study.experiments", "isouq.study.report.build"}
+    assert "isouq.study.analysis.cost" in imports("isouq.m", path)

@@ -35,13 +35,13 @@ def test_the_evaluation_and_the_cli_read_the_registry():
     assert EVAL_METHODS == evaluated_methods()
     assert set(GRADIENT_METHODS) | set(EVAL_BASELINES) == set(EVAL_METHODS)
     assert GRADIENT_METHODS == evaluated_labels(ours=True) and "p̄" in EVAL_BASELINES
-    args = build_parser(["qa", "run"]).parse_args(["qa", "run", "--out", "x"])
+    args = build_parser().parse_args(["qa", "run", "--out", "x"])
     assert args.methods == list(METHODS)
-    args = build_parser(["qa", "short"]).parse_args(
+    args = build_parser().parse_args(
         ["qa", "short", "--out", "x", "--methods", "gradient", "semantic_entropy",
          "--entailment-model", "nli"])
     assert args.methods == ["gradient", "semantic_entropy"] and args.entailment_model == "nli"
-    args = build_parser(["ask"]).parse_args(["ask", "q", "--baselines", *reversed(BASELINES)])
+    args = build_parser().parse_args(["ask", "q", "--baselines", *reversed(BASELINES)])
     assert check_methods(args.baselines, among=BASELINES) == list(BASELINES)
 
 
