@@ -16,9 +16,9 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src"
 LAYERS = [
     ("foundation", ("errors", "runio", "runtime", "distributed", "methods", "answer_row",
-                    "_version", "param_sets", "quantized", "choices")),
+                    "_version", "param_sets", "quantized", "choices", "scores")),
     ("edges", ("models", "data", "tokens", "llm")),
-    ("estimators", ("scores", "params", "per_example", "covariance", "engines", "ghost",
+    ("estimators", ("params", "per_example", "covariance", "engines", "ghost",
                     "estimators", "blocks", "passes", "spans", "prepare", "sequences",
                     "memory_plan")),
     ("evaluation", ("evaluation", "calibration")),

@@ -77,6 +77,23 @@ def test_blocks_equal_a_brute_force_backward_per_block(family):
             f"model.layers.{k}" for k in range(model.config.num_hidden_layers)]
 
 
+def _diagonal(model):
+    """A non-identity covariance over every weight of ``model``."""
+    from isouq.covariance import Diagonal
+
+    return Diagonal(torch.ones(sum(p.numel() for p in model.parameters())), 1.0)
+
+
+@pytest.mark.parametrize("strategy", ["retain", "rows"])
+def test_blocks_beside_spans_are_the_whole_answers(strategy):
+    tok, model = tiny.tokenizer(), tiny.causal_lm("llama")
+    plain = isouq.score_sequences(model, tok, PROMPTS, ANSWERS, blocks=True)
+    spans = isouq.score_sequences(model, tok, PROMPTS, ANSWERS, blocks=True, spans="sentences",
+                                  span_strategy=strategy)
+    assert spans.block_names == plain.block_names
+    torch.testing.assert_close(spans.blocks, plain.blocks, rtol=1e-5, atol=0)
+
+
 def test_every_engine_gives_the_same_blocks_and_per_param_agrees():
     tok, model = tiny.tokenizer(), tiny.causal_lm("llama")
     ghost = isouq.score_sequences(model, tok, PROMPTS, ANSWERS, blocks=True, per_param=True)
@@ -97,7 +114,8 @@ def test_blocks_that_cannot_be_named_and_bad_combinations_are_one_line():
     with pytest.raises(ModelError, match="cannot be named: parameter 'w'"):
         block_map(Bare(), ["w"])
     tok, model = tiny.tokenizer(), tiny.causal_lm("llama")
-    with pytest.raises(InputError, match="blocks=True and spans"):
-        isouq.score_sequences(model, tok, PROMPTS, ANSWERS, blocks=True, spans="sentences")
+    with pytest.raises(InputError, match="needs the identity covariance"):
+        isouq.score_sequences(model, tok, PROMPTS, ANSWERS, blocks=True, method="per_example",
+                              covariance=_diagonal(model))
     seq = nn.Sequential(nn.Linear(2, 3), nn.Tanh(), nn.Linear(3, 1))
     assert block_map(seq, [n for n, _ in seq.named_parameters()]).names == ("0", "2")

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from .errors import InputError
+from .scores import SequenceScores
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,9 @@ SCORES: dict[str, Score] = {s.key: s for s in (
           "epi. log = ‖∇θ log p̄‖²: the same sensitivity without p̄'s scale"),
     Score("normalized_epistemic", "epi./‖θ‖²", ".3g", "uncertain",
           "normalized epistemic = ‖∇θ p̄‖² / ‖θ*‖²"),
+    Score("seq_logprob", "log p", ".2f", "confident",
+          "log p = Σ log pₜ: the answer's log-probability (nats; LM-Polygraph's maximum "
+          "sequence probability is its negative)"),
     Score("naive_entropy", "naive H", ".3f", "uncertain",
           "naive H = entropy of K sampled answers (nats/token; higher = less certain)"),
     Score("semantic_entropy", "SE", ".3f", "uncertain",
@@ -100,8 +104,7 @@ class Method:
 
 METHODS: dict[str, Method] = {m.name: m for m in (
     Method("gradient", "gradient", needs_samples=False,
-           writes=("epistemic", "epistemic_log", "aleatoric", "normalized_epistemic",
-                   "mean_prob"),
+           writes=SequenceScores.KEYS,
            evaluated_as=(("p̄", ("mean_prob",)), ("Alea.", ("aleatoric",)),
                          ("Epi.", ("epistemic",)), ("Epi. log", ("epistemic_log",)),
                          ("Epi. & Alea.", ("epistemic", "aleatoric"))),

@@ -126,6 +126,13 @@ def summarize(p: torch.Tensor, mask: torch.Tensor):
     return mean, alea, T
 
 
+def log_prob(p: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """(N,) Σₜ log pₜ over the masked tokens of each row (nats): the answer's log-probability
+    (a probability that underflowed to 0 counts as the smallest positive one)."""
+    tiny = torch.finfo(p.dtype).tiny
+    return (torch.log(p.clamp_min(tiny)) * mask).sum(1)
+
+
 class _only_selected_require_grad:
     """Context: the selected parameters require grad, every other one does not."""
 
@@ -249,6 +256,7 @@ def score_encoded(
     multiple = token_multiple(input_device(model))
     epi = torch.zeros(n)
     alea, mean, T = torch.zeros(n), torch.zeros(n), torch.zeros(n, dtype=torch.long)
+    logp = torch.zeros(n)
     per = torch.zeros(n, len(params)) if per_param or (blocks and method != "ghost") else None
     by_block = torch.zeros(n, len(blocks.names)) if blocks is not None else None
     groups = blocks.of_param if blocks is not None else None
@@ -298,6 +306,7 @@ def score_encoded(
                 by_block[rows] = scale * (pb.detach().float().cpu() if pb is not None
                                           else per[rows] @ blocks.indicator())
             mean[rows], alea[rows], T[rows] = m.cpu(), a.cpu(), t.cpu()
+            logp[rows] = log_prob(p.detach(), mask).float().cpu()
             if bar is not None:
                 bar.update(rows.stop - rows.start)
     if bar is not None:
@@ -313,8 +322,9 @@ def score_encoded(
         per_param=per if per_param else None,
         blocks=by_block,
         block_names=blocks.names if blocks is not None else None,
+        seq_logprob=logp,
     )
 
 
-__all__ = ["AfterForward", "Batch", "collate", "input_device", "score_encoded", "summarize",
-           "token_probs"]
+__all__ = ["AfterForward", "Batch", "collate", "input_device", "log_prob", "score_encoded",
+           "summarize", "token_probs"]

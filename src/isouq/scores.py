@@ -109,6 +109,8 @@ class SequenceScores:
     same backward pass; it does not carry the answer's confidence squared).
     aleatoric: (1/T) Σ_t p_t (1 − p_t).
     mean_prob: p̄.   n_tokens: T, the number of answer tokens.
+    seq_logprob: log p(y | x) = Σ_t log p_t, the answer's log-probability (nats; LM-Polygraph's
+    maximum sequence probability is its negative).
     per_param: optional (N, n_tensors) breakdown of ‖g‖² by parameter tensor
     (columns in ``params.names`` order), when requested.
     blocks: optional (N, B) breakdown of ‖g‖² by block of the model (``isouq.blocks``: the
@@ -122,7 +124,7 @@ class SequenceScores:
 
     #: the scores of an answer, as an answer row's ``scores`` holds them
     KEYS: ClassVar[tuple[str, ...]] = ("epistemic", "epistemic_log", "aleatoric",
-                                       "normalized_epistemic", "mean_prob")
+                                       "normalized_epistemic", "mean_prob", "seq_logprob")
 
     epistemic: torch.Tensor
     aleatoric: torch.Tensor
@@ -135,6 +137,7 @@ class SequenceScores:
     extra: dict = field(default_factory=dict)
     blocks: torch.Tensor | None = None
     block_names: tuple[str, ...] | None = None
+    seq_logprob: torch.Tensor | None = None
 
     @property
     def normalized_epistemic(self) -> torch.Tensor:

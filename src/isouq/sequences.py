@@ -86,7 +86,8 @@ def score_sequences(
         blocks: also return the (N, B) breakdown of ‖g‖² by block of the model
             (``SequenceScores.blocks``, ``block_names``: module paths such as
             ``model.embed_tokens``, ``model.layers.3``, ``lm_head``; ``isouq.blocks``), from
-            the same backward; each row sums to ``epistemic``. The identity covariance only.
+            the same backward; each row sums to ``epistemic`` (with spans: the whole answers'
+            profile). The identity covariance only.
         padding_side: ``"left"`` or ``"right"``; padding never changes a score.
         progress: show a progress bar.
         spans: also score parts of each answer (``isouq.spans``): ``"sentences"``, ``"lines"``,
@@ -106,7 +107,8 @@ def score_sequences(
     Returns:
         SequenceScores with, each (N,): ``epistemic`` ‖∇θ p̄‖² (probability² units),
         ``epistemic_log`` ‖∇θ log p̄‖² (= epistemic / p̄²), ``aleatoric`` (1/T) Σₜ pₜ(1 − pₜ),
-        ``mean_prob`` p̄ and ``n_tokens`` T; and which parameters took part (``params``).
+        ``mean_prob`` p̄, ``seq_logprob`` Σₜ log pₜ and ``n_tokens`` T; and which parameters
+        took part (``params``).
 
     Raises:
         InputError: prompts or answers of the wrong type or count, empty answers, token ids
@@ -132,9 +134,6 @@ def score_sequences(
     if blocks and not isinstance(covariance, Identity):
         raise InputError("blocks=True splits ‖g‖² by block, which needs the identity "
                          "covariance; drop blocks or the covariance object")
-    if blocks and spans is not None:
-        raise InputError("blocks=True and spans score different things in one call; score "
-                         "the block profile of the whole answers without spans")
     enc = prepared_pairs(model, tokenizer, prompts, answers, encoded, offsets=spans is not None)
     pad = pad_id(tokenizer)
     first = collate(enc[:1], pad, padding_side)
@@ -148,12 +147,12 @@ def score_sequences(
             "backward per batch)")
     info = param_info(sel, model, params)
     options = dict(pad=pad, method=method, covariance=covariance, batch_size=batch_size,
-                   per_param=per_param, padding_side=padding_side, progress=progress)
+                   per_param=per_param, padding_side=padding_side, progress=progress,
+                   blocks=block_map(model, tuple(sel)) if blocks else None)
     if spans is not None:
         resolved = spans_of(tokenizer, answers, spans, enc)
         return score_spans(model, enc, resolved, sel, info, strategy=span_strategy, **options)
-    return score_encoded(model, enc, sel, info, lockstep=sharded,
-                         blocks=block_map(model, tuple(sel)) if blocks else None, **options)
+    return score_encoded(model, enc, sel, info, lockstep=sharded, **options)
 
 
 def prepared_pairs(model: nn.Module, tokenizer, prompts: Sequence, answers: Sequence,

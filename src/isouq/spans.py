@@ -45,7 +45,7 @@ from torch import nn
 
 from .choices import SPAN_SPLITTERS as SPLITTERS
 from .errors import InputError
-from .passes import score_encoded, summarize
+from .passes import log_prob, score_encoded, summarize
 from .scores import ParamInfo, SequenceScores
 from .tokens import Encoded, answer_tokens
 
@@ -318,8 +318,9 @@ def _merge_tokenless(text, ranges, toks):
 class SpanScore:
     """One span's scores: its ``text`` and character range [``start``, ``end``) in the
     answer's text, ``n_tokens`` |Sₖ|, ``mean_prob`` p̄ₖ, ``aleatoric``, ``epistemic``
-    ‖∇θ p̄ₖ‖², ``epistemic_log`` (= epistemic / p̄ₖ²) and ``normalized_epistemic``
-    (epistemic / ‖θ*‖²)."""
+    ‖∇θ p̄ₖ‖², ``epistemic_log`` (= epistemic / p̄ₖ²), ``normalized_epistemic``
+    (epistemic / ‖θ*‖²) and ``seq_logprob`` (Σ log pₜ over the span's tokens, each
+    conditioned on the whole answer before it)."""
 
     text: str
     start: int
@@ -330,6 +331,7 @@ class SpanScore:
     epistemic: float
     epistemic_log: float
     normalized_epistemic: float
+    seq_logprob: float
 
     def to_dict(self) -> dict:
         """The span as an answer row's ``spans`` list holds it: text, start, end, n_tokens and
@@ -410,12 +412,12 @@ def score_spans(
         whole, per_span = _score_rows(model, enc, resolved, params, info, options)
     sq = max(whole.params.sq_norm, 1e-30)
     out: list[list[SpanScore]] = [[] for _ in enc]
-    for (i, k), (e, m, a, t) in sorted(per_span.items()):
+    for (i, k), (e, m, a, t, lp) in sorted(per_span.items()):
         lo, hi = resolved[i].ranges[k]
         out[i].append(SpanScore(
             text=resolved[i].text[lo:hi], start=lo, end=hi, n_tokens=t, mean_prob=m,
             aleatoric=a, epistemic=e, epistemic_log=e / m**2 if m > 0 else float("inf"),
-            normalized_epistemic=e / sq))
+            normalized_epistemic=e / sq, seq_logprob=lp))
     kept = {f.name: getattr(whole, f.name) for f in fields(whole) if f.init}
     kept["extra"] = {**kept.get("extra", {}), "span_strategy": strategy}
     return SpanSequenceScores(**kept, spans=out, texts=[r.text for r in resolved])
@@ -425,7 +427,7 @@ def _score_retained(model, enc, resolved, params, info, options):
     """The whole answers through the batch loop (ghost), and, over each batch's graph before
     its own backward, one ghost backward per span index k: p̄ of span k of every answer of the
     batch (0 for an answer with fewer spans), retain_graph=True."""
-    per_span: dict[tuple[int, int], tuple[float, float, float, int]] = {}
+    per_span: dict[tuple[int, int], tuple[float, float, float, int, float]] = {}
     scale = getattr(options["covariance"], "scale", 1.0)
 
     def after_forward(ghost, p, mask, rows: slice) -> None:
@@ -442,10 +444,11 @@ def _score_retained(model, enc, resolved, params, info, options):
             e = scale * ghost.backward_detailed(m, retain_graph=True,
                                                 per_param=False).total.detach()
             m, a = m.detach(), a.detach()
+            lp = log_prob(p.detach(), masks[k])
             for b in range(len(spans)):
                 if k < len(spans[b]):
                     per_span[(rows.start + b, k)] = (float(e[b]), float(m[b]), float(a[b]),
-                                                     int(t[b]))
+                                                     int(t[b]), float(lp[b]))
 
     whole = score_encoded(model, enc, params, info, after_forward=after_forward, **options)
     return whole, per_span
@@ -500,7 +503,8 @@ def _score_rows(model, enc, resolved, params, info, options):
         elif f.init:
             kept[f.name] = v
     per_span = {(i, k): (float(joined["epistemic"][j]), float(joined["mean_prob"][j]),
-                         float(joined["aleatoric"][j]), int(joined["n_tokens"][j]))
+                         float(joined["aleatoric"][j]), int(joined["n_tokens"][j]),
+                         float(joined["seq_logprob"][j]))
                 for j, (i, k, _, _) in enumerate(placed) if k >= 0}
     return type(first)(**kept), per_span
 
