@@ -24,7 +24,7 @@ from isouq.calibration import (
     select_map,
 )
 from isouq.cli import main
-from isouq.errors import IsouqError
+from isouq.errors import InputError, IsouqError
 from isouq.evaluation.classifier import correctness_model, fit_predict
 from isouq.evaluation.probability import ece, probability_metrics, reliability_bins
 from isouq.evaluation.risk_control import (
@@ -205,9 +205,15 @@ def test_an_older_or_foreign_file_is_refused(tmp_path, data):
     cal = Calibrator.fit(data[0])
     path = cal.save(tmp_path / "c.json")
     doc = json.loads(path.read_text())
-    path.write_text(json.dumps({**doc, "format_version": FORMAT_VERSION - 1}))
+    path.write_text(json.dumps({**doc, "format_version": 0}))
     with pytest.raises(CalibrationError, match="re-run `isouq calibrate`"):
         Calibrator.load(path)
+    path.write_text(json.dumps({**doc, "format_version": FORMAT_VERSION + 1}))
+    with pytest.raises(CalibrationError, match="upgrade isouq"):
+        Calibrator.load(path)
+    # version 1 (maps on the scores only) is read as it is
+    path.write_text(json.dumps({**doc, "format_version": 1}))
+    np.testing.assert_array_equal(Calibrator.load(path).predict(data[0]), cal.predict(data[0]))
     path.write_text(json.dumps({"tables": {}}))
     with pytest.raises(CalibrationError, match="not an isouq calibration"):
         Calibrator.load(path)
@@ -370,3 +376,70 @@ def test_rows_of_isouq_score_with_their_meta_file(tmp_path, monkeypatch):
     cal = Calibrator.load(tmp_path / "cal" / "calibration.json")
     assert cal.model == "tiny" and cal.doc["model"]["sha256"] == {"model.safetensors": "d" * 64}
     assert cal.doc["sources"][0]["rows"] == 60
+
+
+# ---------------------------------------------------------------- features and the nonlinear map
+def block_rows(n=150, seed=1, blocks=("model.embed_tokens", "model.layers.0", "model.layers.1")):
+    """Rows with a block profile whose last block carries the signal (log scale)."""
+    rng = np.random.default_rng(seed)
+    rows = synth_rows(n, seed=seed)
+    for r in rows:
+        z = rng.normal(size=len(blocks))
+        r["blocks"] = {b: float(np.exp(v)) for b, v in zip(blocks, z, strict=True)}
+        r["scores"]["seq_logprob"] = float(np.log(r["scores"]["mean_prob"]) * 5)
+        r["correct"] = bool(z[-1] + 0.3 * rng.normal() > 0)
+    return rows
+
+
+def test_mlp_map_is_sklearns_network():
+    from sklearn.neural_network import MLPClassifier
+    from sklearn.preprocessing import StandardScaler
+
+    rows = block_rows()
+    y = np.array([int(r["correct"]) for r in rows])
+    from isouq.evaluation.features import values
+
+    sets = {"both": ("mean_prob", "block:model.layers.1")}
+    cols = values(rows, sets["both"])
+    m = fit_map(cols, y, "both", "mlp", sets=sets, seed=2)
+    X = np.c_[cols["mean_prob"], np.log(cols["block:model.layers.1"])]
+    sc = StandardScaler().fit(X)
+    ref = MLPClassifier(hidden_layer_sizes=(16,), alpha=1.0, solver="lbfgs", max_iter=2000,
+                        random_state=2).fit(sc.transform(X), y)
+    np.testing.assert_allclose(m.predict(cols), ref.predict_proba(sc.transform(X))[:, 1],
+                               rtol=1e-6, atol=1e-9)
+    assert m.hidden and len(m.hidden[0][1]) == 16
+
+
+def test_a_head_on_the_block_profile_learns_it_and_guards_its_model(tmp_path):
+    rows = block_rows()
+    cal = Calibrator.fit(rows, features=["mean_prob", "seq_logprob", "blocks"])
+    names = {r["features"] for r in cal.doc["selection"]}
+    assert {"mean_prob", "seq_logprob", "mean_prob & seq_logprob & blocks",
+            "mean_prob & seq_logprob"} == names
+    assert {r["map"] for r in cal.doc["selection"]} == {"platt", "isotonic", "mlp"}
+    assert cal.needs_blocks and cal.doc["blocks"] == list(cal.block_names)
+    y = np.array([int(r["correct"]) for r in rows])
+    from sklearn.metrics import roc_auc_score
+
+    assert roc_auc_score(y, cal.predict(rows)) > 0.8  # the profile carries the signal
+    back = Calibrator.load(cal.save(tmp_path / "c.json"))
+    np.testing.assert_array_equal(back.predict(rows), cal.predict(rows))
+    other = [{**r, "blocks": {"transformer.h.0": 1.0}} for r in rows[:3]]
+    with pytest.raises(CalibrationError, match="this model's blocks are 1"):
+        back.predict(other)
+    with pytest.raises(InputError, match="no block profile.*--blocks"):
+        back.predict([{k: v for k, v in r.items() if k != "blocks"} for r in rows[:3]])
+    with pytest.raises(InputError, match="unknown feature"):
+        Calibrator.fit(rows, features=["mean_prob", "p_true"])
+    with pytest.raises(InputError, match="no block profile"):
+        Calibrator.fit(synth_rows(60), features=["mean_prob", "blocks"])
+
+
+def test_cli_calibrate_features_the_rows_lack_is_one_line(tmp_path, capsys):
+    path = _write_run(tmp_path, synth_rows(60))
+    assert main(["calibrate", str(path), "--out", str(tmp_path / "c"), "--features",
+                 "mean_prob", "blocks"]) == 2
+    err = capsys.readouterr().err
+    assert "no block profile" in err and "--blocks" in err and "Traceback" not in err
+    assert not (tmp_path / "c" / "calibration.json").exists()

@@ -63,6 +63,7 @@ def test_isouq_help_runs_as_a_command():
 
 def test_choices_are_the_tuples_the_acting_modules_check():
     """The torch-free copies (``isouq.choices``) equal the names the code acting on them checks."""
+    from isouq.evaluation.features import FEATURES
     from isouq.llm.prompts import JUDGE_STYLES
     from isouq.models.options import DEVICE_MAPS, QUANTIZE
     from isouq.models.toy import PRIORS
@@ -74,6 +75,7 @@ def test_choices_are_the_tuples_the_acting_modules_check():
     assert choices.QUANTIZE == tuple(QUANTIZE)
     assert choices.JUDGE_STYLES == tuple(JUDGE_STYLES)
     assert choices.TOY_PRIORS == tuple(PRIORS)
+    assert choices.FEATURE_NAMES == tuple(FEATURES)
     assert (QAConfig.judge_model, QAConfig.judge_prompt) == (
         choices.DEFAULT_JUDGE_MODEL, choices.DEFAULT_JUDGE_PROMPT)
 

@@ -36,6 +36,7 @@ from .calibration import (
     score_columns,
     weight_hashes,
 )
+from .evaluation.features import check_features, feature_sets, values
 from .evaluation.probability import probability_metrics, reliability_bins
 from .evaluation.rejection import rejection_curve
 from .runio import dumps, write_results
@@ -150,6 +151,7 @@ def run_calibration(
     model: str | None = None,
     gold: Sequence[str | os.PathLike] = (),
     seed: int = 0,
+    features: Sequence[str] | None = None,
 ) -> Path:
     """Fit, cross-fit, evaluate and write a calibration (see the module docstring).
 
@@ -161,21 +163,30 @@ def run_calibration(
         model: the model to calibrate (needed when the rows hold several or name none).
         gold: hand-label files or folders (default: ``gold/`` beside the rows).
         seed: folds and split.
+        features: what the map may read (``evaluation.features.FEATURES``, e.g.
+            ``["mean_prob", "seq_logprob", "epistemic", "aleatoric", "blocks"]``); None: the
+            scores' default feature sets.
 
     Returns:
         The path of ``out/results.json``.
     """
     started = time.time()
+    if features is not None:
+        features = check_features(features)
     found = read_inputs(paths, model=model, gold=gold)
     name = found["model"]
-    cal = Calibrator.fit(found["rows"], labels=labels, gold_rows=found["gold_rows"], model=name,
-                         model_files=found["files"], sources=found["sources"],
-                         max_risk=max_risk, delta=delta, seed=seed)
     rows, y = labels_of(found["rows"], labels, found["gold_rows"])
-    cols = score_columns(rows)
+    if features is None:  # the rows' columns, checked before anything is fitted
+        sets, cols = None, score_columns(rows)
+    else:
+        sets = feature_sets(features, rows)
+        cols = values(rows, dict.fromkeys(c for f in sets.values() for c in f))
     check_complete(cols, rows)
     check_labels(y, f"model {name!r}")
-    preds, fold, chosen = cross_fit(cols, y, seed=seed)
+    cal = Calibrator.fit(found["rows"], labels=labels, gold_rows=found["gold_rows"], model=name,
+                         model_files=found["files"], sources=found["sources"],
+                         max_risk=max_risk, delta=delta, seed=seed, features=features)
+    preds, fold, chosen = cross_fit(cols, y, seed=seed, sets=sets)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     cal.save(out / "calibration.json")
@@ -200,7 +211,8 @@ def run_calibration(
         out, "calibration", seed=seed, started=started,
         settings={"rows": [str(p) for p in paths], "labels": labels, "model": name,
                   "max_risk": max_risk, "delta": delta if max_risk is not None else None,
-                  "gold": found["gold_files"] if labels == "hand" else []},
+                  "gold": found["gold_files"] if labels == "hand" else [],
+                  "features": None if features is None else list(features)},
         tables=tables, figures=[f.name for f in figures],
         extra={"model": name, "labels": labels,
                "answers": f"{lab['n']} answers, {lab['correct']} correct",
@@ -254,7 +266,7 @@ def evaluate(cal: Calibrator, rows: Sequence[Mapping], labels: str = "judge",
     rows, y = labels_of(rows, labels, gold_rows)
     p = cal.predict(rows)
     if not np.isfinite(p).all():
-        check_complete(score_columns(rows, cal.map.features), rows)
+        check_complete(values(rows, cal.map.features), rows)
     out = probability_metrics(p, y)
     w = cal.withheld(p)
     if w is not None:

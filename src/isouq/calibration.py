@@ -5,14 +5,21 @@ where present or derivable, epistemic_log = ‖∇θ log p̄‖² = epistemic / 
 that the answer is correct, learnt from labelled answers of that model (``isouq qa run`` rows,
 or any rows with the scores and a 0/1 label).
 
-Candidate maps (all fitted with scikit-learn), for each feature set of :data:`FEATURE_SETS`
-(each score alone, and the combinations the QA study's logistic regression uses):
+Candidate maps (all fitted with scikit-learn), for each candidate feature set — by default
+:data:`FEATURE_SETS` (each score alone, and the combinations the QA study's logistic
+regression uses); with ``features`` (``isouq calibrate --features``), each of the asked scores
+alone, all of them together and, with the block profile, the scores without it
+(``evaluation.features.feature_sets``; p̄, the sequence log-probability, the gradient scores and
+the block profile, the squared norms on a log scale):
 
 * ``platt``: the study's correctness model (:func:`isouq.evaluation.classifier.correctness_model`:
-  standardized features, L2 logistic regression; epistemic scores on a log scale as in the
-  study) — Platt scaling when there is one feature;
+  standardized features, L2-regularised logistic regression; epistemic scores on a log scale as
+  in the study) — Platt scaling when there is one feature;
 * ``isotonic``: the same regression's linear score recalibrated by isotonic regression fitted
-  on its out-of-fold values (``CalibratedClassifierCV(method="isotonic", ensemble=False)``).
+  on its out-of-fold values (``CalibratedClassifierCV(method="isotonic", ensemble=False)``);
+* ``mlp``: a small neural network (scikit-learn's ``MLPClassifier``: standardized features, one
+  hidden layer of :data:`MLP_HIDDEN` ReLU units, L2 penalty :data:`MLP_ALPHA`), the nonlinear
+  candidate, for sets of two columns or more.
 
 The candidate with the smallest cross-validated log-loss (``cross_val_predict``, stratified
 folds) is refitted on all rows and kept. A calibration may also hold a threshold on P(correct)
@@ -22,8 +29,9 @@ fitted on one part of the rows and the threshold tested on the other (the guaran
 the map has not seen).
 
 Files are JSON (``save``/``load``; no pickle): format name and version, the model's name and the
-SHA-256 of its weight files, the label source, the features, the fitted map's numbers, the
-selection table, the risk control and the rows' sources.
+SHA-256 of its weight files, the label source, the features (and, with the block profile, the
+blocks' names), the fitted map's numbers, the selection table, the risk control and the rows'
+sources. Files of format version 1 (maps on the scores only) are read as they are.
 """
 
 from __future__ import annotations
@@ -42,10 +50,14 @@ from sklearn.calibration import CalibratedClassifierCV
 
 from .answer_row import scores_of
 from .errors import DataError, InputError
+from .evaluation import features as feats_
+from .evaluation.features import BLOCK, FEATURES, is_log
 from .evaluation.rows import GRADIENT_METHODS, LOG_FEATURES, METHODS, log_shift
 
 FORMAT = "isouq-calibration"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: the versions this isouq reads (1: maps on the scores only)
+READS_VERSIONS = (1, 2)
 #: the scores a calibration may use (epistemic_log is derived from epistemic and mean_prob)
 SCORES: tuple[str, ...] = ("epistemic", "aleatoric", "mean_prob", "epistemic_log")
 #: scores that span orders of magnitude: used as log(x) (log(x + shift) when the fit rows hold 0)
@@ -68,7 +80,10 @@ def _feature_sets() -> dict[str, tuple[str, ...]]:
 FEATURE_SETS: dict[str, tuple[str, ...]] = _feature_sets()
 #: the single-score feature sets (reported beside the selected map)
 SINGLE_SCORES: tuple[str, ...] = tuple(n for n, f in FEATURE_SETS.items() if len(f) == 1)
-MAP_KINDS: tuple[str, ...] = ("platt", "isotonic")
+MAP_KINDS: tuple[str, ...] = ("platt", "isotonic", "mlp")
+#: hidden ReLU units of the ``mlp`` candidate, and its L2 penalty (scikit-learn's ``alpha``)
+MLP_HIDDEN = 16
+MLP_ALPHA = 1.0
 #: label sources: name -> field of a row (``hand`` reads gold rows instead)
 LABEL_FIELDS: dict[str, str] = {"judge": "correct", "lexical": "lexical_correct"}
 LABELS: tuple[str, ...] = ("hand", "judge", "lexical")
@@ -242,6 +257,14 @@ def _estimator(kind: str, y: np.ndarray, seed: int):
     if kind == "isotonic":
         return ClippedIsotonic(correctness_model(), method="isotonic",
                                cv=_cv(y, seed, max_folds=3), ensemble=False)
+    if kind == "mlp":
+        from sklearn.neural_network import MLPClassifier
+        from sklearn.pipeline import Pipeline
+        from sklearn.preprocessing import StandardScaler
+
+        return Pipeline([("scale", StandardScaler()), ("mlp", MLPClassifier(
+            hidden_layer_sizes=(MLP_HIDDEN,), alpha=MLP_ALPHA, solver="lbfgs", max_iter=2000,
+            random_state=seed))])
     raise InputError(f"unknown map {kind!r}; choose from {', '.join(MAP_KINDS)}")
 
 
@@ -249,10 +272,13 @@ def _estimator(kind: str, y: np.ndarray, seed: int):
 class FittedMap:
     """A fitted map from scores to P(correct), as numbers (JSON-ready, no pickle).
 
-    features: score names; shifts: score -> shift of its log (log scores only); mean, scale:
-    the standardization (d,); coef (d,), intercept: the logistic regression; iso_x, iso_y:
-    the isotonic regression's knots on the linear score (isotonic only, else empty).
-    ``predict`` reproduces scikit-learn's ``predict_proba(X)[:, 1]`` of the fitted estimator.
+    features: column names (scores, ``block:<name>`` columns); shifts: column -> shift of its
+    log (log columns only); mean, scale: the standardization (d,); hidden: the ``mlp`` map's
+    hidden layers, each (weights (d_in, h) as rows, bias (h,)), ReLU (empty otherwise); coef,
+    intercept: the logistic output on the standardized features (or on the last hidden
+    layer); iso_x, iso_y: the isotonic regression's knots on the linear score (isotonic only,
+    else empty). ``predict`` reproduces scikit-learn's ``predict_proba(X)[:, 1]`` of the
+    fitted estimator.
     """
 
     name: str
@@ -265,6 +291,7 @@ class FittedMap:
     intercept: float
     iso_x: tuple[float, ...] = ()
     iso_y: tuple[float, ...] = ()
+    hidden: tuple = ()
 
     def design(self, cols: Mapping[str, np.ndarray]) -> np.ndarray:
         """(n, d) features: log scores as log(x + shift)."""
@@ -274,9 +301,11 @@ class FittedMap:
         """(n,) P(correct) from name -> (n,) raw scores (NaN where a score is NaN)."""
         from scipy.special import expit
 
-        z = ((self.design(cols) - np.asarray(self.mean)) / np.asarray(self.scale)
-             ) @ np.asarray(self.coef) + self.intercept
-        if self.kind == "platt":
+        h = (self.design(cols) - np.asarray(self.mean)) / np.asarray(self.scale)
+        for w, b in self.hidden:
+            h = np.maximum(h @ np.asarray(w) + np.asarray(b), 0.0)
+        z = h @ np.asarray(self.coef) + self.intercept
+        if self.kind in ("platt", "mlp"):
             return expit(z)
         p = np.interp(z, self.iso_x, self.iso_y)  # sklearn's interp1d, clipped at the ends
         return np.where(np.isnan(z), np.nan, p)
@@ -285,14 +314,23 @@ class FittedMap:
         return {"name": self.name, "kind": self.kind, "features": list(self.features),
                 "shifts": self.shifts, "mean": list(self.mean), "scale": list(self.scale),
                 "coef": list(self.coef), "intercept": self.intercept,
-                "iso_x": list(self.iso_x), "iso_y": list(self.iso_y)}
+                "iso_x": list(self.iso_x), "iso_y": list(self.iso_y),
+                **({"hidden": [{"weights": [list(r) for r in w], "bias": list(b)}
+                               for w, b in self.hidden]} if self.hidden else {})}
 
     @classmethod
     def from_dict(cls, d: Mapping) -> FittedMap:
         """The map of a calibration file; ValueError when its parts do not fit together."""
         d_feats = len(d["features"])
-        if d["kind"] not in MAP_KINDS or not set(d["features"]) <= set(SCORES) or any(
-                len(d[k]) != d_feats for k in ("mean", "scale", "coef")) or (
+        hidden = tuple((tuple(tuple(map(float, r)) for r in layer["weights"]),
+                        tuple(map(float, layer["bias"]))) for layer in d.get("hidden", ()))
+        widths = [d_feats, *(len(b) for _, b in hidden)]
+        known = all(f in FEATURES or f.startswith(BLOCK) for f in d["features"])
+        if d["kind"] not in MAP_KINDS or not known or any(
+                len(d[k]) != d_feats for k in ("mean", "scale")) or (
+                len(d["coef"]) != widths[-1]) or any(
+                len(w) != widths[i] or any(len(r) != len(b) for r in w)
+                for i, (w, b) in enumerate(hidden)) or (d["kind"] == "mlp") != bool(hidden) or (
                 d["kind"] == "isotonic" and not 0 < len(d["iso_x"]) == len(d["iso_y"])):
             raise DataError(f"map {d.get('kind')!r} on {d.get('features')!r} is incomplete; "
                             "re-create the calibration file with isouq calibrate")
@@ -301,17 +339,17 @@ class FittedMap:
                    mean=tuple(map(float, d["mean"])), scale=tuple(map(float, d["scale"])),
                    coef=tuple(map(float, d["coef"])), intercept=float(d["intercept"]),
                    iso_x=tuple(map(float, d.get("iso_x", ()))),
-                   iso_y=tuple(map(float, d.get("iso_y", ()))))
+                   iso_y=tuple(map(float, d.get("iso_y", ()))), hidden=hidden)
 
 
 def design_matrix(cols: Mapping[str, np.ndarray], features: Sequence[str],
                   shifts: Mapping[str, float]) -> np.ndarray:
-    """(n, d) matrix of ``features`` from raw score columns; log scores become
-    log(x + shift) (NaN for negative values)."""
+    """(n, d) matrix of ``features`` from raw score columns; the log columns (those ``shifts``
+    holds: ``evaluation.features.is_log``) become log(x + shift) (NaN for negative values)."""
     out = []
     for f in features:
         x = np.asarray(cols[f], dtype=float)
-        if f in LOG_SCORES:
+        if f in shifts:
             with np.errstate(invalid="ignore", divide="ignore"):
                 x = np.log(x + shifts.get(f, 0.0))
             x = np.where(np.isfinite(x), x, np.nan)
@@ -324,7 +362,7 @@ def log_shifts(cols: Mapping[str, np.ndarray], features: Iterable[str]) -> dict[
     scores among ``features``; CalibrationError on a negative value."""
     out = {}
     for f in features:
-        if f in LOG_SCORES:
+        if is_log(f):
             x = np.asarray(cols[f], dtype=float)
             if (x[np.isfinite(x)] < 0).any():
                 raise CalibrationError(f"score {f!r} has negative values; it is a squared norm "
@@ -334,12 +372,13 @@ def log_shifts(cols: Mapping[str, np.ndarray], features: Iterable[str]) -> dict[
 
 
 def fit_map(cols: Mapping[str, np.ndarray], y: np.ndarray, name: str, kind: str, *,
-            seed: int = 0) -> FittedMap:
-    """Fit one candidate: feature set ``name`` of :data:`FEATURE_SETS`, map ``kind``.
+            seed: int = 0, sets: Mapping[str, tuple[str, ...]] | None = None) -> FittedMap:
+    """Fit one candidate: feature set ``name`` of ``sets`` (default :data:`FEATURE_SETS`),
+    map ``kind``.
 
-    cols: score -> (n,) raw values (no NaN); y: (n,) 0/1.
+    cols: column -> (n,) raw values (no NaN); y: (n,) 0/1.
     """
-    feats = FEATURE_SETS[name]
+    feats = (FEATURE_SETS if sets is None else sets)[name]
     shifts = log_shifts(cols, feats)
     X = design_matrix(cols, feats, shifts)
     est = _estimator(kind, y, seed)
@@ -348,6 +387,15 @@ def fit_map(cols: Mapping[str, np.ndarray], y: np.ndarray, name: str, kind: str,
         est.fit(X, y)
     iso_x: tuple = ()
     iso_y: tuple = ()
+    if kind == "mlp":
+        scaler, mlp = est.named_steps["scale"], est.named_steps["mlp"]
+        hidden = tuple((tuple(tuple(map(float, r)) for r in w), tuple(map(float, b)))
+                       for w, b in zip(mlp.coefs_[:-1], mlp.intercepts_[:-1], strict=True))
+        return FittedMap(name=name, kind=kind, features=feats, shifts=shifts,
+                         mean=tuple(map(float, scaler.mean_)),
+                         scale=tuple(map(float, scaler.scale_)),
+                         coef=tuple(map(float, mlp.coefs_[-1][:, 0])),
+                         intercept=float(mlp.intercepts_[-1][0]), hidden=hidden)
     if kind == "isotonic":
         cal = est.calibrated_classifiers_[0]
         iso = cal.calibrators[0]
@@ -363,12 +411,13 @@ def fit_map(cols: Mapping[str, np.ndarray], y: np.ndarray, name: str, kind: str,
 
 
 def cv_predict(cols: Mapping[str, np.ndarray], y: np.ndarray, name: str, kind: str, *,
-               seed: int = 0, cv=None) -> np.ndarray:
+               seed: int = 0, cv=None, sets: Mapping[str, tuple[str, ...]] | None = None
+               ) -> np.ndarray:
     """(n,) out-of-fold P(correct) of one candidate (``cross_val_predict``; the log shift is
     taken from all ``cols``, which matters only when a score is exactly 0)."""
     from sklearn.model_selection import cross_val_predict
 
-    feats = FEATURE_SETS[name]
+    feats = (FEATURE_SETS if sets is None else sets)[name]
     X = design_matrix(cols, feats, log_shifts(cols, feats))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
@@ -376,21 +425,32 @@ def cv_predict(cols: Mapping[str, np.ndarray], y: np.ndarray, name: str, kind: s
                                  method="predict_proba")[:, 1]
 
 
-def candidates(cols: Mapping[str, np.ndarray]) -> list[tuple[str, str]]:
-    """(feature set, kind) pairs whose scores ``cols`` holds without NaN."""
+def candidates(cols: Mapping[str, np.ndarray],
+               sets: Mapping[str, tuple[str, ...]] | None = None) -> list[tuple[str, str]]:
+    """(feature set, kind) pairs whose columns ``cols`` holds without NaN (``mlp`` for sets of
+    two columns or more)."""
     have = {k for k, v in cols.items() if np.isfinite(v).all()}
-    return [(n, k) for n, f in FEATURE_SETS.items() if set(f) <= have for k in MAP_KINDS]
+    return [(n, k) for n, f in (FEATURE_SETS if sets is None else sets).items()
+            if set(f) <= have for k in MAP_KINDS if k != "mlp" or len(f) > 1]
 
 
-def select_map(cols: Mapping[str, np.ndarray], y: np.ndarray, *,
-               seed: int = 0) -> tuple[FittedMap, list[dict]]:
+def select_map(cols: Mapping[str, np.ndarray], y: np.ndarray, *, seed: int = 0,
+               sets: Mapping[str, tuple[str, ...]] | None = None
+               ) -> tuple[FittedMap, list[dict]]:
     """The candidate with the smallest cross-validated log-loss, refitted on all rows, and the
-    selection table (one dict per candidate: features, map, cv_log_loss, selected)."""
+    selection table (one dict per candidate: features, map, cv_log_loss, selected).
+
+    Args:
+        cols: column -> (n,) raw values.
+        y: (n,) 0/1 labels.
+        seed: the folds' and the networks' seed.
+        sets: the candidate feature sets, name -> columns (default :data:`FEATURE_SETS`).
+    """
     from sklearn.metrics import log_loss
 
     table = []
-    for name, kind in candidates(cols):
-        p = cv_predict(cols, y, name, kind, seed=seed)
+    for name, kind in candidates(cols, sets):
+        p = cv_predict(cols, y, name, kind, seed=seed, sets=sets)
         table.append({"features": name, "map": kind,
                       "cv_log_loss": float(log_loss(y, p, labels=[0, 1]))})
     if not table:
@@ -399,20 +459,22 @@ def select_map(cols: Mapping[str, np.ndarray], y: np.ndarray, *,
     best = min(table, key=lambda r: r["cv_log_loss"])
     for r in table:
         r["selected"] = r is best
-    return fit_map(cols, y, best["features"], best["map"], seed=seed), table
+    return fit_map(cols, y, best["features"], best["map"], seed=seed, sets=sets), table
 
 
-def cross_fit(cols: Mapping[str, np.ndarray], y: np.ndarray, *,
-              seed: int = 0) -> tuple[dict[str, np.ndarray], np.ndarray, list[str]]:
+def cross_fit(cols: Mapping[str, np.ndarray], y: np.ndarray, *, seed: int = 0,
+              sets: Mapping[str, tuple[str, ...]] | None = None
+              ) -> tuple[dict[str, np.ndarray], np.ndarray, list[str]]:
     """Out-of-fold P(correct) of the whole procedure and of its references.
 
     Outer stratified folds; in each, :func:`select_map` runs on the training part only (nested
-    selection) and predicts the held-out part. References on the same folds: the constant
-    base rate of the training part, and Platt scaling of each single score.
+    selection over ``sets``, default :data:`FEATURE_SETS`) and predicts the held-out part.
+    References on the same folds: the constant base rate of the training part, and Platt
+    scaling of each single-column set.
 
     Returns:
         (predictor -> (n,) out-of-fold P(correct) with keys "calibrated", "base rate" and the
-        :data:`SINGLE_SCORES` present, (n,) fold index, the map selected in each fold).
+        single-column sets present, (n,) fold index, the map selected in each fold).
     """
     from sklearn.model_selection import cross_val_predict
 
@@ -422,15 +484,16 @@ def cross_fit(cols: Mapping[str, np.ndarray], y: np.ndarray, *,
     fold = np.zeros(y.size, dtype=int)
     chosen = []
     for i, (tr, te) in enumerate(cv.split(np.zeros(y.size), y)):
-        m, _ = select_map({k: v[tr] for k, v in cols.items()}, y[tr], seed=seed)
+        m, _ = select_map({k: v[tr] for k, v in cols.items()}, y[tr], seed=seed, sets=sets)
         out["calibrated"][te] = m.predict({k: v[te] for k, v in cols.items()})
         out["base rate"][te] = y[tr].mean()
         fold[te] = i
         chosen.append(f"{m.kind}: {m.name}")
-    have = {n for n, _ in candidates(cols)}
-    for name in SINGLE_SCORES:
+    sets = FEATURE_SETS if sets is None else sets
+    have = {n for n, _ in candidates(cols, sets)}
+    for name in (n for n, f in sets.items() if len(f) == 1):
         if name in have:
-            X = design_matrix(cols, FEATURE_SETS[name], log_shifts(cols, FEATURE_SETS[name]))
+            X = design_matrix(cols, sets[name], log_shifts(cols, sets[name]))
             out[name] = cross_val_predict(_estimator("platt", y, seed), X, y, cv=cv,
                                           method="predict_proba")[:, 1]
     return out, fold, chosen
@@ -481,6 +544,7 @@ class Calibrator:
         delta: float = 0.1,
         risk_fraction: float = 0.5,
         seed: int = 0,
+        features: Sequence[str] | None = None,
     ) -> Calibrator:
         """Fit a calibration on labelled rows of one model.
 
@@ -498,6 +562,11 @@ class Calibrator:
             delta: δ, the allowed probability that the threshold misses α.
             risk_fraction: share of the rows kept apart for the threshold.
             seed: folds and split.
+            features: what the map may read (``evaluation.features.FEATURES``: ``mean_prob``,
+                ``seq_logprob``, ``aleatoric``, ``epistemic``, ``epistemic_log``,
+                ``normalized_epistemic``, ``blocks``); the candidates are each alone, all
+                together and, with ``blocks``, the scores without the profile. None: the
+                scores' default sets (:data:`FEATURE_SETS`).
 
         Returns:
             The fitted :class:`Calibrator`.
@@ -508,14 +577,20 @@ class Calibrator:
         model = one_model(rows, model)
         rows = [r for r in rows if r.get("model") in (None, model)]
         rows, y = labels_of(rows, labels, gold_rows)
-        cols = score_columns(rows, SCORES[:3])
-        check_complete(cols, rows)
-        cols = score_columns(rows)
+        sets = None
+        if features is None:
+            cols = score_columns(rows, SCORES[:3])
+            check_complete(cols, rows)
+            cols = score_columns(rows)
+        else:
+            sets = feats_.feature_sets(features, rows)
+            cols = feats_.values(rows, dict.fromkeys(c for f in sets.values() for c in f))
+            check_complete(cols, rows)
         check_labels(y, f"model {model!r}")
         risk = None
         split = None
         if max_risk is None:
-            fitted, table = select_map(cols, y, seed=seed)
+            fitted, table = select_map(cols, y, seed=seed, sets=sets)
         else:
             from sklearn.model_selection import train_test_split
 
@@ -527,7 +602,7 @@ class Calibrator:
             check_labels(y[fit_idx], f"model {model!r}, the {len(fit_idx)} rows the map is "
                                      "fitted on (the others set the threshold)")
             fitted, table = select_map({k: v[fit_idx] for k, v in cols.items()}, y[fit_idx],
-                                       seed=seed)
+                                       seed=seed, sets=sets)
             grid = threshold_grid(fitted.predict({k: v[fit_idx] for k, v in cols.items()}),
                                   len(risk_idx), alpha=max_risk, delta=delta)
             p_risk = fitted.predict({k: v[risk_idx] for k, v in cols.items()})
@@ -547,6 +622,8 @@ class Calibrator:
                                                    if r.get("label_source")})},
             "datasets": sorted({str(r.get("dataset")) for r in rows if r.get("dataset")}),
             "features": list(fitted.features), "scores": list(SCORES),
+            "feature_set": None if features is None else list(feats_.check_features(features)),
+            "blocks": [c[len(BLOCK):] for c in fitted.features if c.startswith(BLOCK)],
             "map": fitted.to_dict(), "selection": table, "risk_control": risk,
             "split": split, "seed": seed, "sources": [dict(s) for s in sources],
         }
@@ -567,17 +644,52 @@ class Calibrator:
             return None
         return math.inf if rc["threshold"] is None else float(rc["threshold"])
 
+    @property
+    def block_names(self) -> tuple[str, ...]:
+        """The blocks whose profile the map reads (empty: it reads no profile)."""
+        return tuple(c[len(BLOCK):] for c in self.map.features if c.startswith(BLOCK))
+
+    @property
+    def needs_blocks(self) -> bool:
+        """Whether the answers must be scored with their block profile (``blocks=True``)."""
+        return bool(self.block_names)
+
+    def check_blocks(self, names: Sequence[str] | None) -> None:
+        """CalibrationError unless a model's blocks ``names`` are those the map reads (a head
+        trained on one model's profile and used on another's)."""
+        if self.needs_blocks and tuple(names or ()) != self.block_names:
+            raise CalibrationError(
+                f"the calibration reads the block profile of {self.model!r} "
+                f"({len(self.block_names)} blocks: {', '.join(self.block_names[:3])}, …), but "
+                f"this model's blocks are {len(names or ())}: calibrate this model's rows "
+                "(`isouq calibrate ROWS --features ... blocks`)")
+
     def predict(self, scores: Mapping[str, Sequence[float]] | Sequence[Mapping]) -> np.ndarray:
         """P(correct) of each answer.
 
         Args:
-            scores: name -> (n,) values (``epistemic``, ``aleatoric``, ``mean_prob``; optional
-                ``epistemic_log``), or n rows carrying them (:func:`isouq.answer_row.scores_of`).
+            scores: column -> (n,) values (``epistemic``, ``aleatoric``, ``mean_prob``, …;
+                optional ``epistemic_log``; ``block:<name>`` for a map on the block profile),
+                or n rows carrying them (:func:`isouq.answer_row.scores_of`, the row's
+                ``blocks``).
 
         Returns:
             (n,) P(correct) in [0, 1]; NaN for an answer with a NaN score (e.g. empty).
         """
-        cols = score_columns(scores, self.map.features)
+        if isinstance(scores, Mapping):
+            plain = [c for c in self.map.features if not c.startswith(BLOCK)]
+            cols = score_columns(scores, plain) if plain else {}
+            for c in self.map.features:
+                if c.startswith(BLOCK):
+                    if c not in scores:
+                        raise InputError(f"the calibration reads {c!r}; score the answers "
+                                         "with their block profile (blocks=True)")
+                    cols[c] = np.asarray(scores[c], dtype=float).reshape(-1)
+        else:
+            rows = list(scores)
+            if self.needs_blocks:
+                self.check_blocks(feats_.block_names(rows))
+            cols = feats_.values(rows, self.map.features)
         return self.map.predict(cols)
 
     def withheld(self, p_correct: np.ndarray) -> np.ndarray | None:
@@ -623,7 +735,8 @@ class Calibrator:
         halves = (f": map on {split['fit_rows']}, threshold on {split['risk_rows']}"
                   if split else "")
         line = (f"P(ok) = calibrated P(correct) for {self.model} ({self.map.kind} on "
-                f"{self.map.name}; {lab['source']} labels, {lab['n']} answers"
+                f"{self.map.name}{' (the block profile)' if self.needs_blocks else ''}; "
+                f"{lab['source']} labels, {lab['n']} answers"
                 f"{f' of {of}' if of else ''}{halves})")
         rc = self.doc.get("risk_control")
         if rc is not None:
@@ -666,12 +779,13 @@ class Calibrator:
             raise CalibrationError(f"{path} is not an isouq calibration (no format "
                                    f"{FORMAT!r}); pass DIR/calibration.json of `isouq calibrate`")
         version = doc.get("format_version")
-        if version != FORMAT_VERSION:
+        if version not in READS_VERSIONS:
             how = ("re-run `isouq calibrate` on the same rows to rewrite it"
-                   if isinstance(version, int) and version < FORMAT_VERSION
+                   if isinstance(version, int) and version < min(READS_VERSIONS)
                    else "upgrade isouq to read it")
             raise CalibrationError(f"{path} has calibration format version {version!r}; this "
-                                   f"isouq reads version {FORMAT_VERSION}: {how}")
+                                   f"isouq reads versions "
+                                   f"{', '.join(map(str, READS_VERSIONS))}: {how}")
         try:
             cal = cls({**doc, "path": str(path)})
         except (KeyError, TypeError, ValueError) as e:

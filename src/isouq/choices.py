@@ -29,9 +29,14 @@ DEFAULT_JUDGE_PROMPT = "strict"
 #: the judge of correctness and semantic entropy's entailment judge unless one is named
 DEFAULT_JUDGE_MODEL = "qwen2.5-coder-1.5b"
 
+#: what a learned P(correct) may read (``evaluation.features.FEATURES``: ``isouq calibrate
+#: --features``): the answer's scores and its block profile
+FEATURE_NAMES: tuple[str, ...] = ("mean_prob", "seq_logprob", "aleatoric", "epistemic",
+                                  "epistemic_log", "normalized_epistemic", "blocks")
+
 #: parameter priors of the toy networks' reference posteriors (``models.toy.PRIORS``):
 #: N(0, I/λ), or weights' variance 1/(λ·fan_in) and biases' 1/λ
 TOY_PRIORS: tuple[str, ...] = ("isotropic", "fan_in")
 
-__all__ = ["DEFAULT_JUDGE_MODEL", "DEFAULT_JUDGE_PROMPT", "DEVICE_MAPS", "JUDGE_STYLES",
-           "QUANTIZE", "SPAN_SPLITTERS", "TOY_PRIORS"]
+__all__ = ["DEFAULT_JUDGE_MODEL", "DEFAULT_JUDGE_PROMPT", "DEVICE_MAPS", "FEATURE_NAMES",
+           "JUDGE_STYLES", "QUANTIZE", "SPAN_SPLITTERS", "TOY_PRIORS"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..choices import FEATURE_NAMES
 from .extras import require_extras
 from .options import out_dir
 
@@ -29,6 +30,14 @@ def add_to(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", default=None,
                    help="the model to calibrate, when the rows hold several or name none")
     p.add_argument("--seed", type=int, default=0, help="folds and split")
+    p.add_argument("--features", nargs="+", default=None, metavar="NAME",
+                   choices=list(FEATURE_NAMES),
+                   help="what P(correct) may read: " + ", ".join(FEATURE_NAMES) + " (blocks: "
+                        "the block profile of `isouq score --blocks`; the squared norms on a "
+                        "log scale); candidates: each alone, all together, and the scores "
+                        "without blocks, each as a logistic regression, its isotonic "
+                        "recalibration or a small neural network, chosen by cross-validated "
+                        "log-loss (default: the scores' standard sets)")
     p.set_defaults(func=cmd_calibrate)
 
 
@@ -39,6 +48,6 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
     path = run_calibration(args.rows, args.out, labels=args.labels, max_risk=args.max_risk,
                            delta=args.delta, model=args.model, gold=args.gold or (),
-                           seed=args.seed)
+                           seed=args.seed, features=args.features)
     print(summary(path))
     return 0

@@ -1,0 +1,150 @@
+"""The features a learned head reads off a scored answer (``isouq.calibration``): the answer's
+scores (``isouq.SequenceScores.KEYS``: p̄, the sequence log-probability, aleatoric, the epistemic
+scores) and its block profile (``isouq score --blocks``: ‖∇θ_b p̄‖² per block of the model).
+
+A head is fitted on columns: one per score, and with ``blocks`` one per block of the model,
+named ``block:<module path>`` (``block:model.layers.3``). The scores that span orders of
+magnitude — the squared gradient norms, the block profile — enter on a log scale
+(:func:`is_log`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..answer_row import scores_of
+from ..errors import InputError
+
+#: the prefix of a block column: ``block:<module path>``
+BLOCK = "block:"
+
+
+@dataclass(frozen=True)
+class Feature:
+    """One feature a head may be asked to use (``isouq calibrate --features``): whether it
+    enters on a log scale, whether it is one column per block, and what it is."""
+
+    name: str
+    log: bool
+    help: str
+    per_block: bool = False
+
+
+FEATURES: dict[str, Feature] = {f.name: f for f in (
+    Feature("mean_prob", False, "p̄, the answer's mean token probability"),
+    Feature("seq_logprob", False, "Σ log pₜ, the answer's log-probability (LM-Polygraph's "
+                                  "maximum sequence probability, negated)"),
+    Feature("aleatoric", False, "(1/T) Σ pₜ(1 − pₜ)"),
+    Feature("epistemic", True, "‖∇θ p̄‖², on a log scale"),
+    Feature("epistemic_log", True, "‖∇θ log p̄‖², on a log scale"),
+    Feature("normalized_epistemic", True, "‖∇θ p̄‖² / ‖θ*‖², on a log scale"),
+    Feature("blocks", True, "‖∇θ_b p̄‖² of each block of the model (score with --blocks), "
+                            "one column per block, on a log scale", per_block=True),
+)}
+
+
+def check_features(names: Sequence[str]) -> tuple[str, ...]:
+    """The feature names, checked: InputError naming an unknown one and the choices."""
+    names = tuple(dict.fromkeys(str(n).strip() for n in names if str(n).strip()))
+    unknown = [n for n in names if n not in FEATURES]
+    if unknown or not names:
+        raise InputError(f"unknown feature(s) {unknown or names!r}; choose from "
+                         f"{', '.join(FEATURES)}")
+    return names
+
+
+def is_log(column: str) -> bool:
+    """Whether a column enters a head on a log scale (the squared norms and the blocks)."""
+    return column.startswith(BLOCK) or (column in FEATURES and FEATURES[column].log)
+
+
+def block_names(rows: Sequence[Mapping]) -> tuple[str, ...]:
+    """The block names of the rows' profiles (``blocks`` of ``isouq score --blocks``), the same
+    in every row; InputError when a row has none or other blocks."""
+    names = None
+    for r in rows:
+        b = r.get("blocks")
+        if not isinstance(b, Mapping) or not b:
+            raise InputError(f"row {r.get('key')!r} has no block profile; score the answers "
+                             "with blocks (isouq score --blocks) to use the feature 'blocks'")
+        if names is None:
+            names = tuple(b)
+        elif tuple(b) != names:
+            raise InputError(f"row {r.get('key')!r} has other blocks than the first row; "
+                             "a head reads the profile of one model: score every row with it")
+    return names or ()
+
+
+def columns_of(features: Sequence[str], rows: Sequence[Mapping]) -> tuple[str, ...]:
+    """The columns of ``features``: a score's name, and for ``blocks`` one ``block:<name>``
+    per block of the rows' profiles."""
+    out: list[str] = []
+    for f in check_features(features):
+        if FEATURES[f].per_block:
+            out += [BLOCK + b for b in block_names(rows)]
+        else:
+            out.append(f)
+    return tuple(out)
+
+
+def values(rows: Sequence[Mapping], columns: Sequence[str]) -> dict[str, np.ndarray]:
+    """column -> (n,) float values of the rows, NaN where a value is missing or null;
+    ``epistemic_log`` is derived as epistemic / mean_prob² where a row lacks it.
+
+    Raises:
+        InputError: no row carries a column (the rows were scored without it), naming the fix.
+    """
+    n = len(rows)
+    out: dict[str, np.ndarray] = {}
+    for c in columns:
+        if c.startswith(BLOCK):
+            name = c[len(BLOCK):]
+            col = [_num((r.get("blocks") or {}).get(name)) for r in rows]
+            what = f"block {name!r} (score with --blocks)"
+        else:
+            col = [_num(scores_of(r).get(c)) for r in rows]
+            if c == "epistemic_log":
+                col = [v if not math.isnan(v) else _derived(scores_of(r))
+                       for v, r in zip(col, rows, strict=True)]
+            what = f"the score {c!r}"
+        if n and all(math.isnan(v) for v in col):
+            raise InputError(f"the rows lack {what}; score them with what the head reads, or "
+                             "choose other --features")
+        out[c] = np.asarray(col, dtype=float).reshape(n)
+    return out
+
+
+def _num(v) -> float:
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        return math.nan
+    return x if math.isfinite(x) else math.nan
+
+
+def _derived(scores: Mapping) -> float:
+    """epistemic / mean_prob² (‖∇θ p̄‖² = p̄² ‖∇θ log p̄‖²), NaN when either is missing."""
+    e, m = _num(scores.get("epistemic")), _num(scores.get("mean_prob"))
+    return e / m**2 if m and not math.isnan(e) and not math.isnan(m) else math.nan
+
+
+def feature_sets(features: Sequence[str], rows: Sequence[Mapping]) -> dict[str, tuple[str, ...]]:
+    """The candidate column sets of a head asked to use ``features``: each score alone, all of
+    them together, and with ``blocks`` also the scores without the profile (so that selection
+    can tell whether the profile helps). Named by their features joined with " & "."""
+    features = check_features(features)
+    scalars = [f for f in features if not FEATURES[f].per_block]
+    sets: dict[str, tuple[str, ...]] = {f: (f,) for f in scalars}
+    for group in (features, scalars):
+        cols = columns_of(group, rows) if group else ()
+        if cols and cols not in sets.values():
+            sets[" & ".join(group)] = cols
+    return sets
+
+
+__all__ = ["BLOCK", "FEATURES", "Feature", "block_names", "check_features", "columns_of",
+           "feature_sets", "is_log", "values"]
