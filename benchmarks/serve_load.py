@@ -1,35 +1,51 @@
-"""Load on ``isouq serve``: answers per second and p50/p95 latency for 1, 4 and 16 concurrent
-clients on ``/v1/score`` and ``/v1/chat/completions``, through the official ``openai`` client.
+"""Load on ``isouq serve`` in steady state, beside its engine's throughput without the server.
 
-Starts ``isouq serve`` (SmolLM2 by default) on a free loopback port, or uses ``--url``; every
-request goes to 127.0.0.1 only, their number is bounded (``--score-requests``, ``--chat-requests``
-per concurrency level) and the run stops by itself. Each client is a thread with its own
-``OpenAI`` client (no retries), connected before the clock starts, sending requests back to
-back until the level's requests are done. /v1/score pairs are TriviaQA questions (the shipped
-file) with a short answer, scored in the QA prompt (as ``isouq score`` does with a
-``question``); chat requests ask the same questions with ``max_tokens`` new tokens, greedy.
+For each endpoint (``/v1/score``, ``/v1/chat/completions``) and each number of concurrent
+clients (``--levels``, default 1 4 16 64), clients of the official ``openai`` package (a thread
+each, its own client, no retries, connected before the clock starts) send requests back to
+back. The level first warms up (until the server has run ``--warmup-batches`` batches since
+the level began), then is measured over a window of at least ``--seconds`` that holds at least
+``--min-batches`` batches; requests answered in the window count. A request answered 429 (the
+queue is full, ``--max-queue``) is counted, and its client waits the ``Retry-After`` seconds
+before it sends again, as a client that honours the header does.
 
-    python benchmarks/serve_load.py                       # writes benchmarks/results/serve_load.json
-    python benchmarks/serve_load.py --score-requests 16 --chat-requests 8 --levels 1 4 16
-    python benchmarks/serve_load.py --spans sentences --out benchmarks/results/serve_load_spans.json
+The ceiling is measured in the same run, in a process of its own with the same runtime
+settings as ``isouq serve`` (``isouq.runtime.configure``) and no HTTP: ``score_sequences`` over
+the same pairs, in the order the clients send them, at batch 1 and at the server's
+``--max-batch``; for chat, each batch's prompts answered by ``llm.generation.generate_greedy``
+(``max_tokens`` new tokens) and then scored by ``score_sequences`` on the prompt's and the
+answer's token ids, as the server's engine does. It runs before the endpoint's levels and again
+after them; the JSON keeps both and their mean.
 
-The JSON holds, per endpoint and level: requests, seconds, answers/s, p50/p95 latency, the
-batches the server ran (from /metrics) and answers per batch, why they started (``full``,
-``back``: the clients the last batch answered were back, ``waited``: ``--max-wait-ms`` passed),
-where a request's time went (``stages``: the mean seconds per request of ``parse``, ``queue``,
-``deliver`` and ``respond``, and per batch of ``prepare``, ``generate``, ``score`` and
-``calibrate``, from the server's ``isouq_stage_seconds``), and the server process's CPU seconds
-per request (when this script started it, on Linux); the speed-up of each level over one
-client; the machine, the load average before and after (other processes may share the CPU)
-and the server's settings.
+/v1/score pairs are TriviaQA questions (the shipped file) with a short answer, every other one
+another question's, scored in the QA prompt (``question``, as ``isouq score`` does); chat
+requests ask the same questions as one user message, greedy, ``max_tokens`` new tokens.
+
+    python benchmarks/serve_load.py                         # ~25 min; benchmarks/results/serve_load.json
+    python benchmarks/serve_load.py --levels 1 16 --seconds 10 --min-batches 2 \\
+        --endpoints score --out /tmp/serve_load_short.json  # a short look
+
+Per endpoint and level the JSON holds: answers/s in the window and its ratio to the ceiling at
+batch 1 and at ``--max-batch``; p50/p95/p99 latency; the 429s; the batches the server ran with
+their sizes (``batch_sizes``: answers → batches, from ``isouq_batches_total``) and why they
+started; the model thread's busy share of the window (``isouq_model_busy_seconds_total``); the
+mean seconds of each stage (per request: ``parse``, ``queue``, ``deliver``, ``respond``; per
+batch: ``gap`` (the model idle since the batch before), ``prepare``, ``generate``, ``score``,
+``calibrate``); the server's CPU seconds per answer (this script started it; Linux) and the
+clients' own; and ``p95_over_batch_s``: p95 over the service time of one full batch at the
+ceiling. ``targets`` checks the goals of docs/serve.md. The machine's load average at the start
+and the end is recorded: client and server share the CPU, and other processes may too.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
+import signal
 import socket
+import statistics
 import subprocess
 import sys
 import threading
@@ -40,11 +56,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from record import save_json  # noqa: E402
 
+REQUEST_STAGES = ("parse", "queue", "deliver", "respond")
+BATCH_STAGES = ("gap", "prepare", "generate", "score", "calibrate")
+ENDPOINTS = {"score": "/v1/score", "chat": "/v1/chat/completions"}
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+
+# --------------------------------------------------------------------------- the pairs
 
 
 def questions(n: int) -> list[tuple[str, str]]:
@@ -61,10 +78,115 @@ def questions(n: int) -> list[tuple[str, str]]:
     return out
 
 
+# --------------------------------------------------------------------------- the ceiling
+
+
+def ceiling_child(spec: dict) -> dict:
+    """In a process of its own: answers/s of the engine's work without the server, per batch
+    size, the median of ``rounds`` timed passes over the first pairs (``batches_per_pass``
+    full batches; at batch 1, ``single`` answers), after one untimed call."""
+    from isouq.runtime import configure
+
+    configure()  # what `isouq serve` sets: allocator, threads
+    from isouq.llm.generation import generate_greedy
+    from isouq.llm.prompts import encode_prompt, qa_prompt
+    from isouq.models import load_model
+    from isouq.sequences import Encoded, encode, score_sequences
+
+    model, tok, _ = load_model(spec["model"])
+    pairs = [tuple(p) for p in spec["pairs"]]
+    out = {}
+    for batch in spec["batches"]:
+        n = min(len(pairs), spec["batches_per_pass"] * batch if batch > 1 else spec["single"])
+        mine = pairs[:n]
+        if spec["endpoint"] == "score":
+            prompts = [qa_prompt(tok, q) for q, _ in mine]
+            answers = [a for _, a in mine]
+            enc = encode(tok, prompts, answers)
+
+            def once(prompts=prompts, answers=answers, enc=enc, batch=batch, n=n):
+                score_sequences(model, tok, prompts[:n], answers[:n], batch_size=batch,
+                                encoded=enc[:n])
+                return n
+        else:
+            texts = [tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False,
+                                             add_generation_prompt=True) for q, _ in mine]
+            ids = [encode_prompt(tok, t) for t in texts]
+
+            def once(texts=texts, ids=ids, batch=batch, n=n):
+                done = 0
+                for s in range(0, n, batch):
+                    gens = generate_greedy(model, tok, texts[s:min(s + batch, n)],
+                                           max_new_tokens=spec["max_tokens"], stop=(),
+                                           batch_size=batch)
+                    keep = [i for i, g in enumerate(gens) if len(g.token_ids)]
+                    enc = [Encoded(list(ids[s + i]), list(gens[i].token_ids)) for i in keep]
+                    score_sequences(model, tok, [texts[s + i] for i in keep],
+                                    [e.answer for e in enc], batch_size=batch, encoded=enc)
+                    done += len(gens)
+                return done
+
+        once(n=min(n, batch))  # untimed: first-call costs
+        rates, cpu = [], []
+        for _ in range(spec["rounds"]):
+            c0, t0 = time.process_time(), time.perf_counter()
+            done = once()
+            dt, dc = time.perf_counter() - t0, time.process_time() - c0
+            rates.append(done / dt)
+            cpu.append(dc / done)
+        out[str(batch)] = {"answers": n, "answers_per_s": round(statistics.median(rates), 3),
+                           "rounds": [round(r, 3) for r in rates],
+                           "cpu_s_per_answer": round(statistics.median(cpu), 4),
+                           "batch_service_s": round(batch / statistics.median(rates), 3)}
+    if spec.get("memory"):
+        out["memory"] = memory_plan(model, spec["memory"])
+    return out
+
+
+def memory_plan(model, spec: dict) -> list[dict]:
+    """``isouq.memory_plan.peak_bytes`` of one batch, for batch 1 and ``--max-batch`` at 128
+    and 512 tokens and at the server's longest allowed row (``--max-prompt-tokens`` +
+    ``--max-new-tokens``); answers of 64 tokens (of 256 at the longest row)."""
+    from isouq.memory_plan import peak_bytes, shape_of
+
+    shape = shape_of(model)
+    longest = spec["max_prompt_tokens"] + spec["max_new_tokens"]
+    out = []
+    for batch in sorted({1, spec["max_batch"]}):
+        for tokens, answer in ((128, 64), (512, 64), (longest, spec["max_new_tokens"])):
+            gib = peak_bytes(shape, batch=batch, length=tokens, answer_length=answer) / 2**30
+            out.append({"batch": batch, "tokens": tokens, "answer_tokens": answer,
+                        "predicted_peak_gib": round(gib, 2)})
+    return out
+
+
+def ceiling(a, endpoint: str, pairs) -> dict:
+    """:func:`ceiling_child` in a fresh process (its own torch threads, nothing else in it)."""
+    spec = {"model": a.model, "endpoint": endpoint, "pairs": pairs,
+            "batches": sorted({1, a.max_batch}), "batches_per_pass": a.ceiling_batches,
+            "single": a.ceiling_single, "rounds": a.ceiling_rounds, "max_tokens": a.max_tokens,
+            "memory": {"max_batch": a.max_batch, "max_prompt_tokens": 2048,
+                       "max_new_tokens": 256} if endpoint == "score" else None}
+    got = subprocess.run([sys.executable, __file__, "--ceiling-child", json.dumps(spec)],
+                         capture_output=True, text=True, check=False)
+    if got.returncode != 0:
+        raise RuntimeError(f"the ceiling run failed: {got.stderr[-3000:]}")
+    return json.loads(got.stdout.strip().splitlines()[-1])
+
+
+# --------------------------------------------------------------------------- the server
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def start_server(args, port: int) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "isouq", "serve", "--model", args.model, "--port", str(port),
            "--max-batch", str(args.max_batch), "--max-wait-ms", str(args.max_wait_ms),
-           "--max-queue", "256", "--log-level", "warning"]
+           "--max-queue", str(args.max_queue), "--log-level", "warning"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     import httpx
 
@@ -83,28 +205,37 @@ def start_server(args, port: int) -> subprocess.Popen:
         time.sleep(0.25)
 
 
-REQUEST_STAGES = ("parse", "queue", "deliver", "respond")
-BATCH_STAGES = ("prepare", "generate", "score", "calibrate")
-
-
 def scrape(url: str) -> dict[str, float]:
-    """The server's counters so far, from /metrics: ``batches``, ``answers``, ``start:REASON``
-    (batches started for that reason), ``sum:STAGE`` and ``count:STAGE`` of each stage."""
+    """The server's counters so far, from /metrics: ``batches``, ``answers``, ``busy``,
+    ``start:REASON``, ``size:N`` (batches of N answers), ``sum:STAGE`` and ``count:STAGE``."""
     import httpx
 
     text = httpx.get(f"{url}/metrics", timeout=10).text
     out: dict[str, float] = {}
     for key, pattern in (("batches", r"^isouq_batch_answers_count (\S+)$"),
-                         ("answers", r"^isouq_batch_answers_sum (\S+)$")):
+                         ("answers", r"^isouq_batch_answers_sum (\S+)$"),
+                         ("busy", r"^isouq_model_busy_seconds_total (\S+)$")):
         m = re.search(pattern, text, re.M)
         out[key] = float(m.group(1)) if m else 0.0
     for reason, v in re.findall(r'^isouq_batch_starts_total\{reason="(\w+)"\} (\S+)$', text,
                                 re.M):
         out[f"start:{reason}"] = float(v)
+    for n, v in re.findall(r'^isouq_batches_total\{answers="(\d+)"\} (\S+)$', text, re.M):
+        out[f"size:{n}"] = float(v)
     for kind, stage, v in re.findall(
             r'^isouq_stage_seconds_(sum|count)\{stage="(\w+)"\} (\S+)$', text, re.M):
         out[f"{kind}:{stage}"] = float(v)
     return out
+
+
+def peak_rss_gib(pid: int | None) -> float | None:
+    """The peak resident memory of process ``pid`` so far (VmHWM, Linux), else None."""
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except (OSError, TypeError):
+        return None
+    m = re.search(r"^VmHWM:\s+(\d+) kB", text, re.M)
+    return round(int(m.group(1)) / 2**20, 3) if m else None
 
 
 def cpu_seconds(pid: int | None) -> float | None:
@@ -116,155 +247,290 @@ def cpu_seconds(pid: int | None) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def breakdown(before: dict[str, float], after: dict[str, float]) -> tuple[dict, dict]:
-    """(mean seconds of each stage, per request or per batch; batches started by reason)
-    between two scrapes."""
-    stages = {}
+def diff(before: dict[str, float], after: dict[str, float], prefix: str) -> dict[str, int]:
+    return {k.split(":", 1)[1]: int(after[k] - before.get(k, 0)) for k in after
+            if k.startswith(prefix) and after[k] - before.get(k, 0) > 0}
+
+
+def stage_means(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """Mean seconds of each stage between two scrapes (per request or per batch)."""
+    out = {}
     for stage in REQUEST_STAGES + BATCH_STAGES:
         n = after.get(f"count:{stage}", 0) - before.get(f"count:{stage}", 0)
         if n > 0:
             total = after.get(f"sum:{stage}", 0) - before.get(f"sum:{stage}", 0)
-            stages[stage] = round(total / n, 4)
-    starts = {k.split(":", 1)[1]: int(after[k] - before.get(k, 0)) for k in after
-              if k.startswith("start:") and after[k] - before.get(k, 0) > 0}
-    return stages, starts
+            out[stage] = round(total / n, 4)
+    return out
 
 
-def level(url: str, model: str, endpoint: str, clients: int, n: int, pairs, max_tokens: int,
-          server_pid: int | None = None, spans: str | None = None):
-    """n requests from `clients` threads; per-request latencies and the wall time."""
-    from openai import OpenAI
+# --------------------------------------------------------------------------- the clients
 
-    lat: list[float] = []
-    errors: list[str] = []
-    lock = threading.Lock()
-    todo = iter(range(n))
 
-    gate = threading.Barrier(clients + 1)
-    extra = {"spans": spans} if spans else {}
+class Clients:
+    """``n`` client threads sending requests back to back until :meth:`stop`."""
 
-    def client_loop():
-        client = OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=600)
+    def __init__(self, url: str, model: str, endpoint: str, n: int, pairs, max_tokens: int):
+        self.url, self.model, self.endpoint = url, model, endpoint
+        self.pairs, self.max_tokens = pairs, max_tokens
+        self.done: list[tuple[float, float]] = []  # (sent, answered) of each answer
+        self.refused: list[float] = []  # when each 429 came
+        self.errors: list[str] = []
+        self._lock = threading.Lock()
+        self._next = 0
+        self._stop = threading.Event()
+        self._ready = threading.Barrier(n + 1)
+        self._threads = [threading.Thread(target=self._loop, daemon=True) for _ in range(n)]
+        for t in self._threads:
+            t.start()
+        self._ready.wait()  # every client connected
+
+    def _pair(self):
+        with self._lock:
+            i, self._next = self._next, self._next + 1
+        return self.pairs[i % len(self.pairs)]
+
+    def _loop(self) -> None:
+        from openai import OpenAI, RateLimitError
+
+        client = OpenAI(base_url=f"{self.url}/v1", api_key="unused", max_retries=0,
+                        timeout=600)
         client.models.list()  # connected before the clock starts
-        gate.wait()
-        while True:
-            with lock:
-                i = next(todo, None)
-            if i is None:
-                return
-            q, a = pairs[i % len(pairs)]
+        self._ready.wait()
+        while not self._stop.is_set():
+            q, a = self._pair()
             t0 = time.perf_counter()
             try:
-                if endpoint == "score":
-                    r = client.post("/score", body={"model": model, "question": q,
-                                                    "answer": a, **extra}, cast_to=object)
-                    assert r["data"][0]["uncertainty"]["epistemic"] is not None
+                if self.endpoint == "score":
+                    r = client.post("/score", body={"model": self.model, "question": q,
+                                                    "answer": a}, cast_to=object)
+                    ok = r["data"][0]["uncertainty"]["epistemic"] is not None
                 else:
                     r = client.chat.completions.create(
-                        model=model, messages=[{"role": "user", "content": q}],
-                        max_tokens=max_tokens, temperature=0, extra_body=extra or None)
-                    assert r.choices[0].uncertainty["epistemic"] is not None
-            except Exception as e:  # noqa: BLE001 - counted and reported
-                with lock:
-                    errors.append(f"{type(e).__name__}: {e}")
+                        model=self.model, messages=[{"role": "user", "content": q}],
+                        max_tokens=self.max_tokens, temperature=0)
+                    ok = r.choices[0].uncertainty["epistemic"] is not None
+                if not ok:
+                    raise ValueError("no epistemic score in the answer")
+            except RateLimitError as e:
+                t1 = time.perf_counter()
+                with self._lock:
+                    self.refused.append(t1)
+                wait = float(e.response.headers.get("retry-after", "1"))
+                self._stop.wait(wait)
                 continue
-            with lock:
-                lat.append(time.perf_counter() - t0)
+            except Exception as e:  # noqa: BLE001 - counted and reported
+                with self._lock:
+                    self.errors.append(f"{type(e).__name__}: {e}"[:300])
+                self._stop.wait(1.0)
+                continue
+            t1 = time.perf_counter()
+            with self._lock:
+                self.done.append((t0, t1))
 
-    threads = [threading.Thread(target=client_loop) for _ in range(clients)]
-    for t in threads:
-        t.start()
-    b0, c0 = scrape(url), cpu_seconds(server_pid)  # before the clients are let go
-    gate.wait()
-    t0 = time.perf_counter()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - t0
-    b1, c1 = scrape(url), cpu_seconds(server_pid)
-    lat.sort()
-    stages, starts = breakdown(b0, b1)
+    def stop(self) -> None:
+        """Stop sending; wait for the answers in flight."""
+        self._stop.set()
+        for t in self._threads:
+            t.join()
+
+
+def level(url: str, a, endpoint: str, clients: int, pairs, server_pid: int | None,
+          ceil: dict) -> dict:
+    """One level: warm-up, then the measured window."""
+    start = scrape(url)
+    crowd = Clients(url, a.model, endpoint, clients, pairs, a.max_tokens)
+    try:
+        while scrape(url)["batches"] - start["batches"] < a.warmup_batches:
+            time.sleep(0.2)
+        b0, c0, own0 = scrape(url), cpu_seconds(server_pid), time.process_time()
+        t0 = time.perf_counter()
+        while True:
+            time.sleep(0.5)
+            now = scrape(url)
+            if (time.perf_counter() - t0 >= a.seconds
+                    and now["batches"] - b0["batches"] >= a.min_batches):
+                break
+        b1, c1, own1 = now, cpu_seconds(server_pid), time.process_time()
+        t1 = time.perf_counter()
+    finally:
+        crowd.stop()
+    window = t1 - t0
+    lat = sorted(e - s for s, e in crowd.done if t0 <= e <= t1)
+    refused = sum(1 for t in crowd.refused if t0 <= t <= t1)
 
     def pct(p):
-        return lat[min(len(lat) - 1, int(round(p / 100 * (len(lat) - 1))))] if lat else None
+        return round(lat[min(len(lat) - 1, int(round(p / 100 * (len(lat) - 1))))], 3) \
+            if lat else None
 
-    n_batches = b1["batches"] - b0["batches"]
-    return {"endpoint": f"/v1/{'score' if endpoint == 'score' else 'chat/completions'}",
-            "clients": clients, "requests": n, "ok": len(lat), "errors": errors[:3],
-            "seconds": round(wall, 3), "answers_per_s": round(len(lat) / wall, 3),
-            "p50_s": round(pct(50), 3) if lat else None,
-            "p95_s": round(pct(95), 3) if lat else None,
-            "batches": int(n_batches),
-            "answers_per_batch": (round((b1["answers"] - b0["answers"]) / n_batches, 2)
-                                  if n_batches else None),
-            "batch_starts": starts, "stages": stages,
-            "server_cpu_s_per_request": (round((c1 - c0) / len(lat), 4)
-                                         if c0 is not None and c1 is not None and lat else None)}
+    answers = b1["answers"] - b0["answers"]
+    batches = int(b1["batches"] - b0["batches"])
+    rate = len(lat) / window
+    one, full = ceil.get("1"), ceil.get(str(a.max_batch))
+    p95 = pct(95)
+    return {
+        "endpoint": ENDPOINTS[endpoint], "clients": clients, "seconds": round(window, 2),
+        "answers": len(lat), "answers_per_s": round(rate, 3),
+        "vs_ceiling_batch_1": round(rate / one["answers_per_s"], 3) if one else None,
+        "vs_ceiling_max_batch": round(rate / full["answers_per_s"], 3) if full else None,
+        "p50_s": pct(50), "p95_s": p95, "p99_s": pct(99),
+        "p95_over_batch_s": (round(p95 / full["batch_service_s"], 2)
+                             if full and p95 is not None else None),
+        "refused_429": refused, "errors": len(crowd.errors), "error_examples": crowd.errors[:3],
+        "batches": batches,
+        "answers_per_batch": round(answers / batches, 2) if batches else None,
+        "batch_sizes": dict(sorted(diff(b0, b1, "size:").items(), key=lambda kv: int(kv[0]))),
+        "batch_starts": diff(b0, b1, "start:"),
+        "model_busy": round((b1["busy"] - b0["busy"]) / window, 3),
+        "stages": stage_means(b0, b1),
+        "server_cpu_s_per_answer": (round((c1 - c0) / answers, 4)
+                                    if c0 is not None and c1 is not None and answers else None),
+        "client_cpu_s_per_answer": round((own1 - own0) / len(lat), 4) if lat else None,
+    }
+
+
+# --------------------------------------------------------------------------- the run
+
+
+def mean_ceiling(runs: list[dict]) -> dict:
+    """Per batch size, the mean answers/s of the ceiling runs (and the service time of a
+    batch at that rate)."""
+    out = {}
+    for b in (k for k in runs[0] if k.isdigit()):
+        rate = statistics.mean(r[b]["answers_per_s"] for r in runs)
+        out[b] = {"answers_per_s": round(rate, 3), "batch_service_s": round(int(b) / rate, 3),
+                  "cpu_s_per_answer": round(statistics.mean(
+                      r[b]["cpu_s_per_answer"] for r in runs), 4)}
+    return out
+
+
+def targets(results: list[dict], max_batch: int) -> dict:
+    """The goals of docs/serve.md, each with what was measured and whether it is met."""
+    by = {(r["endpoint"], r["clients"]): r for r in results}
+    out = {}
+    score = {c: r for (ep, c), r in by.items() if ep == "/v1/score"}
+    if max_batch in score:
+        v = score[max_batch]["vs_ceiling_max_batch"]
+        out[f"score_{max_batch}_clients_vs_ceiling"] = {"goal": ">= 0.9", "measured": v,
+                                                        "met": v is not None and v >= 0.9}
+        v = score[max_batch]["p95_over_batch_s"]
+        out[f"score_{max_batch}_clients_p95_over_batch"] = {
+            "goal": "<= 2.5", "measured": v, "met": v is not None and v <= 2.5}
+    if 1 in score:
+        v = score[1]["vs_ceiling_batch_1"]
+        out["score_1_client_vs_ceiling"] = {"goal": ">= 0.9", "measured": v,
+                                            "met": v is not None and v >= 0.9}
+    levels = sorted(score)
+    if len(levels) > 1:
+        rates = [score[c]["answers_per_s"] for c in levels]
+        out["score_throughput_never_falls"] = {
+            "goal": "each level >= the one before (within 5%)",
+            "measured": dict(zip(map(str, levels), rates, strict=True)),
+            "met": all(b >= 0.95 * a for a, b in zip(rates, rates[1:], strict=False))}
+    chat = {c: r for (ep, c), r in by.items() if ep == "/v1/chat/completions"}
+    if max_batch in chat:
+        v = chat[max_batch]["vs_ceiling_max_batch"]
+        out[f"chat_{max_batch}_clients_vs_ceiling"] = {"goal": ">= 0.9", "measured": v,
+                                                       "met": v is not None and v >= 0.9}
+    return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ceiling-child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--model", default="smollm2")
-    ap.add_argument("--url", default=None, help="an isouq serve already running (loopback)")
-    ap.add_argument("--levels", type=int, nargs="+", default=[1, 4, 16])
-    ap.add_argument("--score-requests", type=int, default=32,
-                    help="requests per level on /v1/score")
-    ap.add_argument("--chat-requests", type=int, default=16,
-                    help="requests per level on /v1/chat/completions (0: skip)")
+    ap.add_argument("--url", default=None, help="an isouq serve already running (loopback; "
+                    "its --max-batch must be this run's)")
+    ap.add_argument("--endpoints", nargs="+", choices=tuple(ENDPOINTS), default=["score", "chat"])
+    ap.add_argument("--levels", type=int, nargs="+", default=[1, 4, 16, 64])
+    ap.add_argument("--seconds", type=float, default=60.0,
+                    help="the least length of a level's measured window")
+    ap.add_argument("--min-batches", type=int, default=10,
+                    help="the fewest batches a level's window holds")
+    ap.add_argument("--warmup-batches", type=int, default=3,
+                    help="batches run after a level's clients start, before its window")
+    ap.add_argument("--pairs", type=int, default=64, help="distinct pairs (questions) sent")
+    ap.add_argument("--ceiling-rounds", type=int, default=2)
+    ap.add_argument("--ceiling-batches", type=int, default=4,
+                    help="full batches per timed pass of the ceiling at --max-batch")
+    ap.add_argument("--ceiling-single", type=int, default=32,
+                    help="answers per timed pass of the ceiling at batch 1")
     ap.add_argument("--max-tokens", type=int, default=16, help="chat answers' max_tokens")
     ap.add_argument("--max-batch", type=int, default=16)
     ap.add_argument("--max-wait-ms", type=float, default=10.0)
-    ap.add_argument("--spans", choices=("sentences", "lines"), default=None,
-                    help="ask for span scores too (each answer's sentences or lines)")
+    ap.add_argument("--max-queue", type=int, default=32,
+                    help="the server's --max-queue (past it: 429)")
     ap.add_argument("--out", default="benchmarks/results/serve_load.json")
     a = ap.parse_args()
+    if a.ceiling_child is not None:
+        print(json.dumps(ceiling_child(json.loads(a.ceiling_child))))
+        return
     if a.url is not None and not re.match(r"^http://(127\.\d+\.\d+\.\d+|localhost|\[::1\])",
                                           a.url):
         sys.exit("--url must be a loopback address (127.0.0.1, localhost, [::1])")
-    pairs = questions(max(a.score_requests, a.chat_requests, 16))
+    # a run stopped by SIGTERM (timeout, quiet.sh) still stops the server it started
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("serve_load: stopped by SIGTERM"))
+    pairs = questions(a.pairs)
+    load_start, started = os.getloadavg(), time.time()
     proc = None
     if a.url is None:
         port = free_port()
-        t0 = time.perf_counter()
         proc = start_server(a, port)
-        print(f"isouq serve up in {time.perf_counter() - t0:.1f} s", flush=True)
         url = f"http://127.0.0.1:{port}"
     else:
         url = a.url.rstrip("/")
-    load_before = os.getloadavg()
-    results = []
+    results, ceilings, server_peak = [], {}, None
     try:
         pid = proc.pid if proc is not None else None
-        level(url, a.model, "score", 2, 2, pairs, a.max_tokens, pid)  # warm-up
-        for endpoint, n in (("score", a.score_requests), ("chat", a.chat_requests)):
-            if n <= 0:
-                continue
+        for endpoint in a.endpoints:
+            ep = ENDPOINTS[endpoint]
+            runs = [ceiling(a, endpoint, pairs)]
+            print(f"{ep} ceiling (before): {runs[0]}", flush=True)
+            ceil = mean_ceiling(runs)
             for c in a.levels:
-                r = level(url, a.model, endpoint, c, n, pairs, a.max_tokens, pid, a.spans)
+                r = level(url, a, endpoint, c, pairs, pid, ceil)
                 results.append(r)
-                print(f"{r['endpoint']:<22} {c:>3} clients: {r['answers_per_s']:7.2f} answers/s, "
-                      f"p50 {r['p50_s']} s, p95 {r['p95_s']} s, {r['batches']} batches "
-                      f"({r['answers_per_batch']} answers each, started {r['batch_starts']}), "
-                      f"errors {len(r['errors'])}\n    seconds: {r['stages']}; server CPU "
-                      f"{r['server_cpu_s_per_request']} s per request", flush=True)
+                print(f"{ep:<22} {c:>3} clients: {r['answers_per_s']:6.2f} answers/s "
+                      f"(x{r['vs_ceiling_batch_1']} of batch 1, x{r['vs_ceiling_max_batch']} "
+                      f"of batch {a.max_batch}), p50/95/99 {r['p50_s']}/{r['p95_s']}/"
+                      f"{r['p99_s']} s, 429: {r['refused_429']}, errors {r['errors']}, "
+                      f"busy {r['model_busy']}, sizes {r['batch_sizes']}\n    stages "
+                      f"{r['stages']}; CPU s/answer server {r['server_cpu_s_per_answer']} "
+                      f"clients {r['client_cpu_s_per_answer']}", flush=True)
+            runs.append(ceiling(a, endpoint, pairs))
+            print(f"{ep} ceiling (after): {runs[1]}", flush=True)
+            ceilings[ep] = {"before": runs[0], "after": runs[1], "mean": mean_ceiling(runs)}
+            ceil = ceilings[ep]["mean"]
+            for r in results:  # the ratios against the mean of both ceiling runs
+                if r["endpoint"] == ep:
+                    one, full = ceil["1"], ceil[str(a.max_batch)]
+                    r["vs_ceiling_batch_1"] = round(r["answers_per_s"] / one["answers_per_s"], 3)
+                    r["vs_ceiling_max_batch"] = round(
+                        r["answers_per_s"] / full["answers_per_s"], 3)
+                    r["p95_over_batch_s"] = (round(r["p95_s"] / full["batch_service_s"], 2)
+                                             if r["p95_s"] is not None else None)
+        server_peak = peak_rss_gib(pid)
     finally:
         if proc is not None:
             proc.terminate()
             proc.wait(60)
-    speedup = {}
-    for ep in {r["endpoint"] for r in results}:
-        mine = {r["clients"]: r["answers_per_s"] for r in results if r["endpoint"] == ep}
-        base = mine.get(min(mine))
-        speedup[ep] = {str(c): round(v / base, 2) for c, v in mine.items() if base}
-    for ep, s in speedup.items():
-        print(f"speed-up over one client, {ep}: {s}")
+    goals = targets(results, a.max_batch)
+    for name, t in goals.items():
+        print(f"{name}: {t['measured']} (goal {t['goal']}): {'met' if t['met'] else 'MISSED'}")
     save_json(a.out, {"benchmark": "serve_load", "model": a.model,
                       "max_batch": a.max_batch, "max_wait_ms": a.max_wait_ms,
-                      "chat_max_tokens": a.max_tokens, "spans": a.spans,
-                      "loadavg_before": load_before,
-                      "loadavg_after": os.getloadavg(),
-                      "note": "loopback; other processes may have shared the CPU (see loadavg)",
+                      "max_queue": a.max_queue, "chat_max_tokens": a.max_tokens,
+                      "window_s": a.seconds, "min_batches": a.min_batches,
+                      "warmup_batches": a.warmup_batches, "pairs": a.pairs,
+                      "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
+                      "elapsed_s": round(time.time() - started, 1),
+                      "loadavg_start": load_start, "loadavg_end": os.getloadavg(),
+                      "note": "loopback; the clients and the server share the CPU; other "
+                              "processes may too (see the load averages)",
                       "command": " ".join(["python", *sys.argv])},
-              results=results, speedup=speedup)
+              results=results, ceiling=ceilings, targets=goals,
+              memory={"server_peak_rss_gib": server_peak,
+                      "predicted": next((c["before"].get("memory") for c in ceilings.values()
+                                         if "memory" in c["before"]), None)})
     print(f"written to {a.out}")
 
 

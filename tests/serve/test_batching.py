@@ -465,3 +465,36 @@ def two_groups(client, batcher, gap: float) -> None:
             t.join(60)
     finally:
         batcher.stop(10)
+
+
+def test_metrics_count_batches_by_size_the_model_busy_time_and_the_gap():
+    """/metrics holds each batch's exact size (isouq_batches_total{answers}), the seconds the
+    model ran batches (isouq_model_busy_seconds_total) and the idle gap before each batch after
+    the first (isouq_stage_seconds{stage="gap"}), measured as the batches ran."""
+    import re
+
+    from isouq.serve.batcher import Batcher
+    from isouq.serve.config import ServeSettings
+    from isouq.serve.metrics import Metrics
+
+    engine, metrics = Timed(0.1), Metrics()
+    b = Batcher(engine, ServeSettings(max_batch=3, max_wait_ms=0), metrics).start()
+    try:
+        together(3, lambda i: b.submit(_work(str(i))).result(timeout=30))
+        time.sleep(0.2)
+        b.submit(_work("alone")).result(timeout=30)
+    finally:
+        b.stop(10)
+    text = metrics.text().decode()
+    sizes = {int(n): float(v) for n, v in re.findall(
+        r'^isouq_batches_total\{answers="(\d+)"\} (\S+)$', text, re.M)}
+    assert sum(n * v for n, v in sizes.items()) == 4 and sum(sizes.values()) == len(engine.sizes)
+    assert sizes == {n: float(engine.sizes.count(n)) for n in set(engine.sizes)}
+    busy = float(re.search(r"^isouq_model_busy_seconds_total (\S+)$", text, re.M).group(1))
+    assert 0.1 * len(engine.sizes) <= busy < 0.1 * len(engine.sizes) + 0.5
+    gaps = int(float(re.search(r'^isouq_stage_seconds_count\{stage="gap"\} (\S+)$', text,
+                               re.M).group(1)))
+    gap_sum = float(re.search(r'^isouq_stage_seconds_sum\{stage="gap"\} (\S+)$', text,
+                              re.M).group(1))
+    assert gaps == len(engine.sizes) - 1
+    assert gap_sum >= 0.2  # the last batch waited for its request, sent 0.2 s after the others'

@@ -98,6 +98,7 @@ class Batcher:
         self._turn: _Turn | None = None  # the clients the last batch answered
         self._model_thread = thread
         self._worker: Future | None = None  # the worker loop, once started
+        self._last_end: float | None = None  # when the last batch ended (perf_counter)
         self.batches = 0
 
     # ------------------------------------------------------------ the handlers' side
@@ -252,13 +253,18 @@ class Batcher:
             except BaseException as e:  # noqa: BLE001 - the batch's jobs get it; the worker goes on
                 outcomes, error = None, e
             dt = time.perf_counter() - t0
+            gap = None if self._last_end is None else t0 - self._last_end
+            self._last_end = t0 + dt
             self.batches += 1
             self._batch_seconds = dt if not self._batch_seconds else (
                 0.8 * self._batch_seconds + 0.2 * dt)
             if self.metrics is not None:
+                stages = dict(outcomes[0].seconds) if outcomes else {}
+                if gap is not None:
+                    stages["gap"] = gap
                 self.metrics.observe_batch(sum(j.units for j in batch), len(batch),
-                                           [t0 - j.submitted for j in batch],
-                                           outcomes[0].seconds if outcomes else {}, reason)
+                                           [t0 - j.submitted for j in batch], stages, reason,
+                                           busy=dt)
             with self._cond:  # the turn first, then the answers: no delivery comes before it
                 self._running = 0
                 if self.settings.max_wait_ms > 0:
