@@ -443,3 +443,46 @@ def test_cli_calibrate_features_the_rows_lack_is_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "no block profile" in err and "--blocks" in err and "Traceback" not in err
     assert not (tmp_path / "c" / "calibration.json").exists()
+
+
+def test_score_blocks_and_a_block_head_in_score_and_ask(model_dir, tmp_path, capsys):
+    """``isouq score --blocks`` writes each answer's profile (summing to its epistemic); a
+    calibration that reads the profile makes ``score`` and ``ask`` score it and use it; a head
+    trained on other blocks is refused in one line."""
+    qs = ["what is the capital of france", "who wrote hamlet"]
+    inp = tmp_path / "in.jsonl"
+    inp.write_text("".join(json.dumps({"id": f"q{i}", "question": q, "answer": "paris"}) + "\n"
+                           for i, q in enumerate(qs)))
+    plain = tmp_path / "plain.jsonl"
+    assert main(["score", str(inp), "--out", str(plain), "--model", str(model_dir),
+                 "--blocks"]) == 0
+    scored = [json.loads(line) for line in plain.read_text().splitlines()]
+    for r in scored:
+        assert sum(r["blocks"].values()) == pytest.approx(r["scores"]["epistemic"], rel=1e-5)
+    names = tuple(scored[0]["blocks"])
+    assert names[0] == "model.embed_tokens" and "model.layers.0" in names
+    rows = block_rows(blocks=names)
+    cal = Calibrator.fit(rows, features=["mean_prob", "blocks"])
+    cal.doc["model"] = {"name": str(model_dir), "sha256": {}}
+    path = cal.save(tmp_path / "cal.json")
+    out = tmp_path / "scores.jsonl"
+    capsys.readouterr()
+    assert main(["score", str(inp), "--out", str(out), "--model", str(model_dir),
+                 "--calibration", str(path)]) == 0
+    got = [json.loads(line) for line in out.read_text().splitlines()]
+    assert all(tuple(r["blocks"]) == names for r in got)
+    assert [r["p_correct"] for r in got] == pytest.approx(list(cal.predict(got)))
+    assert main(["ask", "--model", str(model_dir), "--max-new-tokens", "4", "--calibration",
+                 str(path), "--json", *qs]) == 0
+    asked = [json.loads(line) for line in capsys.readouterr().out.splitlines()
+             if line.startswith("{")]
+    assert [r["p_correct"] for r in asked] == pytest.approx(list(cal.predict(asked)),
+                                                            nan_ok=True)
+    other = Calibrator.fit(block_rows(blocks=("transformer.wte", "transformer.h.0")),
+                           features=["blocks"])
+    other.doc["model"] = {"name": str(model_dir), "sha256": {}}
+    bad = other.save(tmp_path / "other.json")
+    assert main(["score", str(inp), "--out", str(tmp_path / "o.jsonl"), "--model",
+                 str(model_dir), "--calibration", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "this model's blocks" in err and "Traceback" not in err

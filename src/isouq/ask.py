@@ -65,7 +65,7 @@ def answer_and_score(model, tokenizer, questions: Sequence[str], *,
                      baselines: Sequence[str] = (), judge=None, k: int = 10,
                      k_p_true: int = 5, temperature: float = 1.0, seed: int = 0,
                      max_new_tokens: int = 50, batch_size: int = 16,
-                     spans: str | None = None, params=None) -> list[dict]:
+                     spans: str | None = None, params=None, blocks: bool = False) -> list[dict]:
     """Greedy answer and its uncertainty for each question.
 
     The gradient scores come from one backward pass per batch; each baseline of ``baselines``
@@ -84,6 +84,8 @@ def answer_and_score(model, tokenizer, questions: Sequence[str], *,
         spans: ``"sentences"`` or ``"lines"``: each row also gets ``spans``, its sentences (or
             lines) with their scores (``isouq.spans``; one more batched backward).
         params: the parameters the gradient scores cover (``isouq.params``; None: all).
+        blocks: each row also gets its block profile (``blocks``: ‖∇θ_b p̄‖² per block of
+            the model, from the same backward).
 
     Returns:
         N answer rows (``isouq.answer_row``): key (the question's place), question, answer,
@@ -113,7 +115,8 @@ def answer_and_score(model, tokenizer, questions: Sequence[str], *,
 
     batch = AnswerBatch(model, tokenizer, questions, prompts, [g.text for g in gens],
                         [g.token_ids for g in gens], sample=sample, entailment=judge,
-                        k_p_true=k_p_true, seed=seed, batch_size=batch_size, params=params)
+                        k_p_true=k_p_true, seed=seed, batch_size=batch_size, params=params,
+                        blocks=blocks)
     got = run_methods(batch, ["gradient", *baselines])
     rows = []
     for i, (q, g, m) in enumerate(zip(questions, gens, got, strict=True)):
@@ -209,6 +212,11 @@ def ask(questions: Sequence[str], *, model: str, load: dict | None = None,
     lm, tok, info = load_model(model, **(load or {}))
     if calibration is not None:
         calibration.check_model(model, getattr(info, "files", None))
+        if calibration.needs_blocks:  # the blocks the head reads: this model's?
+            from .blocks import block_map
+            from .params import select_params
+
+            calibration.check_blocks(block_map(lm, tuple(select_params(lm, params))).names)
     judge = None
     if "semantic_entropy" in baselines:
         from .study.qa.baselines.semantic_entropy import entailment_judge
@@ -217,7 +225,8 @@ def ask(questions: Sequence[str], *, model: str, load: dict | None = None,
         judge = entailment_judge(jm, jt, name=entailment_model,
                                  batch_size=options.get("batch_size", 16))
     rows = answer_and_score(lm, tok, questions, baselines=baselines, judge=judge,
-                            params=params, **options)
+                            params=params, blocks=calibration is not None
+                            and calibration.needs_blocks, **options)
     if ref is not None:
         add_percentiles(rows, ref)
     if calibration is not None:

@@ -179,6 +179,8 @@ class ScoreRun:
             spans cannot be made (blank text) is an error row. Recorded in the settings. A row
             that gives its own ``spans`` ranges (``PairRow.spans``) is scored on those, with or
             without this setting.
+        blocks: each row also gets its block profile, ``blocks`` {module path: ‖∇θ_b p̄‖²}
+            (``isouq.blocks``), from the same backward. Recorded in the settings.
         batch_size, max_tokens_per_batch, bucket: how rows are grouped into batches
             (:func:`plan_batches`).
         memory_budget: bytes the process may use: batches are cut so that the predicted peak
@@ -206,6 +208,7 @@ class ScoreRun:
     method: str = "ghost"
     params: Any = None
     spans: str | None = None
+    blocks: bool = False
     batch_size: int = 16
     max_tokens_per_batch: int | None = None
     bucket: bool = True
@@ -230,6 +233,8 @@ class ScoreRun:
         self.settings = {**(self.settings or {}), "method": self.method, "params": self.params}
         if self.spans is not None:  # absent otherwise: runs made before spans existed resume
             self.settings["spans"] = self.spans
+        if self.blocks:  # likewise
+            self.settings["blocks"] = True
         self.settings_sha = content_sha(self.settings)
         self.path = (shard_path(self.out, self.env.rank, self.env.world) if self.env.world > 1
                      else self.out)
@@ -382,7 +387,7 @@ class ScoreRun:
             res = score_sequences(self.model, self.tokenizer, [it.prompt for it in items],
                                   [it.answer for it in items], batch_size=len(items),
                                   method=self.method, params=self.params,
-                                  encoded=[it.encoded for it in items],
+                                  encoded=[it.encoded for it in items], blocks=self.blocks,
                                   **({"spans": spans} if spans is not None else {}))
         except (IsouqError, RuntimeError, ValueError, IndexError) as e:
             if len(items) == 1 or not retry:
@@ -415,6 +420,7 @@ class ScoreRun:
                            "share": round(res.params.share, 6)},
                 "method": self.method,
                 **({"spans": res.row_spans(j)} if it.spans is not None else {}),
+                **({"blocks": res.row_blocks(j)} if self.blocks else {}),
             })
             self.counts["written"] += 1
 
@@ -476,7 +482,8 @@ def score_file(input: str | Path, out: str | Path, *, model: str, load: dict | N
                max_tokens_per_batch: int | None = None, bucket: bool = True,
                limit: int | None = None, on_error: str = "skip",
                memory_budget: str | int | None = None, calibration=None,
-               spans: str | None = None, shard: str | None = None) -> list[str]:
+               spans: str | None = None, shard: str | None = None,
+               blocks: bool = False) -> list[str]:
     """``isouq score``: check everything a user can get wrong, then load the model and score
     the file's rows into ``out`` (resumable; under torchrun each rank its share).
 
@@ -496,6 +503,8 @@ def score_file(input: str | Path, out: str | Path, *, model: str, load: dict | N
             model loads: :func:`check_row_spans`), with or without this option.
         shard: ``"fsdp"``: under torchrun, split the weights over the ranks with FSDP2
             (``distributed.shard_model``); each rank still scores its own rows, in lockstep.
+        blocks: each row also gets its block profile (:class:`ScoreRun`); implied by a
+            calibration that reads it.
 
     Returns:
         The lines that say what was done.
@@ -518,9 +527,11 @@ def score_file(input: str | Path, out: str | Path, *, model: str, load: dict | N
     dtype = load.get("dtype") or "float32"
     if spans is not None and spans not in SPLITTERS:
         raise InputError(f"--spans {spans} is not one of {', '.join(SPLITTERS)}")
+    blocks = blocks or (calibration is not None and calibration.needs_blocks)
     check_settings(out, {**run_settings(model=model, method=method, params=params, dtype=dtype,
                                         options=options),
-                         "params": params, **({"spans": spans} if spans is not None else {})})
+                         "params": params, **({"spans": spans} if spans is not None else {}),
+                         **({"blocks": True} if blocks else {})})
     if isinstance(memory_budget, str):
         from .memory_plan import parse_bytes
 
@@ -542,15 +553,21 @@ def score_file(input: str | Path, out: str | Path, *, model: str, load: dict | N
         if params not in ("last-layer", "last_layer"):  # a set that cannot be: one line now
             from .params import select_params
 
-            select_params(lm, params)
+            chosen = select_params(lm, params)
+            if blocks:  # blocks that cannot be named: one line now
+                from .blocks import block_map
+
+                names = block_map(lm, tuple(chosen)).names
         files = getattr(info, "files", None)
         if calibration is not None:
             calibration.check_model(model, files)
+            if calibration.needs_blocks and params not in ("last-layer", "last_layer"):
+                calibration.check_blocks(names)
         runner = ScoreRun(
             lm, tok, Path(out), settings=run_settings(model=model, method=method, params=params,
                                                       dtype=dtype, model_files=files,
                                                       options=options),
-            method=method, params=params, spans=spans, batch_size=batch_size,
+            method=method, params=params, spans=spans, blocks=blocks, batch_size=batch_size,
             max_tokens_per_batch=max_tokens_per_batch, bucket=bucket,
             memory_budget=memory_budget, on_error=on_error, env=env,
             lockstep=shard is not None, prune=limit is None,

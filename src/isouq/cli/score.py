@@ -60,6 +60,11 @@ def add_to(sub: argparse._SubParsersAction) -> None:
                    help="under torchrun: split the weights over the ranks with FSDP2, each "
                         "rank holding 1/W of the model and scoring its own rows (docs: "
                         "Distributed runs)")
+    p.add_argument("--blocks", action="store_true",
+                   help="also write each answer's block profile: ‖∇θ_b p̄‖² per block of the "
+                        "model (embeddings, each layer, final norm, head), from the same "
+                        "backward (a `blocks` object per row; implied by a --calibration that "
+                        "reads it)")
     p.set_defaults(func=cmd_score)
 
     p = sub.add_parser("merge", help="merge the per-rank shards of a torchrun `score` run")
@@ -85,7 +90,7 @@ def cmd_score(args: argparse.Namespace) -> int:
                            bucket=not args.no_bucketing, limit=args.limit,
                            on_error=args.on_error, memory_budget=args.memory_budget,
                            calibration=calibration_of(args), spans=args.spans,
-                           shard=args.shard):
+                           shard=args.shard, blocks=args.blocks):
         print(line)
     if args.html is not None:
         from ..distributed import dist_env

@@ -35,6 +35,8 @@ class AnswerBatch:
         seed: P(True)'s seed.
         batch_size: answers per forward/backward pass.
         params: the parameters the gradient method scores (``isouq.params``; None: all).
+        blocks: the gradient method also gives each answer's block profile (``extra``
+            ``blocks``: {module path: ‖∇θ_b p̄‖²}, ``isouq.blocks``).
     """
 
     model: object
@@ -49,6 +51,7 @@ class AnswerBatch:
     seed: int = 0
     batch_size: int = 8
     params: object = None
+    blocks: bool = False
     _sampled: list[Sampled] | None = field(default=None, repr=False)
 
     def __len__(self) -> int:
@@ -110,10 +113,11 @@ def gradient(batch: AnswerBatch) -> list[MethodOutput]:
     t0 = time.perf_counter()
     res = score_sequences(batch.model, batch.tokenizer, [batch.prompts[i] for i in scored],
                           [batch.answer_ids[i] for i in scored], batch_size=batch.batch_size,
-                          params=batch.params)
+                          params=batch.params, blocks=batch.blocks)
     share = (time.perf_counter() - t0) / len(scored)
     for j, i in enumerate(scored):
-        out[i] = MethodOutput(res.row_scores(j), share, {"gradient": 1})
+        out[i] = MethodOutput(res.row_scores(j), share, {"gradient": 1},
+                              {"blocks": res.row_blocks(j)} if batch.blocks else {})
     return out
 
 
