@@ -16,8 +16,8 @@ the last (the last generated token is never fed back). :func:`sequence_embedding
 them in one forward pass per pair with ``output_hidden_states=True``; it equals LM-Polygraph's
 value for a question generated alone (a batch of one). In LM-Polygraph's batched generation the
 mean also runs over the batch's left padding and the padding fed after a row has stopped, so
-its value depends on the batch's other questions; that is not reproduced (module
-:func:`answer_ids_for_embedding` trims such padding from kept answers).
+its value depends on the batch's other questions; that is not reproduced
+(:func:`answer_ids_for_embedding` trims such padding from a kept answer's tokens).
 
 Background for RMD (LM-Polygraph: 1,000 C4 documents, a download): :func:`background_texts`
 gives documents of the shipped 20 Newsgroups (train split; headers, footers and quotes
@@ -313,7 +313,8 @@ def sequence_embeddings(model, prompt_ids: Sequence[Sequence[int]],
                          "answer per prompt")
     if batch_size < 1:
         raise InputError(f"batch_size={batch_size}; use 1 or more")
-    seqs = [list(map(int, p)) + list(map(int, a))[:-1] for p, a in zip(prompt_ids, answer_ids)]
+    seqs = [list(map(int, p)) + list(map(int, a))[:-1]
+            for p, a in zip(prompt_ids, answer_ids, strict=True)]
     if any(len(s) == 0 for s in seqs):
         raise InputError("a pair with an empty prompt: LM-Polygraph always feeds prompt tokens; "
                          "pass prompt_token_ids(...) of the prompt")

@@ -159,8 +159,7 @@ def test_a_rows_score_ignores_its_own_folds_other_rows(density, data, name):
     moved[rows[1:]] = gaussian(len(rows) - 1, D, seed=9, shift=5.0)
     after = density.cross_fitted(name, moved, folds, **kw)
     assert after[rows[0]] == pytest.approx(base[rows[0]], rel=1e-6, abs=1e-9)
-    # ... and no row outside fold k moves either: fold k is in their fits, not these rows' values
-    # (sanity, that the same change does move what it should): the other folds' fits saw it
+    # the same change does move the other folds' scores: their fits include fold k's rows
     assert not np.allclose(after[folds == other], base[folds == other], rtol=1e-3)
     # a row scored alone gets the score it gets with its fold
     est = density.make_estimator(name)
