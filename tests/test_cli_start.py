@@ -55,10 +55,20 @@ print(json.dumps({{"n": len(helps), "codes": codes, "seconds": time.perf_counter
     assert r.stderr == ""
 
 
-def test_isouq_help_runs_as_a_command():
-    r = subprocess.run([sys.executable, "-m", "isouq", "--help"], capture_output=True,
+@pytest.mark.parametrize("module", ["isouq", "isouq.cli"])
+def test_isouq_help_runs_as_a_command(module):
+    r = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 0 and "experiment" in r.stdout and r.stderr == ""
+
+
+def test_a_closed_pipe_ends_the_command_quietly():
+    """``isouq models | head -1``: no traceback when the reader goes away."""
+    p = subprocess.Popen([sys.executable, "-m", "isouq", "models"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    p.stdout.close()  # the reader is gone before the command writes
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=120) == 141 and "Traceback" not in err, err
 
 
 def test_choices_are_the_tuples_the_acting_modules_check():

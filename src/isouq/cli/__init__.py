@@ -11,6 +11,7 @@ no torch, so ``isouq --help`` and ``isouq CMD --help`` answer at once.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from ..choices import SPAN_SPLITTERS
@@ -49,13 +50,16 @@ def main(argv: list[str] | None = None) -> int:
     """Run the ``isouq`` command on ``argv`` (default: the process's arguments).
 
     Returns:
-        The exit status: 0, 2 for a user error (one line on stderr), 130 when interrupted.
+        The exit status: 0, 2 for a user error (one line on stderr), 130 when interrupted,
+        141 when the output's reader has gone (a closed pipe).
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     quiet_library_noise()
     try:
         args = build_parser().parse_args(argv)
-        return args.func(args)
+        status = args.func(args)
+        sys.stdout.flush()  # a closed pipe shows here, not at the interpreter's exit
+        return status
     except IsouqError as e:
         print(f"isouq: error: {e}", file=sys.stderr)
         return 2
@@ -63,6 +67,9 @@ def main(argv: list[str] | None = None) -> int:
         print("isouq: interrupted; rows already written are kept (re-run to resume)",
               file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (`isouq models | head`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 __all__ = ["EXTRA_MODULES", "FAMILIES", "SPAN_SPLITTERS", "build_parser", "main",
