@@ -99,7 +99,12 @@ def imports(name: str, path: Path, *, top_level: bool = False) -> set[str]:
 
 @pytest.mark.parametrize("name", [m for m, _ in modules() if not m.endswith("__main__")])
 def test_every_module_imports(name):  # (__main__ runs the CLI when imported)
-    importlib.import_module(name)
+    from isouq.errors import MissingExtraError
+
+    try:
+        importlib.import_module(name)
+    except MissingExtraError as e:  # a plugin's module that needs an extra not installed here
+        pytest.skip(str(e))
 
 
 def test_every_module_has_a_layer():

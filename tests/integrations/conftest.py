@@ -6,11 +6,12 @@ import json
 from pathlib import Path
 
 from isouq.cli import main
+from isouq.scores import SequenceScores
 from isouq.runio import read_jsonl
 
 QUESTIONS = ["what is the capital of france", "who wrote hamlet", "why is the sky blue",
              "what is the moon made of", "is the cat on the mat"]
-SCORE_KEYS = ("epistemic", "epistemic_log", "aleatoric", "normalized_epistemic", "mean_prob")
+SCORE_KEYS = SequenceScores.KEYS
 
 
 def isouq_score(model_dir: Path, prompts: list, answers: list, tmp: Path) -> list[dict]:

@@ -69,19 +69,19 @@ def test_manager_scores_equal_isouq_score(tiny_llama_dir, tmp_path, instruct):
     model = whitebox(tiny_llama_dir, instruct)
     texts = [f"question {q} answer" for q in QUESTIONS]
     shared = [pg.load_estimator(OmegaConf.create({"score": s, "calculator": True}))
-              for s in pg.SCORES]
+              for s in pg.ESTIMATORS]
     man = run_manager(model, texts, [MaximumSequenceProbability(), *shared],
                       [pg.calculator_container()])
     tokens = man.stats["greedy_tokens"]
     assert len(tokens) == len(texts) and all(len(t) >= 2 for t in tokens)
     cli = isouq_score(tiny_llama_dir, pg.lm_polygraph_prompts(texts, instruct), tokens, tmp_path)
-    for s in pg.SCORES:
+    for s in pg.ESTIMATORS:
         got = np.array(man.estimations["sequence", pg.ESTIMATORS[s]])
         assert np.allclose(got, [r[s] for r in cli], rtol=2e-4, atol=1e-9), s
     assert np.allclose(man.stats["isouq_mean_prob"], [r["mean_prob"] for r in cli], rtol=2e-4)
     # the estimators alone (no calculator registered) give the same numbers
-    alone = run_manager(model, texts, [pg.load_estimator({"score": s}) for s in pg.SCORES])
-    for s in pg.SCORES:
+    alone = run_manager(model, texts, [pg.load_estimator({"score": s}) for s in pg.ESTIMATORS])
+    for s in pg.ESTIMATORS:
         assert np.allclose(alone.estimations["sequence", pg.ESTIMATORS[s]],
                            man.estimations["sequence", pg.ESTIMATORS[s]], rtol=1e-6)
 
@@ -104,7 +104,7 @@ def test_loaded_by_module_path_through_lm_polygraphs_factories():
     assert isinstance(est, pg.IsouqEstimator) and est.level == "sequence"
     calc = create_stat_calculator("isouq.integrations.polygraph",
                                   OmegaConf.create({"batch_size": 4}), None)
-    assert calc.stats == list(pg.STATS) and calc.stat_dependencies == ["greedy_tokens"]
+    assert calc.stats == [*pg.STATS, *pg.BLOCK_STATS] and calc.stat_dependencies == ["greedy_tokens"]
     assert calc.batch_size == 4
     # as polygraph_eval reads a config's stat_calculators entry
     sc = StatCalculatorContainer(name=pg.CALCULATOR, builder="isouq.integrations.polygraph",
@@ -145,3 +145,45 @@ def test_gradients_are_on_inside_no_grad(tiny_llama_dir):
     with torch.no_grad():
         man = run_manager(model, texts, [pg.IsouqEpistemic()])
     assert all(v > 0 for v in man.estimations["sequence", "IsouqEpistemic"])
+
+
+def test_the_classes_are_plain_subclasses_and_the_base_is_not_an_estimator():
+    from lm_polygraph.estimators.estimator import Estimator
+
+    from isouq.integrations import polygraph_classes as classes
+
+    for score, name in pg.ESTIMATORS.items():
+        cls = getattr(pg, name)
+        assert cls is getattr(classes, name) and issubclass(cls, Estimator)
+        assert cls.score == score and cls.__module__ == classes.__name__
+    with pytest.raises(TypeError, match="base of isouq's estimators; use one of them"):
+        pg.IsouqEstimator()
+
+
+def test_block_profiles_and_a_learned_p_correct_in_the_manager(tiny_llama_dir, tmp_path):
+    """The calculator with ``blocks`` writes each answer's profile (summing to its epistemic);
+    IsouqPCorrect gives 1 − P(correct) of a calibration reading the profile, as the calibration
+    itself gives it on the same rows."""
+    from isouq.calibration import Calibrator
+
+    model = whitebox(tiny_llama_dir, False)
+    texts = [f"question {q} answer" for q in QUESTIONS]
+    calc = pg.load_stat_calculator({"blocks": True})
+    hf, tok, instruct = pg.unwrap(model)
+    greedy = [tok("the cat sat", add_special_tokens=False)["input_ids"]] * len(texts)
+    stats = calc({"greedy_tokens": greedy}, texts, model)
+    blocks = np.asarray(stats["isouq_blocks"], dtype=float)
+    np.testing.assert_allclose(blocks.sum(1), stats["isouq_epistemic"], rtol=1e-5)
+    names = list(stats["isouq_block_names"][0])
+    assert names[0] == "model.embed_tokens" and "model.layers.0" in names
+    rng = np.random.default_rng(0)
+    rows = [{"key": f"k{i}", "model": "m", "correct": bool(rng.random() < 0.5),
+             "scores": {"mean_prob": float(rng.uniform(0.1, 0.9)),
+                        "epistemic": float(rng.uniform(1, 2))},
+             "blocks": {b: float(rng.uniform(0.1, 1)) for b in names}} for i in range(60)]
+    path = Calibrator.fit(rows, features=["mean_prob", "blocks"]).save(tmp_path / "c.json")
+    est = pg.load_estimator({"score": "p_correct", "calibration": str(path)})
+    assert est.needs_blocks
+    got = est({"model": model, "input_texts": texts, "greedy_tokens": greedy})
+    want = 1 - Calibrator.load(path).predict(pg.stats_rows(stats, len(texts)))
+    np.testing.assert_allclose(got, want, rtol=1e-6)

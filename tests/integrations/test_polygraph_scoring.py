@@ -144,10 +144,6 @@ def test_a_model_isouq_cannot_score_is_one_line_naming_why(wrapper, why):
 
 def test_without_lm_polygraph_the_plugin_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "lm_polygraph", None)  # looks uninstalled
-    monkeypatch.setattr(pg, "_BUILT", {})
-    for name in (pg.CALCULATOR, "IsouqEstimator", *pg.ESTIMATORS.values()):
-        if name in vars(pg):  # built by an earlier test where LM-Polygraph is installed
-            monkeypatch.delattr(pg, name)
     for use in (lambda: pg.IsouqEpistemic, lambda: pg.load_estimator({"score": "aleatoric"}),
                 lambda: pg.load_stat_calculator({}, None), pg.calculator_container):
         with pytest.raises(MissingExtraError) as e:

@@ -1,4 +1,5 @@
-"""isouq's scores as an LM-Polygraph plugin: a stat calculator and four estimators.
+"""isouq's scores as an LM-Polygraph plugin: a stat calculator, four estimators and a learned
+P(correct).
 
 Install with ``pip install 'isouq[polygraph]'`` (LM-Polygraph 0.7). For every greedy generation
 LM-Polygraph makes, the plugin computes isouq's scores of the generated tokens given the
@@ -13,6 +14,10 @@ estimator (``str``)             score (higher = more uncertain)              sta
 ``IsouqAleatoric``              (1/T) Σₜ pₜ(1 − pₜ)                           isouq_aleatoric
 ``IsouqNormalizedEpistemic``    ‖∇θ p̄‖² / ‖θ*‖²                               isouq_normalized_epistemic
 ==============================  ===========================================  ==============
+
+With ``blocks`` the calculator also writes ``isouq_blocks`` (N, B), each answer's block profile
+‖∇θ_b p̄‖² (``isouq.blocks``), and ``isouq_block_names``; ``IsouqPCorrect`` reads a calibration
+of ``isouq calibrate`` (``cfg: {calibration: FILE}``) and gives 1 − P(correct).
 
 The scored tokens are exactly LM-Polygraph's ``greedy_tokens`` (the end-of-sequence token
 included when generated, as its own ``greedy_log_likelihoods`` are), after the prompt tokens
@@ -43,11 +48,13 @@ call of a batch and leaves them in the batch's stats for the other isouq estimat
     from isouq.integrations.polygraph import IsouqEpistemic
     estimate_uncertainty(model, IsouqEpistemic(), "Who wrote Hamlet?")
 
-Without LM-Polygraph installed this module still imports (its isouq side,
-:func:`score_generations`, needs only ``isouq[llm]``); asking for a class, ``load_estimator``
-or ``load_stat_calculator`` raises :class:`~isouq.errors.MissingExtraError` with the
-``pip install`` line. A model isouq cannot score (vLLM, an API model, a sequence-to-sequence
-or vision model) is refused in one line saying why.
+The LM-Polygraph classes are plain subclasses of its ``StatCalculator`` and ``Estimator``
+(``isouq.integrations.polygraph_classes``), imported on first use: without LM-Polygraph
+installed this module still imports (its isouq side, :func:`score_generations`, needs only
+``isouq[llm]``); asking for a class, ``load_estimator`` or ``load_stat_calculator`` raises
+:class:`~isouq.errors.MissingExtraError` with the ``pip install`` line. A model isouq cannot
+score (vLLM, an API model, a sequence-to-sequence or vision model) is refused in one line
+saying why.
 """
 
 from __future__ import annotations
@@ -59,21 +66,23 @@ import numpy as np
 import torch
 
 from ..errors import InputError, ModelError, require
+from ..methods import SCORES as SCORE_INFO
+from ..scores import SequenceScores
 from ..sequences import encode, score_sequences
 
 EXTRA = "polygraph"
 WHAT = "isouq's LM-Polygraph plugin (isouq.integrations.polygraph)"
-#: score key → estimator class name
-ESTIMATORS = {
-    "epistemic": "IsouqEpistemic",
-    "epistemic_log": "IsouqEpistemicLog",
-    "aleatoric": "IsouqAleatoric",
-    "normalized_epistemic": "IsouqNormalizedEpistemic",
-}
-SCORES = tuple(ESTIMATORS)
+#: score key → estimator class name: each uncertainty of ``SequenceScores.KEYS`` (p̄ and the
+#: sequence log-probability are LM-Polygraph's own MSP family)
+ESTIMATORS = {k: "Isouq" + "".join(w.capitalize() for w in k.split("_"))
+              for k in SequenceScores.KEYS if SCORE_INFO[k].higher == "uncertain"}
+#: the learned P(correct) estimator (a calibration of ``isouq calibrate``)
+P_CORRECT = "IsouqPCorrect"
 CALCULATOR = "IsouqScoresCalculator"
 #: the stats the calculator writes (one value per answer each)
-STATS = tuple(f"isouq_{k}" for k in (*SCORES, "mean_prob", "n_tokens", "seconds"))
+STATS = tuple(f"isouq_{k}" for k in (*SequenceScores.KEYS, "n_tokens", "seconds"))
+#: what it adds with ``blocks``: (N, B) profiles and their block names
+BLOCK_STATS = ("isouq_blocks", "isouq_block_names")
 
 
 # --------------------------------------------------------------------------- isouq side
@@ -97,17 +106,19 @@ def lm_polygraph_prompts(input_texts: Sequence, instruct: bool) -> list:
 def score_generations(model: torch.nn.Module, tokenizer, input_texts: Sequence,
                       greedy_tokens: Sequence[Sequence[int]], *, instruct: bool = False,
                       prompt_ids: Sequence[Sequence[int]] | None = None,
-                      batch_size: int | None = None) -> dict[str, np.ndarray]:
+                      batch_size: int | None = None, blocks: bool = False
+                      ) -> dict[str, np.ndarray]:
     """isouq's scores of LM-Polygraph generations: (input text, greedy token ids) pairs in,
-    ``{"epistemic", "epistemic_log", "aleatoric", "normalized_epistemic", "mean_prob",
-    "n_tokens", "seconds"}`` out, one value per answer (``seconds``: the batch's wall time
-    shared equally).
+    the scores of ``SequenceScores.KEYS`` with ``"n_tokens"`` and ``"seconds"`` out, one value
+    per answer (``seconds``: the batch's wall time shared equally); with ``blocks`` also
+    ``"blocks"`` (N, B) and ``"block_names"`` (B,).
 
     ``model``/``tokenizer``: the Hugging Face causal LM and tokenizer. ``instruct``: the inputs
     were rendered with the chat template (LM-Polygraph's ``instruct``). ``prompt_ids``: the
     unpadded prompt token ids LM-Polygraph fed the model; when given, isouq's tokenization of
     each prompt must equal them (else :class:`ModelError`). ``batch_size``: answers per
-    backward pass (default: all of them, one backward)."""
+    backward pass (default: all of them, one backward). ``blocks``: also each answer's block
+    profile (``score_sequences(blocks=True)``), from the same backward."""
     if torch.is_inference_mode_enabled():
         raise ModelError("isouq's LM-Polygraph estimators need gradients, and they were called "
                          "inside torch.inference_mode(); call them outside it")
@@ -126,15 +137,14 @@ def score_generations(model: torch.nn.Module, tokenizer, input_texts: Sequence,
                     "LM-Polygraph and isouq add alike")
     t0 = time.perf_counter()
     s = score_sequences(model, tokenizer, prompts, answers,
-                        batch_size=batch_size or max(len(answers), 1))
+                        batch_size=batch_size or max(len(answers), 1), blocks=blocks)
     sec = (time.perf_counter() - t0) / max(len(answers), 1)
-    return {"epistemic": s.epistemic.double().numpy(),
-            "epistemic_log": s.epistemic_log.double().numpy(),
-            "aleatoric": s.aleatoric.double().numpy(),
-            "normalized_epistemic": s.normalized_epistemic.double().numpy(),
-            "mean_prob": s.mean_prob.double().numpy(),
-            "n_tokens": s.n_tokens.numpy(),
-            "seconds": np.full(len(answers), sec)}
+    out = {k: getattr(s, k).double().numpy() for k in SequenceScores.KEYS}
+    out |= {"n_tokens": s.n_tokens.numpy(), "seconds": np.full(len(answers), sec)}
+    if blocks:
+        out |= {"blocks": s.blocks.double().numpy(),
+                "block_names": np.array([list(s.block_names)] * len(answers), dtype=object)}
+    return out
 
 
 def unwrap(model) -> tuple[torch.nn.Module, object, bool]:
@@ -170,85 +180,40 @@ def lm_polygraph_prompt_ids(model, input_texts: Sequence) -> list[list[int]]:
 
 
 def polygraph_stats(model, input_texts: Sequence, greedy_tokens: Sequence,
-                    batch_size: int | None = None) -> dict[str, np.ndarray]:
+                    batch_size: int | None = None, blocks: bool = False
+                    ) -> dict[str, np.ndarray]:
     """The calculator's stats (``isouq_*``) for one LM-Polygraph batch."""
     hf, tok, instruct = unwrap(model)
     scores = score_generations(hf, tok, input_texts, greedy_tokens, instruct=instruct,
                                prompt_ids=lm_polygraph_prompt_ids(model, input_texts),
-                               batch_size=batch_size)
+                               batch_size=batch_size, blocks=blocks)
     return {f"isouq_{k}": v for k, v in scores.items()}
 
 
+def stats_rows(stats: Mapping, n: int) -> list[dict]:
+    """The batch's isouq stats as answer rows (``scores``, and ``blocks`` when the stats hold
+    the profiles), as a calibration reads them."""
+    rows = [{"scores": {k: float(stats[f"isouq_{k}"][i]) for k in SequenceScores.KEYS
+                        if f"isouq_{k}" in stats}} for i in range(n)]
+    if "isouq_blocks" in stats:
+        for i, r in enumerate(rows):
+            r["blocks"] = dict(zip(stats["isouq_block_names"][i],
+                                   map(float, stats["isouq_blocks"][i]), strict=True))
+    return rows
+
+
 # --------------------------------------------------------------------------- LM-Polygraph side
-_BUILT: dict[str, type] = {}
-
-
-def _classes() -> dict[str, type]:
-    if _BUILT:
-        return _BUILT
+def _classes():
+    """The plugin's LM-Polygraph classes (``polygraph_classes``, imported on first use)."""
     require("lm_polygraph", extra=EXTRA, what=WHAT)
-    from lm_polygraph.estimators.estimator import Estimator
-    from lm_polygraph.stat_calculators.stat_calculator import StatCalculator
+    from . import polygraph_classes
 
-    class IsouqScoresCalculator(StatCalculator):
-        """isouq's scores of the greedy generations: every answer of the batch from one
-        backward pass (``batch_size``: answers per backward; default the whole batch)."""
-
-        @staticmethod
-        def meta_info():
-            return list(STATS), ["greedy_tokens"]
-
-        def __init__(self, batch_size: int | None = None):
-            super().__init__()
-            self.batch_size = batch_size
-
-        def __call__(self, dependencies, texts, model, max_new_tokens: int = 100, **kwargs):
-            return polygraph_stats(model, texts, dependencies["greedy_tokens"], self.batch_size)
-
-        def __repr__(self):
-            return CALCULATOR
-
-    class IsouqEstimator(Estimator):
-        """Base of isouq's estimators. ``calculator``: read the scores from
-        IsouqScoresCalculator's stats (it must be registered, as in a polygraph_eval config);
-        False (default): compute them on the first call of a batch from the batch's model,
-        inputs and greedy tokens, and leave them in its stats for the other isouq estimators."""
-
-        score = ""
-
-        def __init__(self, calculator: bool = False, batch_size: int | None = None):
-            deps = [f"isouq_{self.score}"] if calculator else ["greedy_tokens"]
-            super().__init__(deps, "sequence")
-            self.calculator, self.batch_size = bool(calculator), batch_size
-
-        def __str__(self):
-            return type(self).__name__
-
-        def __call__(self, stats: Mapping) -> np.ndarray:
-            key = f"isouq_{self.score}"
-            if key not in stats:
-                for k in ("model", "input_texts", "greedy_tokens"):
-                    if k not in stats:
-                        raise InputError(f"{self}: the batch's stats have no {k!r}; run it "
-                                         "through LM-Polygraph's UEManager")
-                stats.update(polygraph_stats(stats["model"], stats["input_texts"],
-                                             stats["greedy_tokens"], self.batch_size))
-            return np.asarray(stats[key], dtype=float)
-
-    built = {CALCULATOR: IsouqScoresCalculator, "IsouqEstimator": IsouqEstimator}
-    for score, cls_name in ESTIMATORS.items():
-        built[cls_name] = type(cls_name, (IsouqEstimator,), {
-            "score": score, "__doc__": f"isouq's {score} score of the greedy answer."})
-    for cls_name, cls in built.items():  # picklable, importable by name
-        cls.__module__, cls.__qualname__ = __name__, cls_name
-        globals()[cls_name] = cls
-    _BUILT.update(built)
-    return _BUILT
+    return polygraph_classes
 
 
 def __getattr__(name: str):
-    if name in (CALCULATOR, "IsouqEstimator", *ESTIMATORS.values()):
-        return _classes()[name]
+    if name in (CALCULATOR, "IsouqEstimator", P_CORRECT, *ESTIMATORS.values()):
+        return getattr(_classes(), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -259,39 +224,48 @@ def _plain(config) -> dict:
 
 def load_estimator(config=None):
     """LM-Polygraph's hook for an estimator named by module path (``FactoryEstimator``):
-    ``cfg: {score: epistemic | epistemic_log | aleatoric | normalized_epistemic,
-    calculator: bool, batch_size: int}``."""
+    ``cfg: {score: epistemic | epistemic_log | aleatoric | normalized_epistemic | p_correct,
+    calculator: bool, batch_size: int, calibration: FILE (p_correct only)}``."""
     classes = _classes()
     cfg = _plain(config)
     score = cfg.pop("score", "epistemic")
+    if score == "p_correct":
+        unknown = set(cfg) - {"calculator", "batch_size", "calibration"}
+        if unknown or "calibration" not in cfg:
+            raise InputError(f"isouq's p_correct estimator takes calibration (a FILE of isouq "
+                             f"calibrate), calculator and batch_size; got {sorted(cfg)}")
+        return getattr(classes, P_CORRECT)(**cfg)
     if score not in ESTIMATORS:
         raise InputError(f"score {score!r} is not one of isouq's estimators: "
-                         f"{', '.join(ESTIMATORS)}")
+                         f"{', '.join([*ESTIMATORS, 'p_correct'])}")
     unknown = set(cfg) - {"calculator", "batch_size"}
     if unknown:
         raise InputError(f"unknown option(s) {sorted(unknown)} for isouq's estimator; "
                          "use score, calculator, batch_size")
-    return classes[ESTIMATORS[score]](**cfg)
+    return getattr(classes, ESTIMATORS[score])(**cfg)
 
 
 def load_stat_calculator(config=None, environment=None):
     """LM-Polygraph's hook for a stat calculator built by module path (``builder``):
-    ``cfg: {batch_size: int}`` (answers per backward; default the whole batch)."""
+    ``cfg: {batch_size: int, blocks: bool}`` (answers per backward, default the whole batch;
+    also the block profiles, ``isouq_blocks``)."""
     classes = _classes()
     cfg = _plain(config)
     cfg.pop("obj", None)
-    unknown = set(cfg) - {"batch_size"}
+    unknown = set(cfg) - {"batch_size", "blocks"}
     if unknown:
-        raise InputError(f"unknown option(s) {sorted(unknown)} for {CALCULATOR}; use batch_size")
-    return classes[CALCULATOR](**cfg)
+        raise InputError(f"unknown option(s) {sorted(unknown)} for {CALCULATOR}; use "
+                         "batch_size, blocks")
+    return getattr(classes, CALCULATOR)(**cfg)
 
 
-def calculator_container(batch_size: int | None = None):
+def calculator_container(batch_size: int | None = None, blocks: bool = False):
     """The calculator as LM-Polygraph's ``StatCalculatorContainer``, for a ``UEManager`` built
     in Python (``available_stat_calculators=register_default_stat_calculators(...) + [this]``)."""
-    cls = _classes()[CALCULATOR]
+    cls = getattr(_classes(), CALCULATOR)
     from lm_polygraph.utils.factory_stat_calculator import StatCalculatorContainer
 
     return StatCalculatorContainer(name=CALCULATOR, obj=cls, builder=__name__,
-                                   cfg={"batch_size": batch_size}, stats=list(STATS),
+                                   cfg={"batch_size": batch_size, "blocks": blocks},
+                                   stats=list(STATS) + (list(BLOCK_STATS) if blocks else []),
                                    dependencies=["greedy_tokens"])
