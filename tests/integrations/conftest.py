@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 from isouq.cli import main
-from isouq.scores import SequenceScores
 from isouq.runio import read_jsonl
+from isouq.scores import SequenceScores
 
 QUESTIONS = ["what is the capital of france", "who wrote hamlet", "why is the sky blue",
              "what is the moon made of", "is the cat on the mat"]
