@@ -12,7 +12,10 @@ The parts, each in its own module (docs/serve.md is the user's guide):
   and runs micro-batches (``max_batch`` answers, waiting at most ``max_wait_ms``).
 - :mod:`~isouq.serve.schemas`: request bodies (pydantic), OpenAI's shapes plus ``/v1/score``.
 - :mod:`~isouq.serve.metrics`: Prometheus metrics (``GET /metrics``).
-- :mod:`~isouq.serve.app`: the FastAPI application (:func:`create_app`).
+- :mod:`~isouq.serve.routes`: the HTTP routes, one module per endpoint family (chat and
+  completions, score, ask, models, health and metrics, the page).
+- :mod:`~isouq.serve.app`: the FastAPI application (:func:`create_app` assembles the routes,
+  the body limit, the request metrics and the error handlers).
 - :mod:`~isouq.serve.page`: the page at ``/`` (inline HTML, CSS and JavaScript).
 - :mod:`~isouq.serve.server`: loading the model and running uvicorn (:func:`run_server`).
 
