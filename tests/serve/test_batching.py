@@ -498,3 +498,76 @@ def test_metrics_count_batches_by_size_the_model_busy_time_and_the_gap():
                               re.M).group(1))
     assert gaps == len(engine.sizes) - 1
     assert gap_sum >= 0.2  # the last batch waited for its request, sent 0.2 s after the others'
+
+
+def _jobs(lengths, units=1):
+    from isouq.serve.batcher import Job
+
+    out = []
+    for i, n in enumerate(lengths):
+        j = Job(work=None, units=units, length=n)
+        j.name = i
+        out.append(j)
+    return out
+
+
+def test_a_batch_is_first_come_first_served_when_everything_queued_fits():
+    from collections import deque
+
+    from isouq.serve.batcher import choose
+
+    q = deque(_jobs([90, 10, 50, 200]))
+    assert [j.name for j in choose(q, 4)] == [0, 1, 2, 3] and not q
+
+
+def test_a_long_queue_is_batched_by_length_and_no_job_waits_long_past_its_turn():
+    """With more queued than one batch holds, the worker puts rows of similar length together
+    (less padding), always with the oldest job; in a steady stream of mixed lengths (the queue
+    refilled as each batch leaves, as 64 clients keep it) no job goes more than MAX_PASSED
+    batches later than first come, first served would send it, and the padded tokens fall."""
+    import random
+    from collections import deque
+
+    from isouq.serve.batcher import MAX_PASSED, Job, choose
+
+    q = deque(_jobs([50, 200, 50, 200, 50, 200, 50, 200]))
+    first = choose(q, 4)
+    assert [j.name for j in first] == [0, 2, 4, 6]  # the oldest (50) and its like
+    assert all(j.passed == 1 for j in q if j.name < 6)  # 1, 3, 5 waited while younger went
+    assert [j.name for j in choose(q, 4)] == [1, 3, 5, 7]
+
+    rng = random.Random(0)
+    sizes = [50, 60, 70, 90, 200]
+    q, n, served, padded, fifo_padded = deque(), 0, {}, 0, 0
+    made: list[int] = []
+
+    def arrive():
+        nonlocal n
+        j = Job(work=None, units=1, length=rng.choice(sizes))
+        j.name, n = n, n + 1
+        made.append(j.length)
+        q.append(j)
+
+    for _ in range(48):
+        arrive()
+    for b in range(60):
+        batch = choose(q, 16)
+        assert sum(j.units for j in batch) == 16 and batch[0].passed <= MAX_PASSED
+        padded += 16 * max(j.length for j in batch)
+        for j in batch:
+            served[j.name] = b
+            arrive()
+    late = max(b - k // 16 for k, b in served.items())
+    assert late <= MAX_PASSED, late
+    fifo_padded = sum(16 * max(made[k:k + 16]) for k in range(0, 60 * 16, 16))
+    assert padded < 0.8 * fifo_padded, (padded, fifo_padded)
+
+
+def test_the_length_hint_reads_the_longest_row_of_a_job():
+    from isouq.serve.batcher import CHARS_PER_TOKEN, length_hint
+
+    score = ScoreJob([Pair(answer="abc", prompt="hello"), Pair(answer=[1, 2, 3],
+                                                               question="who?")])
+    assert length_hint(score) == max(5 + 3, 4 + 3 * CHARS_PER_TOKEN)
+    chat = GenerateJob([("messages", [{"role": "user", "content": "hi there"}])], max_tokens=5)
+    assert length_hint(chat) == 8 + 5 * CHARS_PER_TOKEN

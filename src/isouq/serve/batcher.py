@@ -2,8 +2,11 @@
 (:class:`~isouq.serve.model_thread.ModelThread`).
 
 Requests are queued as jobs (``engine.ScoreJob`` / ``engine.GenerateJob``). The worker takes
-the jobs at the front that fit in ``max_batch`` answers (always at least one) and runs them as
-one batch (``Engine.run``: one ``score_sequences`` call over the batch). Each job's answer comes
+the jobs that fit in ``max_batch`` answers (always at least one) and runs them as one batch
+(``Engine.run``: one ``score_sequences`` call over the batch): every job queued when they all
+fit, else the oldest and the jobs of the queue's front whose rows are closest to it in length
+(:func:`choose`: less padding, as ``isouq score`` buckets its rows; a job passed over twice
+goes first). Each job's answer comes
 back through a ``concurrent.futures.Future``. When a batch starts:
 
 - at once when ``max_batch`` answers are queued;
@@ -51,6 +54,16 @@ DELIVERY_GRACE_S = 0.5
 REASONS = ("full", "back", "waited", "stopping")
 
 
+#: answers queued beyond the first ``max_batch`` that the worker looks through to fill a batch
+#: with rows of similar length, in multiples of ``max_batch``
+LOOKAHEAD_BATCHES = 2
+#: a job passed over this many times (a younger job of closer length went first) goes into the
+#: next batch before any job chosen by length
+MAX_PASSED = 2
+#: characters per token assumed by :func:`length_hint` for a generation's new tokens
+CHARS_PER_TOKEN = 4
+
+
 @dataclass
 class Job:
     work: object  # engine.ScoreJob | engine.GenerateJob
@@ -58,6 +71,77 @@ class Job:
     submitted: float = field(default_factory=time.perf_counter)
     future: Future = field(default_factory=Future)
     tracked: bool = False  # the app reports when its answer is handed over (delivered)
+    length: int = 0  # length_hint(work): how long its longest row is, in characters
+    passed: int = 0  # batches that took a younger job and left this one waiting
+
+
+def length_hint(work) -> int:
+    """The length of the job's longest row (prompt + answer) in characters, known without
+    tokenizing (the model thread tokenizes): a stand-in for its token count, to put rows of
+    similar length in one batch. A token-id answer counts :data:`CHARS_PER_TOKEN` characters
+    per id, a generation its prompt and ``max_tokens`` new tokens."""
+
+    def size(x) -> int:
+        if x is None:
+            return 0
+        if isinstance(x, str):
+            return len(x)
+        if isinstance(x, dict):
+            return len(str(x.get("content", "")))
+        if isinstance(x, (list, tuple)):
+            return sum(size(v) if not isinstance(v, int) else CHARS_PER_TOKEN for v in x)
+        return len(str(x))
+
+    if hasattr(work, "pairs"):
+        return max((size(p.prompt) + size(p.question) + size(p.answer) for p in work.pairs),
+                   default=0)
+    if hasattr(work, "prompts"):
+        new = CHARS_PER_TOKEN * int(getattr(work, "max_tokens", 0))
+        return max((size(v) for _, v in work.prompts), default=0) + new
+    return 0
+
+
+def choose(queue: deque[Job], max_batch: int) -> list[Job]:
+    """Take the next batch out of ``queue``: at most ``max_batch`` answers (the first job
+    alone if it holds more).
+
+    When everything queued fits, that is the batch. Otherwise the batch holds the oldest job,
+    then every job passed over :data:`MAX_PASSED` times (oldest first), then, from the jobs
+    among the first ``(1 + LOOKAHEAD_BATCHES) × max_batch`` answers queued, those whose
+    :func:`length_hint` is closest to the oldest job's: rows of similar length padded together,
+    as ``isouq score`` buckets its rows. A job left waiting while a younger one went is passed
+    over once more; so none waits more than ``MAX_PASSED`` batches longer than first come,
+    first served would make it.
+    """
+    if sum(j.units for j in queue) <= max_batch:
+        batch = list(queue)
+        queue.clear()
+        return batch
+    window, seen = [], 0
+    for job in queue:
+        if window and seen + job.units > (1 + LOOKAHEAD_BATCHES) * max_batch:
+            break
+        window.append(job)
+        seen += job.units
+    head = window[0]
+    batch, units = [head], head.units
+    first = [j for j in window[1:] if j.passed >= MAX_PASSED]
+    rest = sorted((j for j in window[1:] if j.passed < MAX_PASSED),
+                  key=lambda j: abs(j.length - head.length))
+    for job in first + rest:
+        if units + job.units <= max_batch:
+            batch.append(job)
+            units += job.units
+    place = {id(j): i for i, j in enumerate(window)}
+    taken = {id(j) for j in batch}
+    youngest = max(place[id(j)] for j in batch)
+    for job in window[:youngest]:
+        if id(job) not in taken:
+            job.passed += 1
+    kept = [j for j in queue if id(j) not in taken]
+    queue.clear()
+    queue.extend(kept)
+    return sorted(batch, key=lambda j: place[id(j)])
 
 
 @dataclass
@@ -143,7 +227,7 @@ class Batcher:
             track: the caller reports with :meth:`delivered` when it has handed the answer to
                 its client (the next batch waits for that client from then on).
         """
-        job = Job(work, max(int(work.units), 1), tracked=track)
+        job = Job(work, max(int(work.units), 1), tracked=track, length=length_hint(work))
         with self._cond:
             if self._stopping or not self._running_worker:
                 raise RequestError("the server is shutting down; retry on another instance",
@@ -227,12 +311,8 @@ class Batcher:
                     reason = "waited"
                     break
                 self._cond.wait(until - now)
-            batch, units = [], 0
-            while self._queue and (not batch or units + self._queue[0].units <= s.max_batch):
-                job = self._queue.popleft()
-                if job.future.set_running_or_notify_cancel():
-                    batch.append(job)
-                    units += job.units
+            batch = [job for job in choose(self._queue, s.max_batch)
+                     if job.future.set_running_or_notify_cancel()]
             self._running = len(batch)
             self._turn = None
             self._gauge()
