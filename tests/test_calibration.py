@@ -404,7 +404,7 @@ def test_mlp_map_is_sklearns_network():
     m = fit_map(cols, y, "both", "mlp", sets=sets, seed=2)
     X = np.c_[cols["mean_prob"], np.log(cols["block:model.layers.1"])]
     sc = StandardScaler().fit(X)
-    ref = MLPClassifier(hidden_layer_sizes=(16,), alpha=1.0, solver="lbfgs", max_iter=2000,
+    ref = MLPClassifier(hidden_layer_sizes=(16,), alpha=1.0, solver="lbfgs", max_iter=200,
                         random_state=2).fit(sc.transform(X), y)
     np.testing.assert_allclose(m.predict(cols), ref.predict_proba(sc.transform(X))[:, 1],
                                rtol=1e-6, atol=1e-9)

@@ -97,3 +97,29 @@ def aurac(
     cutoffs = np.quantile(u, qs)
     accs = np.array([c[u <= t].mean() for t in cutoffs])
     return float(accs.sum() * (qs[1] - qs[0]))
+
+
+def _normalize(target: np.ndarray) -> np.ndarray:
+    lo, hi = np.min(target), np.max(target)
+    if np.isclose(lo, hi):
+        lo, hi = lo - 1, hi + 1
+    return (target - lo) / (hi - lo)
+
+
+def prediction_rejection_area(ue, target, max_rejection: float = 1.0) -> float:
+    """LM-Polygraph's PRR: the area under the prediction-rejection curve, exactly as
+    LM-Polygraph 0.7's ``PredictionRejectionArea`` after ``UEManager``'s NaN handling
+    (uncertainties clipped, questions without a quality value dropped): higher uncertainty
+    rejected first; quality min-max normalized. (n,) uncertainty, (n,) quality -> float."""
+    ue = np.nan_to_num(np.asarray(ue, dtype=float), nan=-1e7, neginf=-1e7, posinf=1e7)
+    target = np.asarray(target, dtype=float)
+    keep = ~np.isnan(target)
+    ue, target = ue[keep], _normalize(target[keep])
+    n = len(ue)
+    k = int(max_rejection * n)
+    if k == 0:
+        return float("nan")
+    sorted_t = target[np.argsort(ue)]
+    cumsum = np.cumsum(sorted_t)[-k:]
+    scores = (cumsum / np.arange(n - k + 1, n + 1))[::-1]
+    return float(np.sum(scores) / k)

@@ -6,7 +6,8 @@ Input: the kept files ``results/polygraph/polygraph__<dataset>__<model>.json`` w
 its quality under LM-Polygraph's generation metrics (accuracy, ROUGE-L) and every estimator's
 uncertainty, plus LM-Polygraph's own UE metrics and each estimator's cost per answer.
 
-The section recomputes PRR with LM-Polygraph's formula (:func:`prr`, equal to its
+The section recomputes PRR with LM-Polygraph's formula
+(``evaluation.rejection.prediction_rejection_area``, equal to its
 ``PredictionRejectionArea`` on the kept values) to put bootstrap intervals on it (questions
 resampled, every estimator on the same resample), ranks isouq's best estimator among
 LM-Polygraph's, and says in plain words what the ranks show.
@@ -21,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from ...errors import DataError
+from ...evaluation.rejection import prediction_rejection_area as prr
 from .document import Block, Section, unique_slug
 from .tables import format_value, make_table
 
@@ -62,32 +64,6 @@ def load_polygraph(path: Path) -> dict:
 
 
 # --------------------------------------------------------------------------- statistics
-def _normalize(target: np.ndarray) -> np.ndarray:
-    lo, hi = np.min(target), np.max(target)
-    if np.isclose(lo, hi):
-        lo, hi = lo - 1, hi + 1
-    return (target - lo) / (hi - lo)
-
-
-def prr(ue, target, max_rejection: float = 1.0) -> float:
-    """Area under the prediction-rejection curve, exactly as LM-Polygraph 0.7's
-    ``PredictionRejectionArea`` after ``UEManager``'s NaN handling (uncertainties clipped,
-    questions without a quality value dropped): higher uncertainty rejected first; quality
-    min-max normalized."""
-    ue = np.nan_to_num(np.asarray(ue, dtype=float), nan=-1e7, neginf=-1e7, posinf=1e7)
-    target = np.asarray(target, dtype=float)
-    keep = ~np.isnan(target)
-    ue, target = ue[keep], _normalize(target[keep])
-    n = len(ue)
-    k = int(max_rejection * n)
-    if k == 0:
-        return float("nan")
-    sorted_t = target[np.argsort(ue)]
-    cumsum = np.cumsum(sorted_t)[-k:]
-    scores = (cumsum / np.arange(n - k + 1, n + 1))[::-1]
-    return float(np.sum(scores) / k)
-
-
 def _matrix(doc: Mapping, estimators: Sequence[str]) -> np.ndarray:
     return np.array([[np.nan if q["ue"].get(e) is None else q["ue"][e] for e in estimators]
                      for q in doc["questions"]], dtype=float)

@@ -1,0 +1,196 @@
+"""What the learned heads and LM-Polygraph's train-split estimators read, for every kept answer
+of the LM-Polygraph benchmark: one pass over the kept rows, resumable.
+
+    .venv-polygraph/bin/python scripts/polygraph/features.py [--models smollm2 ...] \
+        [--datasets triviaqa truthfulqa] [--folds 5] [--background 256]
+
+For each kept results file ``results/polygraph/polygraph__<dataset>__<model>.json`` and each of
+its questions (the answer LM-Polygraph generated, scored as the plugin scores it):
+
+1. isouq's scores of the answer with its block profile (``score_generations(blocks=True)``, the
+   prompt as LM-Polygraph fed it): ``scores`` (``SequenceScores.KEYS``) and ``blocks``. The
+   answer's tokens are the kept ``answer_ids`` (runs that archive them) or its text tokenized
+   again with its kept length (``density.answer_ids_from_text``); ``tokens`` says which, and
+   ``matches_kept`` whether the recomputed epistemic equals the kept ``IsouqEpistemic`` (so the
+   tokens are those LM-Polygraph generated);
+2. LM-Polygraph's ``embeddings_decoder`` of the pair (``density.sequence_embeddings``), kept in
+   the git-ignored cache ``.cache/polygraph_features/``.
+
+Written, one row per question (``results/polygraph/features/<dataset>__<model>.jsonl``, the
+kept order), then, once every row is in: the folds (``density.assign_folds``, K folds seeded by
+``--seed`` over the kept order; the learned heads use the same folds) and LM-Polygraph's own
+train-split estimators cross-fitted on them (``density.cross_fitted``: MD, RMD against a
+20 Newsgroups background of ``--background`` documents, RDE, and PPL-MD from the kept
+perplexities) in ``<dataset>__<model>.density.json``. Rows already written are skipped. Runs
+in .venv-polygraph (needs LM-Polygraph); the models are the exported folders of
+``export_models.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import density  # noqa: E402  (scripts/polygraph/density.py)
+import prepare_data  # noqa: E402  (scripts/polygraph/prepare_data.py)
+
+RESULTS = Path("results/polygraph")
+MODELDIR = Path(".cache/polygraph_models")
+CACHE = Path(".cache/polygraph_features")
+DENSITY = ("MahalanobisDistanceSeq", "RelativeMahalanobisDistanceSeq", "RDESeq", "PPLMDSeq")
+
+
+def load(model: str):
+    """(model, tokenizer, instruct) of an exported folder, loaded as polygraph_eval loads it."""
+    sys.path.insert(0, str(Path("configs/polygraph").resolve()))
+    import load_local  # configs/polygraph/load_local.py
+
+    folder = MODELDIR / model
+    if not (folder / "isouq_export.json").exists():
+        import export_models
+
+        export_models.export(model, MODELDIR)
+    lm, tok = load_local.load_model(str(folder)), load_local.load_tokenizer(str(folder))
+    return lm, tok, bool(getattr(tok, "chat_template", None))
+
+
+def answer_ids(q: dict, tok) -> tuple[list[int] | None, str]:
+    """The answer's generated tokens and where they come from: ``kept`` or ``text``."""
+    if q.get("answer_ids") is not None:
+        return [int(t) for t in q["answer_ids"]], "kept"
+    return density.answer_ids_from_text(tok, q["answer"], int(q["n_tokens"])), "text"
+
+
+def score_rows(kept: dict, model, tok, instruct: bool, out: Path, emb_out: Path,
+               batch: int) -> None:
+    """Step 1 and 2 for the questions not yet written."""
+    from isouq.integrations.polygraph import score_generations
+    from isouq.runio import JsonlWriter, read_jsonl
+
+    done = {r["key"] for r in read_jsonl(out)}
+    style = "chat" if instruct else "plain"
+    todo = [q for q in kept["questions"] if q["key"] not in done]
+    w, e = JsonlWriter(out), JsonlWriter(emb_out)
+    for s in range(0, len(todo), batch):
+        part = todo[s:s + batch]
+        inputs = [prepare_data.prompt_text(q["question"], style) for q in part]
+        ids = [answer_ids(q, tok) for q in part]
+        ok = [i for i, (a, _) in enumerate(ids) if a]
+        t0 = time.perf_counter()
+        got = score_generations(model, tok, [inputs[i] for i in ok], [ids[i][0] for i in ok],
+                                instruct=instruct, blocks=True) if ok else {}
+        sec = (time.perf_counter() - t0) / max(len(ok), 1)
+        prompts = [density.prompt_token_ids(tok, inputs[i], instruct) for i in ok]
+        emb = density.sequence_embeddings(
+            model, prompts, [density.answer_ids_for_embedding(ids[i][0], tok) for i in ok],
+            batch_size=len(ok)) if ok else []
+        for j, q in enumerate(part):
+            row = {"key": q["key"], "tokens": ids[j][1]}
+            if j not in ok:
+                w.write({**row, "error": "its text does not tokenize into its kept length"})
+                continue
+            r = ok.index(j)
+            scores = {k: float(v[r]) for k, v in got.items()
+                      if k not in ("blocks", "block_names", "seconds", "n_tokens")}
+            kept_epi = q["ue"].get("IsouqEpistemic")
+            row |= {"scores": scores, "n_tokens": int(got["n_tokens"][r]),
+                    "blocks": dict(zip(got["block_names"][r], map(float, got["blocks"][r]),
+                                       strict=True)),
+                    "matches_kept": kept_epi is not None and abs(
+                        scores["epistemic"] - kept_epi) <= 1e-3 * abs(kept_epi),
+                    "seconds": round(sec, 4)}
+            w.write(row)
+            e.write({"key": q["key"], "embedding": [float(x) for x in emb[r]]})
+        print(f"  {len(done) + s + len(part)} of {len(kept['questions'])}", flush=True)
+
+
+def cross_fit_density(kept: dict, rows_path: Path, emb_path: Path, bg: np.ndarray,
+                      out: Path, folds_k: int, seed: int) -> None:
+    """LM-Polygraph's train-split estimators, each row scored by fits on the other folds."""
+    from isouq.runio import dumps, read_jsonl
+
+    keys = [q["key"] for q in kept["questions"]]
+    emb = {r["key"]: r["embedding"] for r in read_jsonl(emb_path)}
+    folds = density.assign_folds(len(keys), folds_k, seed)
+    have = [i for i, k in enumerate(keys) if k in emb]
+    X = np.asarray([emb[keys[i]] for i in have], dtype=np.float32)
+    f = folds[have]
+    ppl = [[-float(kept["questions"][i]["ue"]["Perplexity"])] for i in have]
+    scores = {}
+    for est in DENSITY:
+        t0 = time.perf_counter()
+        v = density.cross_fitted(
+            est, X, f, background=bg if est == "RelativeMahalanobisDistanceSeq" else None,
+            extra_stats={"greedy_log_likelihoods": ppl} if est == "PPLMDSeq" else None)
+        scores[est] = {keys[i]: float(x) for i, x in zip(have, v, strict=True)}
+        print(f"  {est}: {time.perf_counter() - t0:.1f} s", flush=True)
+    doc = {"dataset": kept["dataset"], "model": kept["model"], "k": folds_k, "seed": seed,
+           "folds": {k: int(folds[i]) for i, k in enumerate(keys)},
+           "background": {"texts": "20 Newsgroups train (density.background_texts)",
+                          "documents": int(bg.shape[0])},
+           "rows": len(have), "estimators": scores}
+    out.write_text(dumps(doc, indent=1) + "\n", encoding="utf-8")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", nargs="+",
+                    default=["smollm2", "gemma3-270m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"])
+    ap.add_argument("--datasets", nargs="+", default=["triviaqa", "truthfulqa"])
+    ap.add_argument("--folds", type=int, default=5)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--background", type=int, default=256,
+                    help="20 Newsgroups documents for RMD's background (LM-Polygraph: 1,000 C4)")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--out", default=str(RESULTS / "features"))
+    a = ap.parse_args(argv)
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    CACHE.mkdir(parents=True, exist_ok=True)
+    for model in a.models:
+        files = [(ds, RESULTS / f"polygraph__{ds}__{model}.json") for ds in a.datasets]
+        files = [(ds, f) for ds, f in files if f.exists()]
+        if not files:
+            print(f"{model}: no kept results, skipped")
+            continue
+        lm, tok, instruct = load(model)
+        bg = None
+        for ds, path in files:
+            kept = json.loads(path.read_text(encoding="utf-8"))
+            name = f"{ds}__{model}"
+            rows, emb = out / f"{name}.jsonl", CACHE / f"{name}.embeddings.jsonl"
+            print(f"{name}: scores, blocks and embeddings ({kept['n_questions']} questions)")
+            score_rows(kept, lm, tok, instruct, rows, emb, a.batch)
+            dens = out / f"{name}.density.json"
+            if not kept.get("complete"):
+                print(f"{name}: partial run; the train-split estimators wait for all rows")
+                continue
+            if dens.exists():
+                continue
+            if bg is None:
+                bg_path = CACHE / f"{model}.background-{a.background}.npy"
+                if bg_path.exists():
+                    bg = np.load(bg_path)
+                else:
+                    t0 = time.perf_counter()
+                    bg = density.background_embeddings(
+                        lm, tok, density.background_texts(a.background, seed=a.seed),
+                        instruct, max_prompt_tokens=128)
+                    np.save(bg_path, bg)
+                    print(f"{model}: background of {a.background} in "
+                          f"{time.perf_counter() - t0:.0f} s")
+            print(f"{name}: train-split estimators, {a.folds} folds")
+            cross_fit_density(kept, rows, emb, bg, dens, a.folds, a.seed)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,150 @@
+"""The learned P(correct) heads on the LM-Polygraph benchmark's answers, cross-fitted, and
+their transfer between datasets; kept beside the benchmark's results for ``isouq report``.
+
+    .venv/bin/python scripts/polygraph/heads.py [--models smollm2 ...] [--seed 0]
+
+For each model × dataset with kept results (``results/polygraph/polygraph__*.json``) and
+features (``results/polygraph/features/``, ``scripts/polygraph/features.py``), and each of
+LM-Polygraph's quality metrics there, every head of ``isouq.study.analysis.learned_heads.HEADS``
+gives each answer an uncertainty 1 − P(correct):
+
+- cross-fitted: on the folds of the features' ``.density.json`` (those of LM-Polygraph's
+  train-split estimators), the head of fold k fitted on the other folds;
+- transferred: fitted on every answer of the model's other dataset.
+
+Written: ``results/polygraph/heads/<dataset>__<model>.json`` with, in the kept question order,
+each head's uncertainty per metric, the maps chosen, and the cross-fitted values of LM-Polygraph's
+own train-split estimators (MD, RMD, RDE, PPL-MD) copied from the ``.density.json``. An answer
+without features (its tokens could not be rebuilt) gets null. Runs in the main venv.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+RESULTS = Path("results/polygraph")
+
+
+def rows_in_order(kept: dict, features: Path) -> list[dict]:
+    """The features rows in the kept question order ({} for a question without features)."""
+    from isouq.runio import read_jsonl
+
+    by_key = {r["key"]: r for r in read_jsonl(features) if "error" not in r}
+    return [by_key.get(q["key"], {}) for q in kept["questions"]]
+
+
+def folds_of(kept: dict, density: dict | None, k: int, seed: int) -> np.ndarray:
+    """The folds of the train-split estimators (or, without them, the same seeded rule)."""
+    keys = [q["key"] for q in kept["questions"]]
+    if density is not None:
+        return np.array([density["folds"][key] for key in keys])
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("density", Path(__file__).with_name(
+        "density.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.assign_folds(len(keys), k, seed)
+
+
+def _list(x: np.ndarray) -> list:
+    return [None if not np.isfinite(v) else float(v) for v in x]
+
+
+def heads_doc(model: str, datasets: list[str], dataset: str, seed: int, k: int) -> dict | None:
+    """The heads file of one model × dataset (None when its results or features are missing)."""
+    from isouq.study.analysis.learned_heads import (
+        HEADS,
+        LABEL_THRESHOLD,
+        binary_labels,
+        cross_fitted,
+        transferred,
+    )
+
+    def load(ds):
+        res = RESULTS / f"polygraph__{ds}__{model}.json"
+        feats = RESULTS / "features" / f"{ds}__{model}.jsonl"
+        if not res.exists() or not feats.exists():
+            return None
+        kept = json.loads(res.read_text(encoding="utf-8"))
+        dens = feats.with_name(f"{ds}__{model}.density.json")
+        d = json.loads(dens.read_text(encoding="utf-8")) if dens.exists() else None
+        return kept, rows_in_order(kept, feats), d
+
+    mine = load(dataset)
+    if mine is None:
+        return None
+    kept, rows, dens = mine
+    have = np.array([bool(r) for r in rows])
+    folds = folds_of(kept, dens, k, seed)
+    others = {ds: load(ds) for ds in datasets if ds != dataset}
+    out = {"kind": "isouq-polygraph-heads", "dataset": dataset, "model": model,
+           "label_threshold": LABEL_THRESHOLD, "seed": seed,
+           "folds": {"k": int(len(np.unique(folds))), "from": "density" if dens else "seed"},
+           "keys": [q["key"] for q in kept["questions"]],
+           "rows_with_features": int(have.sum()), "metrics": {},
+           "heads": {h.name: h.help for h in HEADS.values()},
+           "density": ({e: [v.get(key) for key in (q["key"] for q in kept["questions"])]
+                        for e, v in dens["estimators"].items()} if dens else {})}
+    for metric in kept["quality_metrics"]:
+        q = np.array([r["quality"].get(metric, np.nan) for r in kept["questions"]], dtype=float)
+        y = np.where(have, binary_labels(q, metric), np.nan)
+        got = {"cross_fitted": {}, "transfer": {}, "chosen": {}}
+        for h in HEADS.values():
+            t0 = time.perf_counter()
+            sub = [r for r in rows if r]
+            u = np.full(len(rows), np.nan)
+            u[have], chosen = cross_fitted(h, sub, y[have], folds[have], seed=seed)
+            got["cross_fitted"][h.name] = _list(u)
+            got["chosen"][h.name] = chosen
+            for ds, other in others.items():
+                if other is None:
+                    continue
+                o_kept, o_rows, _ = other
+                o_have = np.array([bool(r) for r in o_rows])
+                oq = np.array([r["quality"].get(metric, np.nan) for r in o_kept["questions"]],
+                              dtype=float)
+                oy = binary_labels(oq, metric)[o_have]
+                t = np.full(len(rows), np.nan)
+                t[have], how = transferred(h, [r for r in o_rows if r], oy, sub, seed=seed)
+                got["transfer"][f"{h.name} (trained on {ds})"] = _list(t)
+                got["chosen"][f"{h.name} (trained on {ds})"] = how
+            print(f"{dataset} × {model}, {metric}: {h.name} in {time.perf_counter() - t0:.0f} s",
+                  flush=True)
+        out["metrics"][metric] = {"labels": f"{int(np.nansum(y))} correct of "
+                                            f"{int(np.sum(~np.isnan(y)))}", **got}
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", nargs="+",
+                    default=["smollm2", "gemma3-270m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"])
+    ap.add_argument("--datasets", nargs="+", default=["triviaqa", "truthfulqa"])
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--folds", type=int, default=5, help="without a .density.json")
+    ap.add_argument("--out", default=str(RESULTS / "heads"))
+    a = ap.parse_args(argv)
+    from isouq.runio import dumps
+
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for model in a.models:
+        for ds in a.datasets:
+            doc = heads_doc(model, a.datasets, ds, a.seed, a.folds)
+            if doc is None:
+                print(f"{ds} × {model}: no kept results or features, skipped")
+                continue
+            path = out / f"{ds}__{model}.json"
+            path.write_text(dumps(doc) + "\n", encoding="utf-8")
+            print(f"{path}: {doc['rows_with_features']} answers with features")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

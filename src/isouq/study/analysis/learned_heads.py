@@ -1,0 +1,130 @@
+"""Learned P(correct) heads judged in LM-Polygraph's harness: each answer's uncertainty
+1 − P(correct) from a head that never saw it.
+
+A head is what ``isouq calibrate --features ...`` fits (``isouq.calibration.select_map``:
+candidate feature sets × maps, chosen by cross-validated log-loss), on the answers of one
+model × dataset, labelled by LM-Polygraph's quality of each answer: accuracy as it is, ROUGE-L
+as correct when ≥ :data:`LABEL_THRESHOLD`. The heads (:data:`HEADS`):
+
+- ``isouq combined (paper)``: the paper's combined estimate, a logistic regression over log
+  epistemic and aleatoric;
+- ``isouq scores + MSP``: p̄, the sequence log-probability (MSP's own quantity) and isouq's
+  scores;
+- ``isouq block head``: the same and the block profile (‖∇θ_b p̄‖² per block of the model).
+
+:func:`cross_fitted`: K folds within the model × dataset (the same folds as LM-Polygraph's
+train-split estimators there); the head of fold k is selected and fitted on the other folds'
+answers and scores fold k's. :func:`transferred`: a head fitted on every answer of one dataset
+scores the answers of another dataset of the same model. Rows (``evaluation.features``) are
+answer rows: ``scores`` and ``blocks``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...calibration import MAP_KINDS, MIN_PER_CLASS, select_map
+from ...evaluation.features import feature_sets, values
+
+#: ROUGE-L at or above this counts as a correct answer for fitting a head
+LABEL_THRESHOLD = 0.5
+
+
+@dataclass(frozen=True)
+class Head:
+    """A learned head: the features it may read, the maps it may choose from, and whether its
+    candidates are ``isouq calibrate``'s (each feature alone, all together, …) or the features
+    together only (``together``)."""
+
+    name: str
+    features: tuple[str, ...]
+    kinds: tuple[str, ...]
+    help: str
+    together: bool = False
+
+
+HEADS: dict[str, Head] = {h.name: h for h in (
+    Head("isouq combined (paper)", ("epistemic", "aleatoric"), ("platt",),
+         "the paper's combined estimate: logistic regression over log ‖∇θ p̄‖² and aleatoric",
+         together=True),
+    Head("isouq scores + MSP", ("mean_prob", "seq_logprob", "epistemic", "epistemic_log",
+                                "aleatoric"), MAP_KINDS,
+         "p̄, log p(answer) and isouq's scores: isouq calibrate's selection over them"),
+    Head("isouq block head", ("mean_prob", "seq_logprob", "epistemic", "epistemic_log",
+                              "aleatoric", "blocks"), MAP_KINDS,
+         "the same and the block profile ‖∇θ_b p̄‖²"),
+)}
+
+
+def binary_labels(quality: np.ndarray, metric: str) -> np.ndarray:
+    """(n,) 0/1 correct labels from LM-Polygraph's quality values (NaN stays NaN): accuracy as
+    it is, any other metric (ROUGE-L) ≥ :data:`LABEL_THRESHOLD`."""
+    q = np.asarray(quality, dtype=float)
+    out = (q >= (0.5 if metric == "Accuracy" else LABEL_THRESHOLD)).astype(float)
+    return np.where(np.isnan(q), np.nan, out)
+
+
+def _sets(head: Head, rows: Sequence[Mapping]) -> tuple[dict, list[str]]:
+    """The head's candidate column sets on these rows, and every column they read."""
+    sets = feature_sets(head.features, rows)
+    if head.together:
+        sets = {k: v for k, v in sets.items() if k == " & ".join(head.features)}
+    return sets, list(dict.fromkeys(c for f in sets.values() for c in f))
+
+
+def _fits(y: np.ndarray) -> bool:
+    return min(int(y.sum()), int(y.size - y.sum())) >= MIN_PER_CLASS
+
+
+def cross_fitted(head: Head, rows: Sequence[Mapping], y: np.ndarray, folds: np.ndarray, *,
+                 seed: int = 0) -> tuple[np.ndarray, list[str]]:
+    """(n,) cross-fitted uncertainty 1 − P(correct) of ``head`` and the map chosen per fold.
+
+    Args:
+        head: the head.
+        rows: n answer rows (``scores``, ``blocks``).
+        y: (n,) 0/1 labels (NaN: the row takes no part in a fit).
+        folds: (n,) fold of each row.
+        seed: the selection's folds and the networks' seed.
+
+    Returns:
+        (uncertainty (n,), NaN for a fold whose training rows hold fewer than
+        ``calibration.MIN_PER_CLASS`` answers of a class; "fold k: kind on set" per fold).
+    """
+    sets, cols_needed = _sets(head, rows)
+    cols = values(rows, cols_needed)
+    out = np.full(len(rows), np.nan)
+    chosen = []
+    for k in np.unique(folds):
+        tr = (folds != k) & ~np.isnan(y)
+        te = folds == k
+        if not _fits(y[tr]):
+            chosen.append(f"fold {k}: too few of a class to fit")
+            continue
+        m, _ = select_map({c: v[tr] for c, v in cols.items()}, y[tr].astype(int), seed=seed,
+                          sets=sets, kinds=head.kinds)
+        out[te] = 1.0 - m.predict({c: v[te] for c, v in cols.items()})
+        chosen.append(f"fold {k}: {m.kind} on {m.name}")
+    return out, chosen
+
+
+def transferred(head: Head, train_rows: Sequence[Mapping], y_train: np.ndarray,
+                test_rows: Sequence[Mapping], *, seed: int = 0) -> tuple[np.ndarray, str]:
+    """(n_test,) uncertainty 1 − P(correct) of ``head`` fitted on every labelled training row
+    (another dataset of the same model), and the map chosen; all NaN when the training rows
+    hold too few of a class."""
+    sets, cols_needed = _sets(head, train_rows)
+    tr = ~np.isnan(y_train)
+    if not _fits(y_train[tr]):
+        return np.full(len(test_rows), np.nan), "too few of a class to fit"
+    cols = values(train_rows, cols_needed)
+    m, _ = select_map({c: v[tr] for c, v in cols.items()}, y_train[tr].astype(int), seed=seed,
+                      sets=sets, kinds=head.kinds)
+    return 1.0 - m.predict(values(test_rows, m.features)), f"{m.kind} on {m.name}"
+
+
+__all__ = ["HEADS", "LABEL_THRESHOLD", "Head", "binary_labels", "cross_fitted",
+           "transferred"]

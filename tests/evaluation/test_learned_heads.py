@@ -1,0 +1,77 @@
+"""Learned heads judged in LM-Polygraph's harness (study.analysis.learned_heads): cross-fitted
+(no answer scored by a head that saw its label), the paper's head is the study's logistic
+regression, and a head learns a signal the block profile carries."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from isouq.evaluation.auroc import auroc
+from isouq.evaluation.classifier import fit_predict
+from isouq.study.analysis.learned_heads import (
+    HEADS,
+    LABEL_THRESHOLD,
+    binary_labels,
+    cross_fitted,
+    transferred,
+)
+
+BLOCKS = ("model.embed_tokens", "model.layers.0", "model.layers.1", "lm_head")
+
+
+def rows_and_labels(n=160, seed=0):
+    rng = np.random.default_rng(seed)
+    rows, y = [], []
+    for _ in range(n):
+        z = rng.normal(size=len(BLOCKS))
+        p = float(rng.uniform(0.2, 0.9))
+        rows.append({"scores": {"mean_prob": p, "seq_logprob": 5 * np.log(p),
+                                "epistemic": float(np.exp(rng.normal())),
+                                "epistemic_log": float(np.exp(rng.normal())),
+                                "aleatoric": float(rng.uniform(0.05, 0.25))},
+                     "blocks": {b: float(np.exp(v)) for b, v in zip(BLOCKS, z, strict=True)}})
+        y.append(float(z[2] + 0.5 * rng.normal() > 0))
+    return rows, np.array(y), np.arange(n) % 4
+
+
+def test_labels_from_lm_polygraphs_quality():
+    q = np.array([0.0, 0.49, 0.5, 1.0, np.nan])
+    np.testing.assert_array_equal(binary_labels(q, "Rouge_rougeL"), [0, 0, 1, 1, np.nan])
+    assert LABEL_THRESHOLD == 0.5
+    np.testing.assert_array_equal(binary_labels(np.array([0.0, 1.0]), "Accuracy"), [0, 1])
+
+
+def test_the_block_head_learns_the_profile_and_never_sees_a_rows_label():
+    rows, y, folds = rows_and_labels()
+    u, chosen = cross_fitted(HEADS["isouq block head"], rows, y, folds)
+    assert len(chosen) == 4 and np.isfinite(u).all()
+    assert auroc(y, -u) > 0.8  # the signal lives in one block
+    flipped = y.copy()
+    flipped[folds == 0] = 1 - flipped[folds == 0]  # fold 0's own labels: its scores stay
+    u2, _ = cross_fitted(HEADS["isouq block head"], rows, flipped, folds)
+    np.testing.assert_allclose(u2[folds == 0], u[folds == 0])
+    assert not np.allclose(u2[folds != 0], u[folds != 0])
+
+
+def test_the_papers_head_is_the_studys_logistic_regression_on_other_folds():
+    rows, y, folds = rows_and_labels(seed=1)
+    u, chosen = cross_fitted(HEADS["isouq combined (paper)"], rows, y, folds)
+    assert all("platt on epistemic & aleatoric" in c for c in chosen)
+    X = np.array([[np.log(r["scores"]["epistemic"]), r["scores"]["aleatoric"]] for r in rows])
+    for k in range(4):
+        te = folds == k
+        ref = fit_predict(X[~te], y[~te], X[te])
+        np.testing.assert_allclose(1 - u[te], ref, rtol=1e-6)
+
+
+def test_transfer_and_a_fold_too_small_to_fit():
+    rows, y, folds = rows_and_labels(seed=2)
+    t, how = transferred(HEADS["isouq scores + MSP"], rows[:100], y[:100], rows[100:])
+    assert t.shape == (60,) and np.isfinite(t).all() and " on " in how
+    y_few = np.zeros_like(y)
+    y_few[:3] = 1  # three correct answers: no fold can be fitted
+    u, chosen = cross_fitted(HEADS["isouq scores + MSP"], rows, y_few, folds)
+    assert np.isnan(u).all() and all("too few" in c for c in chosen)
+    with pytest.raises(Exception, match="no block profile"):
+        cross_fitted(HEADS["isouq block head"], [{"scores": r["scores"]} for r in rows], y, folds)
