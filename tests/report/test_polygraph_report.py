@@ -119,3 +119,42 @@ def test_a_file_that_is_not_a_benchmark_is_refused(tmp_path):
     f.write_text(json.dumps({"kind": "something else"}))
     with pytest.raises(DataError, match="not an LM-Polygraph benchmark file"):
         load_polygraph(f)
+
+
+def _with_msp(d: dict, seed: int = 1) -> dict:
+    """``doc`` with a MaximumSequenceProbability that knows the answers a little."""
+    rng = np.random.default_rng(seed)
+    for q in d["questions"]:
+        q["ue"]["MaximumSequenceProbability"] = -q["quality"]["Rouge_rougeL"] + rng.normal()
+    d["estimators"].append("MaximumSequenceProbability")
+    return d
+
+
+def test_learned_heads_join_the_ranks_and_are_judged_against_msp(tmp_path):
+    from isouq.study.report.polygraph import heads_verdict, load_heads, polygraph_section
+
+    d = _with_msp(doc(n=120))
+    rouge = np.array([q["quality"]["Rouge_rougeL"] for q in d["questions"]])
+    path = tmp_path / "polygraph__triviaqa__tiny.json"
+    path.write_text(json.dumps(d))
+    head = list(-rouge + 0.1 * np.random.default_rng(2).standard_normal(120))
+    (tmp_path / "heads").mkdir()
+    heads = {"keys": [q["key"] for q in d["questions"]], "density": {"RDESeq": [0.0] * 120},
+             "metrics": {m: {"labels": "x", "cross_fitted": {"isouq block head": head},
+                             "transfer": {"isouq block head (trained on truthfulqa)":
+                                          [None] * 120}}
+                         for m in ("Accuracy", "Rouge_rougeL")}}
+    (tmp_path / "heads" / "triviaqa__tiny.json").write_text(json.dumps(heads))
+    assert load_heads(path, d)["keys"] == heads["keys"]
+    sec, tables = polygraph_section([(path, d)], set(), n_bootstrap=60)
+    rows = {(r["quality"], r["head"]): r for r in tables["heads"]}
+    assert rows[("ROUGE-L", "isouq block head")]["verdict"] == "ahead of MSP beyond noise"
+    assert rows[("ROUGE-L", "isouq block head (trained on truthfulqa)")]["verdict"] == \
+        "no head could be fitted"
+    ranked = {r["estimator"] for r in tables["estimators"]}
+    assert "★ isouq block head" in ranked and "RDESeq" in ranked  # ours, and theirs
+    assert "isouq block head (cross-fitted)" in heads_verdict(tables["heads"])
+    assert any("Learned P(correct)" in n for n in sec.notes)
+    (tmp_path / "heads" / "triviaqa__tiny.json").write_text(json.dumps({**heads, "keys": []}))
+    with pytest.raises(DataError, match="other answers"):
+        load_heads(path, d)

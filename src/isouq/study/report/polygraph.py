@@ -1,10 +1,18 @@
 """The LM-Polygraph benchmark section of ``isouq report``: where isouq's estimators rank among
-LM-Polygraph's white-box estimators, computed by LM-Polygraph's own code on the same answers.
+LM-Polygraph's white-box estimators, computed by LM-Polygraph's own code on the same answers,
+and whether a learned P(correct) beats the maximum sequence probability.
 
 Input: the kept files ``results/polygraph/polygraph__<dataset>__<model>.json`` written by
 ``scripts/polygraph/collect.py`` (``kind: isouq-polygraph``): per question the greedy answer,
 its quality under LM-Polygraph's generation metrics (accuracy, ROUGE-L) and every estimator's
 uncertainty, plus LM-Polygraph's own UE metrics and each estimator's cost per answer.
+
+Beside each file, ``heads/<dataset>__<model>.json`` (``scripts/polygraph/heads.py``) adds, per
+quality metric, isouq's learned heads cross-fitted on the answers (counted as isouq's
+estimators) and LM-Polygraph's own train-split estimators cross-fitted on the same folds
+(MahalanobisDistanceSeq, RelativeMahalanobisDistanceSeq, RDESeq, PPLMDSeq: counted as
+LM-Polygraph's), and the heads transferred from the model's other dataset; the table "learned
+P(correct) against MSP" compares each head with MaximumSequenceProbability on the same answers.
 
 The section recomputes PRR with LM-Polygraph's formula
 (``evaluation.rejection.prediction_rejection_area``, equal to its
@@ -65,8 +73,46 @@ def load_polygraph(path: Path) -> dict:
 
 # --------------------------------------------------------------------------- statistics
 def _matrix(doc: Mapping, estimators: Sequence[str]) -> np.ndarray:
-    return np.array([[np.nan if q["ue"].get(e) is None else q["ue"][e] for e in estimators]
-                     for q in doc["questions"]], dtype=float)
+    extra = doc.get("_extra_ue", {})
+    cols = [np.asarray(extra[e], dtype=float) if e in extra else
+            np.array([np.nan if q["ue"].get(e) is None else q["ue"][e]
+                      for q in doc["questions"]], dtype=float) for e in estimators]
+    return np.stack(cols, axis=1)
+
+
+MSP = "MaximumSequenceProbability"
+
+
+def heads_path(path: Path, doc: Mapping) -> Path:
+    """Where the learned heads of a kept benchmark file are (``scripts/polygraph/heads.py``)."""
+    return Path(path).parent / "heads" / f"{doc['dataset']}__{doc['model']}.json"
+
+
+def load_heads(path: Path, doc: Mapping) -> dict | None:
+    """The heads file of ``doc`` (None when there is none); DataError when it is of other
+    answers."""
+    hp = heads_path(path, doc)
+    if not hp.exists():
+        return None
+    heads = json.loads(hp.read_text(encoding="utf-8"))
+    if heads.get("keys") != [q["key"] for q in doc["questions"]]:
+        raise DataError(f"{hp} holds other answers than {path}; run scripts/polygraph/heads.py "
+                        "again")
+    return heads
+
+
+def with_extra(doc: Mapping, heads: Mapping | None, metric: str) -> dict:
+    """``doc`` for one quality metric with the heads file's columns among its estimators:
+    LM-Polygraph's train-split estimators (theirs) and isouq's cross-fitted heads (ours)."""
+    if heads is None:
+        return dict(doc)
+    extra = {e: [np.nan if v is None else v for v in vals]
+             for e, vals in heads.get("density", {}).items()}
+    mine = heads["metrics"].get(metric, {}).get("cross_fitted", {})
+    extra |= {h: [np.nan if v is None else v for v in vals] for h, vals in mine.items()}
+    return {**doc, "estimators": [*doc["estimators"], *extra],
+            "isouq_estimators": [*doc.get("isouq_estimators", ()), *mine],
+            "_extra_ue": extra}
 
 
 def _quality(doc: Mapping, metric: str) -> np.ndarray:
@@ -228,17 +274,91 @@ def verdict(ranks: Sequence[Mapping]) -> str:
     return " ".join(parts)
 
 
-def polygraph_tables(docs: Sequence[Mapping], *, n_bootstrap: int = 300,
-                     seed: int = 0) -> dict[str, list[dict]]:
+def polygraph_tables(docs: Sequence[Mapping], *, n_bootstrap: int = 300, seed: int = 0,
+                     heads: Sequence[Mapping | None] | None = None) -> dict[str, list[dict]]:
     """The section's tables as plain rows: ``ranks`` (isouq's best per setting), ``estimators``
-    (every estimator per setting) and ``cost`` (seconds per answer)."""
-    ranks, per = [], []
-    for d in docs:
+    (every estimator per setting), ``cost`` (seconds per answer) and, with ``heads`` (one heads
+    file or None per doc), ``heads`` (each learned head against MSP)."""
+    ranks, per, vs_msp = [], [], []
+    heads = list(heads) if heads is not None else [None] * len(docs)
+    for d, h in zip(docs, heads, strict=True):
         for metric in d["quality_metrics"]:
-            st = setting_stats(d, metric, n_bootstrap=n_bootstrap, seed=seed)
-            ranks.append(rank_row(d, metric, st))
-            per += estimator_rows(d, metric, st)
-    return {"ranks": ranks, "estimators": per, "cost": cost_rows(docs)}
+            dm = with_extra(d, h, metric)
+            st = setting_stats(dm, metric, n_bootstrap=n_bootstrap, seed=seed)
+            ranks.append(rank_row(dm, metric, st))
+            per += estimator_rows(dm, metric, st)
+            if h is not None:
+                vs_msp += head_rows(d, h, metric, n_bootstrap=n_bootstrap, seed=seed)
+    return {"ranks": ranks, "estimators": per, "cost": cost_rows(docs), "heads": vs_msp}
+
+
+def head_rows(doc: Mapping, heads: Mapping, metric: str, *, n_bootstrap: int = 300,
+              seed: int = 0) -> list[dict]:
+    """Each learned head (cross-fitted, and transferred from the other dataset) against MSP on
+    the same answers: PRR and AUROC (of the correct labels the heads were fitted on), each
+    with its difference to MSP and 95% bootstrap intervals (questions resampled, both on the
+    same resample), and a verdict."""
+    from ...evaluation.auroc import auroc
+    from ..analysis.learned_heads import binary_labels
+
+    q = _quality(doc, metric)
+    y = binary_labels(q, metric)
+    msp = _matrix(doc, [MSP])[:, 0]
+    m = heads["metrics"].get(metric, {})
+    cols = {**m.get("cross_fitted", {}), **m.get("transfer", {})}
+    st = setting_stats(doc, metric, n_bootstrap=1, seed=seed)
+    rng = np.random.default_rng(seed)
+    n = len(q)
+    idx = [rng.integers(0, n, n) for _ in range(n_bootstrap)]
+
+    def both(u, i):
+        ok = ~np.isnan(y[i])
+        return (prr(u[i], q[i]), auroc(y[i][ok], -np.nan_to_num(u[i][ok], nan=np.inf)))
+
+    p_msp, a_msp = both(msp, np.arange(n))
+    b_msp = np.array([both(msp, i) for i in idx])
+    rows = []
+    for name, vals in cols.items():
+        u = np.array([np.nan if v is None else v for v in vals], dtype=float)
+        p, a = both(u, np.arange(n))
+        b = np.array([both(u, i) for i in idx])
+        dp, da = b[:, 0] - b_msp[:, 0], b[:, 1] - b_msp[:, 1]
+        lo, hi = _ci(dp)
+        row = {"model": doc["model"], "dataset": doc["dataset"],
+               "quality": METRIC_NAMES.get(metric, metric), "labels": m.get("labels"),
+               "head": name, "PRR [95% CI]": _pm(p, *_ci(b[:, 0])),
+               "Δ PRR vs MSP": _pm(p - p_msp, lo, hi),
+               "AUROC [95% CI]": _pm(a, *_ci(b[:, 1])),
+               "Δ AUROC vs MSP": _pm(a - a_msp, *_ci(da))}
+        if st["degenerate"] or np.isnan(u).all():
+            row["verdict"] = "not rankable" if st["degenerate"] else "no head could be fitted"
+        elif lo > 0:
+            row["verdict"] = "ahead of MSP beyond noise"
+        elif hi < 0:
+            row["verdict"] = "below MSP beyond noise"
+        else:
+            row["verdict"] = "within noise of MSP"
+        rows.append(row)
+    return rows
+
+
+def heads_verdict(rows: Sequence[Mapping]) -> str:
+    """The plain-words summary of the heads-against-MSP rows, per cross-fitted head."""
+    if not rows:
+        return ""
+    parts = []
+    for head in dict.fromkeys(r["head"] for r in rows if "trained on" not in r["head"]):
+        mine = [r for r in rows if r["head"] == head and r["verdict"] not in
+                ("not rankable", "no head could be fitted")]
+        if not mine:
+            continue
+        count = {v: sum(r["verdict"] == v for r in mine) for v in
+                 ("ahead of MSP beyond noise", "within noise of MSP", "below MSP beyond noise")}
+        parts.append(f"{head} (cross-fitted), over {len(mine)} rankable setting(s): ahead of "
+                     f"MSP beyond noise (PRR) in {count['ahead of MSP beyond noise']}, within "
+                     f"noise in {count['within noise of MSP']}, below in "
+                     f"{count['below MSP beyond noise']}.")
+    return "Learned P(correct) against MaximumSequenceProbability: " + " ".join(parts)
 
 
 # --------------------------------------------------------------------------- section
@@ -246,7 +366,8 @@ def polygraph_section(found: Sequence[tuple[Path, Mapping]], taken: set[str], *,
                       n_bootstrap: int = 300, seed: int = 0) -> tuple[Section, dict]:
     """The report section and its plain tables, from ``(path, doc)`` pairs."""
     docs = [d for _, d in found]
-    tables = polygraph_tables(docs, n_bootstrap=n_bootstrap, seed=seed)
+    heads = [load_heads(p, d) for p, d in found]
+    tables = polygraph_tables(docs, n_bootstrap=n_bootstrap, seed=seed, heads=heads)
     sid = unique_slug("lm-polygraph-benchmark", taken)
     shown_ranks = [{k: v for k, v in r.items() if not k.startswith("_")}
                    for r in tables["ranks"]]
@@ -264,6 +385,8 @@ def polygraph_section(found: Sequence[tuple[Path, Mapping]], taken: set[str], *,
     if machines:
         meta["timed on"] = "; ".join(sorted(machines))
     notes = [verdict(tables["ranks"])]
+    if tables["heads"]:
+        notes.append(heads_verdict(tables["heads"]))
     if partial:
         notes.append("PARTIAL: " + ", ".join(f"{d['model']} × {d['dataset']} has "
                                              f"{d.get('n_questions')} of "
@@ -291,6 +414,9 @@ def polygraph_section(found: Sequence[tuple[Path, Mapping]], taken: set[str], *,
                                "LM-Polygraph's metrics, cost")),
         Block(make_table("polygraph_cost", tables["cost"],
                          title="Cost per answer (seconds) beyond the shared greedy generation")),
+        *((Block(make_table("polygraph_heads", tables["heads"],
+                            title="Learned P(correct) against MSP (cross-fitted; transferred "
+                                  "from the other dataset)")),) if tables["heads"] else ()),
     )
     section = Section(id=sid, title="LM-Polygraph benchmark: isouq among white-box estimators",
                       source=meta["files"], meta=meta, notes=tuple(notes), blocks=blocks)
