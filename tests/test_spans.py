@@ -261,17 +261,6 @@ def test_a_splitter_that_finds_no_sentence_names_the_key():
 
 
 # ------------------------------------------------------------------ where users see answers
-def test_least_trusted_is_the_highest_epistemic_log():
-    from isouq.spans import least_trusted
-
-    def sp(v):
-        return {"scores": {"epistemic_log": v}}
-
-    assert least_trusted([sp(1.0), sp(3.0), sp(2.0)]) == 1
-    assert least_trusted([sp(1.0)]) is None
-    assert least_trusted([sp(float("nan")), sp(0.5)]) == 1
-
-
 def test_cli_knows_the_splitters():
     from isouq.cli import SPAN_SPLITTERS
     from isouq.spans import SPLITTERS
@@ -374,17 +363,21 @@ def test_ask_rows_carry_the_span_scores_of_their_tokens():
         assert "spans" in r["seconds"]
 
 
-def test_spans_page_shades_spans_by_epistemic_log():
-    from isouq.study.report.spans import shades, spans_page
+def test_spans_page_shades_spans_by_the_default_span_score():
+    from isouq.defaults import SPAN_SCORE
+    from isouq.study.report.spans import LEGEND, shades, spans_page
 
     def sp(text, start, v):
         return {"text": text, "start": start, "end": start + len(text), "n_tokens": 1,
-                "scores": {"epistemic_log": v, "epistemic": v, "aleatoric": 0.1,
-                           "mean_prob": 0.5}}
+                "scores": {"epistemic_log": v, "epistemic": v, "aleatoric": v / 1000,
+                           "mean_prob": 1 - v / 1000}}
 
     row = {"key": "0", "question": "q <b>?", "answer": "One. Two. Three.",
-           "spans": [sp("One.", 0, 1.0), sp("Two.", 5, 100.0), sp("Three.", 10, 10.0)]}
-    assert shades(row["spans"]) == [0.0, 1.0, 0.5]
+           "spans": [sp("One.", 0, 1.0), sp("Two.", 5, 100.0), sp("Three.", 10, 50.5)]}
+    assert SPAN_SCORE in LEGEND
+    assert shades(row["spans"]) == pytest.approx([0.0, 1.0, 0.5])
+    assert shades(row["spans"], "epistemic_log") == pytest.approx([0.0, 1.0, 0.8516], abs=1e-4)
+    assert shades(row["spans"], "mean_prob") == pytest.approx([0.0, 1.0, 0.5])  # low p̄: dark
     page = spans_page([row])
     assert "q &lt;b&gt;?" in page and page.count('class="s') == 3
     assert 'class="s worst"' in page and "One.</span> <span" in page

@@ -18,7 +18,8 @@ gradient scores cost one backward pass.
 
 With ``spans`` (``isouq ask --spans``), each answer is also scored sentence by sentence
 (``isouq.spans``): ``print_spans`` prints each sentence with its scores and marks the least
-trusted one (the highest ``epistemic_log``), and ``spans_html`` shades each sentence by it.
+trusted one (by ``isouq.defaults.SPAN_SCORE``, chosen from the kept evidence), and
+``spans_html`` shades each sentence by it.
 """
 
 from __future__ import annotations
@@ -334,8 +335,8 @@ def _cell(v, width: int, fmt: str) -> str:
 
 def print_spans(rows: Sequence[dict]) -> None:
     """Each answer sentence by sentence (its ``spans``): p̄, aleatoric, epistemic and
-    epistemic_log of each, the least trusted (highest epistemic_log) marked."""
-    from .spans import least_trusted
+    epistemic_log of each, the least trusted (by ``defaults.SPAN_SCORE``, named) marked."""
+    from .defaults import SPAN_SCORE, least_trusted
 
     names = ("mean_prob", "aleatoric", "epistemic", "epistemic_log")
     width = shutil.get_terminal_size((120, 20)).columns
@@ -352,7 +353,7 @@ def print_spans(rows: Sequence[dict]) -> None:
         for k, sp in enumerate(spans):
             cells = "".join(f"{sp['scores'][s]:>10{SCORES[s].fmt}}" for s in names)
             lines = textwrap.wrap(sp["text"], tw) or [""]
-            mark = "  <- least trusted" if k == worst else ""
+            mark = f"  <- least trusted (by {SPAN_SCORE})" if k == worst else ""
             print(f"{cells}   {lines[0]}{mark if len(lines) == 1 else ''}")
             for j, line in enumerate(lines[1:], 2):
                 print(f"{'':{len(cells)}}   {line}{mark if j == len(lines) else ''}")

@@ -509,15 +509,6 @@ def _score_rows(model, enc, resolved, params, info, options):
     return type(first)(**kept), per_span
 
 
-def least_trusted(spans: Sequence[dict]) -> int | None:
-    """The place of the span to check first in an answer row's ``spans`` list: the highest
-    ``epistemic_log`` (the gradient score that never pointed the wrong way on the kept QA data,
-    docs: What the scores mean); None with fewer than two spans or no finite score."""
-    vals = [(float(s["scores"]["epistemic_log"]), k) for k, s in enumerate(spans)]
-    vals = [(v, k) for v, k in vals if v == v and v != float("inf")]
-    return max(vals)[1] if len(spans) > 1 and vals else None
-
-
 __all__ = ["ABBREVIATIONS", "ENDING_ABBREVIATIONS", "SPLITTERS", "STRATEGIES", "AnswerSpans",
-           "SpanScore", "SpanSequenceScores", "answer_offsets", "check_ranges", "least_trusted",
-           "resolve_spans", "score_spans", "split_lines", "split_sentences"]
+           "SpanScore", "SpanSequenceScores", "answer_offsets", "check_ranges", "resolve_spans",
+           "score_spans", "split_lines", "split_sentences"]

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from isouq.defaults import SPAN_SCORE
 from isouq.errors import DataError, InputError
 from isouq.runio import read_jsonl
 from isouq.study.report import build_report
@@ -129,7 +130,7 @@ def test_the_section_shades_every_answer_and_its_table_is_the_rows(scored, tmp_p
     assert sec["kind"] == "spans" and "auroc" not in sec["tables"]  # no labels: no AUROC
     (t,) = sec["tables"]["files"]
     logs = [s["scores"]["epistemic_log"] for r in rows for s in r["spans"]]
-    not_first = [int(np.argmax([s["scores"]["epistemic_log"] for s in r["spans"]])) != 0
+    not_first = [int(np.argmax([s["scores"][SPAN_SCORE] for s in r["spans"]])) != 0
                  for r in multi]
     assert t["answers"] == len(rows) and t["spans"] == n_spans and t["error rows"] == 0
     assert t["median span epistemic_log"] == pytest.approx(float(np.median(logs)))

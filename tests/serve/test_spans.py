@@ -12,6 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 import isouq
+from isouq.defaults import SPAN_SCORE
 from isouq.serve.config import ServeSettings
 from isouq.serve.engine import Engine, GenerateJob, Pair, ScoreJob
 
@@ -62,9 +63,9 @@ def test_score_with_spans_equals_isouq_score_spans(tmp_path, tiny_llama_dir):
             same_spans(u["spans"], w["spans"])
             for k in ("epistemic", "epistemic_log", "aleatoric", "mean_prob"):
                 assert u[k] == pytest.approx(w["scores"][k], rel=1e-5), (k, d)
-            logs = [sp["scores"]["epistemic_log"] for sp in w["spans"]]
-            worst = max(range(len(logs)), key=logs.__getitem__) if len(logs) > 1 else None
-            assert u["least_trusted_span"] == worst
+            by = [sp["scores"][SPAN_SCORE] for sp in w["spans"]]
+            worst = max(range(len(by)), key=by.__getitem__) if len(by) > 1 else None
+            assert u["least_trusted_span"] == worst and u["least_trusted_by"] == SPAN_SCORE
         assert len(want["q1"]["spans"]) == (3 if splitter == "sentences" else 2)
 
 

@@ -33,6 +33,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+from ..defaults import SPAN_SCORE, least_trusted
 from ..errors import IsouqError
 from ..prepare import (
     TOO_LARGE,
@@ -48,7 +49,7 @@ from ..prepare import (
 )
 from ..scores import SequenceScores
 from ..sequences import score_sequences
-from ..spans import AnswerSpans, least_trusted
+from ..spans import AnswerSpans
 from ..tokens import Encoded
 from .config import ServeSettings
 from .errors import RequestError
@@ -390,6 +391,7 @@ class Engine:
             if "spans" in scores[i]:
                 u["spans"] = [_finite_span(sp) for sp in scores[i]["spans"]]
                 u["least_trusted_span"] = least_trusted(scores[i]["spans"])
+                u["least_trusted_by"] = SPAN_SCORE
             if p is not None:
                 u["p_correct"] = finite(p[r])
                 u["withheld"] = None if w is None else bool(w[r])

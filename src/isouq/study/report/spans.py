@@ -1,10 +1,11 @@
 """Answers shaded span by span: rows with a ``spans`` list (``isouq ask --spans``, ``isouq score
 --spans``) as one self-contained HTML page (plain CSS, no JavaScript, no external URL).
 
-Each answer is shown whole, each span's background shaded by its ``epistemic_log`` relative to
-the other spans of the same answer (on a log scale: the palest is the most trusted, the darkest
-the least trusted, outlined); hovering a span shows its p̄, aleatoric, epistemic and
-epistemic_log. Text outside every span (the blanks between sentences) is shown unshaded.
+Each answer is shown whole, each span's background shaded by the span score that picks the
+least-trusted sentence (``isouq.defaults.SPAN_SCORE``, chosen from the kept evidence) relative
+to the other spans of the same answer (the palest is the most trusted, the darkest the least
+trusted, outlined); hovering a span shows its p̄, aleatoric, epistemic and epistemic_log. Text
+outside every span (the blanks between sentences) is shown unshaded.
 """
 
 from __future__ import annotations
@@ -12,6 +13,11 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Sequence
+
+from ...defaults import HIGHER_IS_LESS_TRUSTED, SPAN_SCORE, least_trusted
+
+#: span scores shaded on a log scale (they span orders of magnitude)
+LOG_SHADED = frozenset({"epistemic", "epistemic_log", "normalized_epistemic"})
 
 #: the style of shaded answers, shared by this page and ``isouq report`` (its span section)
 SPAN_CSS = """
@@ -28,17 +34,21 @@ body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans",
        line-height: 1.7; }
 """ + SPAN_CSS
 #: what the shading means (the page's legend; a note of the report's span section)
-LEGEND = ("Each span is shaded by its epistemic_log = ‖∇θ log p̄‖² among the spans of its answer "
-          "(log scale): the darker, the less trusted; the outlined span is the one to check "
-          "first; a span labelled wrong (correct = 0) is underlined in a wave. Hover a span for "
-          "its scores. None of these is a probability of being right.")
+LEGEND = (f"Each span is shaded by its {SPAN_SCORE} among the spans of its answer (the score "
+          "that picks the sentence to check first, chosen from the kept evidence: docs, Which "
+          "score should I trust?): the darker, the less trusted; the outlined span is the one "
+          "to check first; a span labelled wrong (correct = 0) is underlined in a wave. Hover a "
+          "span for its scores. None of these is a probability of being right.")
 
 
-def shades(spans: Sequence[dict]) -> list[float]:
-    """Each span's shade in [0, 1]: its log ``epistemic_log`` between the answer's lowest (0)
-    and highest (1); 0.5 for every span when they are all equal or not finite."""
-    vals = [float(s["scores"]["epistemic_log"]) for s in spans]
-    logs = [math.log10(v) if v > 0 and math.isfinite(v) else None for v in vals]
+def shades(spans: Sequence[dict], score: str = SPAN_SCORE) -> list[float]:
+    """Each span's shade in [0, 1], from the most trusted (0) to the least trusted (1) of the
+    answer by ``score`` (a squared norm on a log scale); 0.5 for every span when they are all
+    equal or not finite."""
+    sign = 1.0 if HIGHER_IS_LESS_TRUSTED[score] else -1.0
+    vals = [float(s["scores"][score]) for s in spans]
+    logs = [None if not math.isfinite(v) or (score in LOG_SHADED and v <= 0)
+            else sign * (math.log10(v) if score in LOG_SHADED else v) for v in vals]
     have = [v for v in logs if v is not None]
     if len(have) < 2 or max(have) == min(have):
         return [0.5] * len(spans)
@@ -61,8 +71,6 @@ def _pieces(answer: str, spans: Sequence[dict]) -> list[tuple[str, int | None]]:
 
 def answer_html(row: dict) -> str:
     """One answer row as HTML: its question (or key) and its answer, spans shaded."""
-    from ...spans import least_trusted
-
     spans = row.get("spans") or []
     worst = least_trusted(spans)
     shade = shades(spans)

@@ -8,7 +8,7 @@ one entry per span with its ``text``, character range ``start``/``end`` and ``sc
 ``error`` instead of scores) are counted, not shown.
 
 The section shows, per file: answers, spans, the median span epistemic_log, and how often the
-least-trusted span (:func:`isouq.spans.least_trusted`: the highest epistemic_log of an answer
+least-trusted span (:func:`isouq.defaults.least_trusted`: the highest ``defaults.SPAN_SCORE`` of an answer
 with two spans or more) is not the answer's first span, a sign that the score singles out a
 sentence inside the answer rather than its start. Where spans carry ``correct``: the AUROC of
 each span score for the wrong spans with a 95% bootstrap interval over answers
@@ -72,7 +72,7 @@ def file_row(path: Path, rows: Sequence[Mapping], rendered: int) -> dict:
     """One file's summary: answers, error rows, spans, the median span epistemic_log, answers
     with a least-trusted span (two spans or more) and the share whose least-trusted span is
     not the first, labelled and wrong spans, answers shaded in the report."""
-    from ...spans import least_trusted
+    from ...defaults import least_trusted
 
     ok = [r for r in rows if is_span_row(r)]
     spans = [s for r in ok for s in r["spans"]]
