@@ -9,7 +9,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from ..errors import InputError, require
-from .polygraph import (
+from .polygraph_stats import (
     BLOCK_STATS,
     CALCULATOR,
     EXTRA,
