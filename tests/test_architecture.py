@@ -16,7 +16,7 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src"
 LAYERS = [
     ("foundation", ("errors", "runio", "runtime", "distributed", "methods", "answer_row",
-                    "_version", "param_sets", "quantized", "choices", "scores")),
+                    "_version", "param_sets", "quantized", "choices", "scores", "defaults")),
     ("edges", ("models", "data", "tokens", "llm")),
     ("estimators", ("params", "per_example", "covariance", "engines", "ghost",
                     "estimators", "blocks", "passes", "spans", "prepare", "sequences",
@@ -152,3 +152,39 @@ def test_top_level_imports_are_told_from_function_level_ones(tmp_path):
     got = imports("isouq.m", path, top_level=True)
     assert got == {"isouq.errors", "isouq.study.experiments", "isouq.study.report.build"}
     assert "isouq.study.analysis.cost" in imports("isouq.m", path)
+
+
+def test_no_modules_import_each_other_in_a_circle():
+    """No circle of imports between isouq's modules (module-level and function-level imports
+    alike): a circle means two modules that cannot be read, tested or moved apart."""
+    graph = {name: {t for t in imports(name, path) if t != name}
+             for name, path in modules()}
+    index, low, stack, on, circles = {}, {}, [], set(), []
+
+    def visit(v):  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in graph:
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                circles.append(sorted(comp))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    assert not circles, "\n".join(" <-> ".join(c) for c in circles)
