@@ -1272,6 +1272,94 @@ def _polygraph_scores(root: Path) -> str:
 
 
 
+# --------------------------------------------------------------------------- trust.md
+# (Which score should I trust? whole answers in LM-Polygraph's harness, sentences of qa long)
+
+#: the span scores of ``isouq qa long``'s AUROC table, as the trust page names them
+TRUST_SPAN_SCORES = {"span aleatoric": "aleatoric", "span epistemic": "epistemic",
+                     "span epistemic_log": "epistemic_log", "span 1 − p̄": "1 − p̄",
+                     "span 1 − min p": "1 − min p"}
+#: the learned head the trust page shows (the most the harness gives it to read)
+TRUST_HEAD = "isouq block head"
+
+
+@register("trust_sentences", QA_LONG)
+def _trust_sentences(root: Path) -> str:
+    """Per setting × model of ``isouq qa long``: the AUROC for the wrong sentences [95%
+    interval] of the default span score (``isouq.defaults.SPAN_SCORE``), of the best single span
+    score there, of the span's 1 − p̄ and of the whole answer's 1 − p̄."""
+    from isouq.defaults import SPAN_SCORE
+
+    t = _json(root, QA_LONG)["tables"]
+    rows = []
+    for st, m in _long_order(t.get("auroc", [])):
+        mine = {r["score"]: r for r in t["auroc"] if (r["setting"], r["model"]) == (st, m)}
+        spans = {TRUST_SPAN_SCORES[k]: r for k, r in mine.items() if k in TRUST_SPAN_SCORES}
+        best = max(spans, key=lambda k: spans[k]["auroc"])
+        rows.append([f"{EVIDENCE_MODELS.get(m, (m, m))[1]} {st}", str(spans[SPAN_SCORE]["n"]),
+                     interval(spans[SPAN_SCORE], 2), f"{best}: {interval(spans[best], 2)}",
+                     interval(spans["1 − p̄"], 2),
+                     interval(mine["whole 1 − p̄"], 2) if "whole 1 − p̄" in mine else MISSING])
+    return _grid(["model, setting", "sentences", f"default: span {SPAN_SCORE}",
+                  "best single span score", "span 1 − p̄", "whole answer 1 − p̄"], rows)
+
+
+def _point(cell: str) -> float:
+    """The value before the interval of a report cell (``0.123 [0.1, 0.2]``)."""
+    return float(str(cell).split("[")[0].strip().replace("−", "-"))
+
+
+@register("trust_answers", POLYGRAPH_REPORT)
+def _trust_answers(root: Path) -> str:
+    """Per rankable model × dataset × quality metric of the LM-Polygraph benchmark: the PRR
+    [95% interval] of isouq's best single score, of its learned block head (cross-fitted) with its
+    difference to MSP, of MSP and of the best LM-Polygraph estimator, with the seconds per
+    answer each costs beyond the shared greedy generation."""
+    sec = _section(_json(root, POLYGRAPH_REPORT), "lm-polygraph-benchmark")
+    heads = {(r["model"], r["dataset"], r["quality"]): r for r in sec.get("heads", [])
+             if r["head"] == TRUST_HEAD}
+    ranked = {(r["model"], r["dataset"], r["quality"]) for r in sec["ranks"]
+              if "isouq best" in r and not str(r.get("verdict", "")).startswith("not rankable")}
+    by: dict[tuple, list[dict]] = {}
+    for r in sec["estimators"]:
+        by.setdefault((r["model"], r["dataset"], r["quality"]), []).append(r)
+    out = []
+    for key, rows in by.items():
+        if key not in ranked:
+            continue
+        named = {r["estimator"]: r for r in rows}
+        singles = [r for e, r in named.items() if e.startswith("★ Isouq")]
+        theirs = [r for e, r in named.items() if not e.startswith("★ ")]
+        best_ours = max(singles, key=lambda r: _point(r["PRR [95% CI]"]))
+        best_theirs = max(theirs, key=lambda r: _point(r["PRR [95% CI]"]))
+        msp = named.get("MaximumSequenceProbability")
+        h = heads.get(key)
+
+        def cost(r):
+            return MISSING if r is None or r.get("s / answer") is None else sig(r["s / answer"])
+
+        out.append([_setting(key[0], key[1]), key[2],
+                    f"{best_ours['estimator'][2:]}: {_minus(best_ours['PRR [95% CI]'])}",
+                    (f"{_minus(h['PRR [95% CI]'])}; Δ {_minus(h['Δ PRR vs MSP'])}" if h
+                     else MISSING),
+                    _minus(msp["PRR [95% CI]"]) if msp else MISSING,
+                    f"{best_theirs['estimator']}: {_minus(best_theirs['PRR [95% CI]'])}",
+                    f"{cost(best_ours)} / {cost(msp)} / {cost(best_theirs)}"])
+    return _grid(["model × dataset", "quality", "isouq's best single score",
+                  f"learned head ({TRUST_HEAD}), Δ vs MSP", "MSP",
+                  "best LM-Polygraph estimator", "s / answer (isouq / MSP / best)"], out)
+
+
+@value("trust_heads_verdict", POLYGRAPH_REPORT)
+def _v_trust_heads_verdict(root: Path) -> str:
+    """The kept report's verdict on the learned heads against MSP (or that none is kept)."""
+    report = _json(root, POLYGRAPH_REPORT)
+    notes = next(s["notes"] for s in report["sections"] if s["id"] == "lm-polygraph-benchmark")
+    said = [n for n in notes if n.startswith("Learned P(correct)")]
+    return said[0] if said else ("the kept report holds no learned head yet "
+                                 "(scripts/polygraph/heads.py, then isouq report)")
+
+
 # =========================================================================== the values
 # Speed on the CPU: the headline of README.md, docs/index.md and docs/performance.md, as ranges
 # over every kept run of benchmarks/score_sequences.py on the 2-core CPU.
