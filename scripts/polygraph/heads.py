@@ -61,8 +61,8 @@ def heads_doc(model: str, datasets: list[str], dataset: str, seed: int, k: int) 
     from isouq.study.analysis.learned_heads import (
         HEADS,
         LABEL_THRESHOLD,
-        binary_labels,
         cross_fitted,
+        labels_for,
         transferred,
     )
 
@@ -93,7 +93,7 @@ def heads_doc(model: str, datasets: list[str], dataset: str, seed: int, k: int) 
                         for e, v in dens["estimators"].items()} if dens else {})}
     for metric in kept["quality_metrics"]:
         q = np.array([r["quality"].get(metric, np.nan) for r in kept["questions"]], dtype=float)
-        y = np.where(have, binary_labels(q, metric), np.nan)
+        y = np.where(have, labels_for(q, metric), np.nan)
         got = {"cross_fitted": {}, "transfer": {}, "chosen": {}}
         for h in HEADS.values():
             t0 = time.perf_counter()
@@ -109,15 +109,18 @@ def heads_doc(model: str, datasets: list[str], dataset: str, seed: int, k: int) 
                 o_have = np.array([bool(r) for r in o_rows])
                 oq = np.array([r["quality"].get(metric, np.nan) for r in o_kept["questions"]],
                               dtype=float)
-                oy = binary_labels(oq, metric)[o_have]
+                oy = labels_for(oq, metric)[o_have]
                 t = np.full(len(rows), np.nan)
                 t[have], how = transferred(h, [r for r in o_rows if r], oy, sub, seed=seed)
                 got["transfer"][f"{h.name} (trained on {ds})"] = _list(t)
                 got["chosen"][f"{h.name} (trained on {ds})"] = how
             print(f"{dataset} × {model}, {metric}: {h.name} in {time.perf_counter() - t0:.0f} s",
                   flush=True)
-        out["metrics"][metric] = {"labels": f"{int(np.nansum(y))} correct of "
-                                            f"{int(np.sum(~np.isnan(y)))}", **got}
+        out["metrics"][metric] = {"labels": (f"{int(np.nansum(y))} correct of "
+                                             f"{int(np.sum(~np.isnan(y)))}" if metric == "Accuracy"
+                                             else f"fractional ({metric}), mean "
+                                                  f"{np.nanmean(y):.3f} over "
+                                                  f"{int(np.sum(~np.isnan(y)))}"), **got}
     return out
 
 

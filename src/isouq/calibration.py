@@ -229,8 +229,46 @@ def check_complete(cols: Mapping[str, np.ndarray], rows: Sequence[Mapping] | Non
 
 
 # ---------------------------------------------------------------- one fitted map
+def is_soft(y: np.ndarray) -> bool:
+    """Whether the labels are fractional (a quality in [0, 1] such as ROUGE-L) rather than 0/1."""
+    y = np.asarray(y, dtype=float)
+    return bool(((y > 0) & (y < 1)).any())
+
+
+def soft_rows(X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Fractional labels q as weighted 0/1 rows: each row twice, labelled 1 with weight q and 0
+    with weight 1 − q (rows of weight 0 dropped); a logistic model fitted on them by weighted
+    log-loss estimates E[q | x] (the fractional logit)."""
+    y = np.asarray(y, dtype=float)
+    X2 = np.concatenate([X, X])
+    y2 = np.r_[np.ones(len(y)), np.zeros(len(y))]
+    w = np.r_[y, 1.0 - y]
+    keep = w > 0
+    return X2[keep], y2[keep].astype(int), w[keep]
+
+
+def soft_log_loss(y: np.ndarray, p: np.ndarray) -> float:
+    """Mean −[q log p + (1 − q) log(1 − p)] over rows (the log-loss of fractional labels; equal
+    to scikit-learn's log_loss for 0/1 labels)."""
+    p = np.clip(np.asarray(p, dtype=float), 1e-15, 1 - 1e-15)
+    y = np.asarray(y, dtype=float)
+    return float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p)))
+
+
+def _fit(est, kind: str, X: np.ndarray, y: np.ndarray):
+    """``est.fit`` on 0/1 labels, or on fractional ones through :func:`soft_rows` (weights to the
+    pipeline's last step)."""
+    if not is_soft(y):
+        return est.fit(X, y)
+    X2, y2, w = soft_rows(X, y)
+    return est.fit(X2, y2, **{f"{est.steps[-1][0]}__sample_weight": w})
+
+
 def _cv(y: np.ndarray, seed: int, max_folds: int = MAX_FOLDS):
-    from sklearn.model_selection import StratifiedKFold
+    from sklearn.model_selection import KFold, StratifiedKFold
+
+    if is_soft(y):  # fractional labels: plain shuffled folds
+        return KFold(n_splits=min(max_folds, len(y)), shuffle=True, random_state=seed)
 
     k = min(max_folds, int(y.sum()), int(y.size - y.sum()))
     if k < 2:
@@ -386,10 +424,13 @@ def fit_map(cols: Mapping[str, np.ndarray], y: np.ndarray, name: str, kind: str,
     feats = (FEATURE_SETS if sets is None else sets)[name]
     shifts = log_shifts(cols, feats)
     X = design_matrix(cols, feats, shifts)
+    if kind == "isotonic" and is_soft(y):
+        raise CalibrationError("the isotonic map needs 0/1 labels; fractional labels take the "
+                               "platt or mlp map")
     est = _estimator(kind, y, seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        est.fit(X, y)
+        _fit(est, kind, X, y)
     iso_x: tuple = ()
     iso_y: tuple = ()
     if kind == "mlp":
@@ -426,8 +467,14 @@ def cv_predict(cols: Mapping[str, np.ndarray], y: np.ndarray, name: str, kind: s
     X = design_matrix(cols, feats, log_shifts(cols, feats))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        return cross_val_predict(_estimator(kind, y, seed), X, y, cv=cv or _cv(y, seed),
-                                 method="predict_proba")[:, 1]
+        if not is_soft(y):
+            return cross_val_predict(_estimator(kind, y, seed), X, y, cv=cv or _cv(y, seed),
+                                     method="predict_proba")[:, 1]
+        out = np.full(len(y), np.nan)
+        for tr, te in (cv or _cv(y, seed)).split(X, (np.asarray(y) >= 0.5).astype(int)):
+            est = _fit(_estimator(kind, y[tr], seed), kind, X[tr], y[tr])
+            out[te] = est.predict_proba(X[te])[:, 1]
+        return out
 
 
 def candidates(cols: Mapping[str, np.ndarray],
@@ -440,6 +487,11 @@ def candidates(cols: Mapping[str, np.ndarray],
             if set(f) <= have for k in kinds if k != "mlp" or len(f) > 1]
 
 
+def _kinds(y: np.ndarray, kinds: Sequence[str]) -> tuple[str, ...]:
+    """The maps that fit these labels (fractional labels: no isotonic map)."""
+    return tuple(k for k in kinds if not (k == "isotonic" and is_soft(y)))
+
+
 def select_map(cols: Mapping[str, np.ndarray], y: np.ndarray, *, seed: int = 0,
                sets: Mapping[str, tuple[str, ...]] | None = None,
                kinds: Sequence[str] = MAP_KINDS) -> tuple[FittedMap, list[dict]]:
@@ -448,7 +500,9 @@ def select_map(cols: Mapping[str, np.ndarray], y: np.ndarray, *, seed: int = 0,
 
     Args:
         cols: column -> (n,) raw values.
-        y: (n,) 0/1 labels.
+        y: (n,) 0/1 labels, or fractional ones in [0, 1] (a quality such as ROUGE-L: the maps
+            then estimate its expectation, fitted by weighted log-loss, :func:`soft_rows`; no
+            isotonic map).
         seed: the folds' and the networks' seed.
         sets: the candidate feature sets, name -> columns (default :data:`FEATURE_SETS`).
         kinds: the candidate maps (:data:`MAP_KINDS`).
@@ -456,10 +510,11 @@ def select_map(cols: Mapping[str, np.ndarray], y: np.ndarray, *, seed: int = 0,
     from sklearn.metrics import log_loss
 
     table = []
-    for name, kind in candidates(cols, sets, kinds):
+    for name, kind in candidates(cols, sets, _kinds(y, kinds)):
         p = cv_predict(cols, y, name, kind, seed=seed, sets=sets)
         table.append({"features": name, "map": kind,
-                      "cv_log_loss": float(log_loss(y, p, labels=[0, 1]))})
+                      "cv_log_loss": soft_log_loss(y, p) if is_soft(y)
+                      else float(log_loss(y, p, labels=[0, 1]))})
     if not table:
         raise CalibrationError("no candidate map: the rows lack the scores "
                                f"{list(SCORES[:3])}")

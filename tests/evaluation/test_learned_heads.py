@@ -75,3 +75,28 @@ def test_transfer_and_a_fold_too_small_to_fit():
     assert np.isnan(u).all() and all("too few" in c for c in chosen)
     with pytest.raises(Exception, match="no block profile"):
         cross_fitted(HEADS["isouq block head"], [{"scores": r["scores"]} for r in rows], y, folds)
+
+
+def test_fractional_labels_fit_the_expected_quality():
+    """ROUGE-L as a fractional label: the head estimates E[quality | x] (weighted log-loss on
+    each row as 1 with weight q and 0 with weight 1 − q), checked against scikit-learn's
+    logistic regression fitted on those weighted rows directly."""
+    from sklearn.linear_model import LogisticRegression
+
+    from isouq.calibration import fit_map, is_soft, soft_log_loss, soft_rows
+    from isouq.evaluation.features import values
+    from isouq.study.analysis.learned_heads import labels_for
+
+    rows, y, folds = rows_and_labels(seed=3)
+    q = np.clip(0.5 * y + 0.3 * np.random.default_rng(0).random(len(y)), 0, 1)
+    assert is_soft(labels_for(q, "Rouge_rougeL")) and not is_soft(labels_for(q, "Accuracy"))
+    cols = values(rows, ("mean_prob", "block:model.layers.1"))
+    m = fit_map(cols, q, "x", "platt", sets={"x": tuple(cols)})
+    X = np.c_[cols["mean_prob"], np.log(cols["block:model.layers.1"])]
+    Z = (X - X.mean(0)) / X.std(0)
+    Z2, y2, w = soft_rows(Z, q)
+    ref = LogisticRegression(C=1.0, solver="newton-cholesky").fit(Z2, y2, sample_weight=w)
+    np.testing.assert_allclose(m.predict(cols), ref.predict_proba(Z)[:, 1], rtol=1e-5)
+    assert soft_log_loss(np.array([1.0, 0.0]), np.array([0.5, 0.5])) == pytest.approx(np.log(2))
+    u, chosen = cross_fitted(HEADS["isouq scores + MSP"], rows, q, folds)
+    assert np.isfinite(u).all() and not any("isotonic" in c for c in chosen)

@@ -3,8 +3,9 @@
 
 A head is what ``isouq calibrate --features ...`` fits (``isouq.calibration.select_map``:
 candidate feature sets × maps, chosen by cross-validated log-loss), on the answers of one
-model × dataset, labelled by LM-Polygraph's quality of each answer: accuracy as it is, ROUGE-L
-as correct when ≥ :data:`LABEL_THRESHOLD`. The heads (:data:`HEADS`):
+model × dataset, labelled by LM-Polygraph's quality of each answer (:func:`labels_for`):
+accuracy as its 0/1, ROUGE-L as a fractional label (the head then estimates the expected
+ROUGE-L, fitted by weighted log-loss: ``calibration.soft_rows``). The heads (:data:`HEADS`):
 
 - ``isouq combined (paper)``: the paper's combined estimate, a logistic regression over log
   epistemic and aleatoric;
@@ -26,10 +27,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...calibration import MAP_KINDS, MIN_PER_CLASS, select_map
+from ...calibration import MAP_KINDS, MIN_PER_CLASS, is_soft, select_map
 from ...evaluation.features import feature_sets, values
 
-#: ROUGE-L at or above this counts as a correct answer for fitting a head
+#: ROUGE-L at or above this counts as a correct answer where a 0/1 label is needed (AUROC)
 LABEL_THRESHOLD = 0.5
 
 
@@ -67,6 +68,13 @@ def binary_labels(quality: np.ndarray, metric: str) -> np.ndarray:
     return np.where(np.isnan(q), np.nan, out)
 
 
+def labels_for(quality: np.ndarray, metric: str) -> np.ndarray:
+    """(n,) the labels a head is fitted on (NaN stays NaN): accuracy as its 0/1, another
+    metric (ROUGE-L) as the fractional quality itself, clipped to [0, 1]."""
+    q = np.asarray(quality, dtype=float)
+    return binary_labels(q, metric) if metric == "Accuracy" else np.clip(q, 0.0, 1.0)
+
+
 def _sets(head: Head, rows: Sequence[Mapping]) -> tuple[dict, list[str]]:
     """The head's candidate column sets on these rows, and every column they read."""
     sets = feature_sets(head.features, rows)
@@ -76,7 +84,14 @@ def _sets(head: Head, rows: Sequence[Mapping]) -> tuple[dict, list[str]]:
 
 
 def _fits(y: np.ndarray) -> bool:
-    return min(int(y.sum()), int(y.size - y.sum())) >= MIN_PER_CLASS
+    """Enough of both sides to fit: ≥ ``MIN_PER_CLASS`` answers (a fractional label counts as
+    its share) right and wrong."""
+    return min(float(y.sum()), float(y.size - y.sum())) >= MIN_PER_CLASS
+
+
+def _labels(y: np.ndarray) -> np.ndarray:
+    """0/1 labels as integers, fractional ones as they are."""
+    return y if is_soft(y) else y.astype(int)
 
 
 def cross_fitted(head: Head, rows: Sequence[Mapping], y: np.ndarray, folds: np.ndarray, *,
@@ -86,7 +101,8 @@ def cross_fitted(head: Head, rows: Sequence[Mapping], y: np.ndarray, folds: np.n
     Args:
         head: the head.
         rows: n answer rows (``scores``, ``blocks``).
-        y: (n,) 0/1 labels (NaN: the row takes no part in a fit).
+        y: (n,) labels, 0/1 or fractional (:func:`labels_for`; NaN: the row takes no part in
+            a fit).
         folds: (n,) fold of each row.
         seed: the selection's folds and the networks' seed.
 
@@ -104,7 +120,7 @@ def cross_fitted(head: Head, rows: Sequence[Mapping], y: np.ndarray, folds: np.n
         if not _fits(y[tr]):
             chosen.append(f"fold {k}: too few of a class to fit")
             continue
-        m, _ = select_map({c: v[tr] for c, v in cols.items()}, y[tr].astype(int), seed=seed,
+        m, _ = select_map({c: v[tr] for c, v in cols.items()}, _labels(y[tr]), seed=seed,
                           sets=sets, kinds=head.kinds)
         out[te] = 1.0 - m.predict({c: v[te] for c, v in cols.items()})
         chosen.append(f"fold {k}: {m.kind} on {m.name}")
@@ -121,10 +137,10 @@ def transferred(head: Head, train_rows: Sequence[Mapping], y_train: np.ndarray,
     if not _fits(y_train[tr]):
         return np.full(len(test_rows), np.nan), "too few of a class to fit"
     cols = values(train_rows, cols_needed)
-    m, _ = select_map({c: v[tr] for c, v in cols.items()}, y_train[tr].astype(int), seed=seed,
+    m, _ = select_map({c: v[tr] for c, v in cols.items()}, _labels(y_train[tr]), seed=seed,
                       sets=sets, kinds=head.kinds)
     return 1.0 - m.predict(values(test_rows, m.features)), f"{m.kind} on {m.name}"
 
 
-__all__ = ["HEADS", "LABEL_THRESHOLD", "Head", "binary_labels", "cross_fitted",
+__all__ = ["HEADS", "LABEL_THRESHOLD", "Head", "binary_labels", "cross_fitted", "labels_for",
            "transferred"]
