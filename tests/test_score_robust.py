@@ -42,7 +42,6 @@ def no_load(monkeypatch):
 
     def boom(*args, **kw):
         raise AssertionError("the model was loaded before the error")
-    monkeypatch.setattr(cli, "_load", boom)
     monkeypatch.setattr(isouq.models, "load_model", boom)
 
 

@@ -196,11 +196,9 @@ def test_given_ranges_score_as_the_library_does(tiny_llama_dir, tmp_path, capsys
 
 def no_load(monkeypatch):
     import isouq.models
-    from isouq import cli
 
     def boom(*args, **kw):
         raise AssertionError("the model was loaded before the error")
-    monkeypatch.setattr(cli, "_load", boom)
     monkeypatch.setattr(isouq.models, "load_model", boom)
 
 

@@ -36,16 +36,6 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _load(args: argparse.Namespace):
-    """The model ``args`` names, loaded with its load options. No command loads one here
-    (``score_file``, ``ask``, … load it after their checks); tests replace this name and
-    ``isouq.models.load_model`` to catch a load that comes before an error."""
-    from ..models import load_model
-    from .options import load_kw
-
-    return load_model(args.model, **load_kw(args))
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run the ``isouq`` command on ``argv`` (default: the process's arguments).
 

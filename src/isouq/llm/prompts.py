@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..choices import JUDGE_STYLES  # the prompt styles, named once (torch-free)
 from ..errors import InputError
 from ..models.info import has_chat_template
 from ..tokens import text_ids as encode_prompt  # noqa: F401 - how models see a prompt
@@ -104,7 +105,6 @@ def p_true_prompt(
 
 #: Judge prompt styles: Farquhar et al.'s; the same with explicit rules for small judges; and
 #: strict plus the dataset's known incorrect answers (TruthfulQA), when the item has them.
-JUDGE_STYLES = ("farquhar2024", "strict", "contrast")
 STRICT_RULES = (
     "Say yes only if the proposed answer itself states one of the expected answers or an exact "
     "equivalent of it. Say no if it names something else, offers several options, only repeats "

@@ -6,9 +6,8 @@ import importlib.util
 
 import torch
 
+from ..choices import DEVICE_MAPS, QUANTIZE  # the names, listed once (torch-free)
 from ..errors import InputError, ModelError
-
-QUANTIZE = ("4bit", "8bit")
 
 
 def resolve_device(device: str | torch.device) -> str:
@@ -40,9 +39,6 @@ def resolve_device(device: str | torch.device) -> str:
 
 
 #: accelerate's placements of a model over its devices (``device_map=`` of from_pretrained)
-DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
-
-
 def check_device_map(device_map: str | dict | None) -> str | dict | None:
     """``device_map`` as transformers takes it: None, one of ``DEVICE_MAPS`` or an explicit
     {module name: device} dict; InputError otherwise, and ModelError without accelerate."""
