@@ -28,12 +28,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..choices import TOY_PRIORS as PRIORS  # the priors, named once (torch-free)
+from ..choices import TOY_PRIORS as PRIORS  # the reference posteriors' priors (prior_std)
 from ..errors import InputError, ModelError
 
 TASKS = ("binary", "multiclass", "regression")
-#: Parameter priors of the reference posteriors (see :func:`prior_std`): ``PRIORS``, the names
-#: of ``isouq.choices.TOY_PRIORS``.
 
 
 @dataclass(frozen=True)
