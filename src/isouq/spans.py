@@ -356,16 +356,6 @@ class SpanSequenceScores(SequenceScores):
 
 
 # ------------------------------------------------------------------ scoring
-def _span_rows(enc: Sequence[Encoded], resolved: Sequence[AnswerSpans]):
-    """(answer index, span index or −1 for the whole answer, answer tokens the row holds,
-    answer tokens before its scored ones) of each row, answer by answer."""
-    out = []
-    for i, (e, sp) in enumerate(zip(enc, resolved, strict=True)):
-        out.append((i, -1, len(e.answer), 0))
-        out += [(i, k, toks[-1] + 1, toks[0]) for k, toks in enumerate(sp.tokens)]
-    return out
-
-
 def score_spans(
     model: nn.Module,
     enc: Sequence[Encoded],
