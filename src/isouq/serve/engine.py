@@ -80,6 +80,7 @@ class ScoreJob:
     pairs: list[Pair]
     param: str = "pairs"
     spans: str | None = None
+    blocks: bool = False
 
     @property
     def units(self) -> int:
@@ -100,6 +101,7 @@ class GenerateJob:
     stop: tuple[str, ...] = ()
     param: str = "messages"
     spans: str | None = None
+    blocks: bool = False
 
     @property
     def greedy(self) -> bool:
@@ -162,9 +164,12 @@ class Engine:
         """Score one short pair: the parameter set becomes known (``GET /v1/models``) and the
         first request does not pay for the first pass."""
         prompt = "Hello"
+        needs = self.calibration is not None and self.calibration.needs_blocks
         res = score_sequences(self.model, self.tokenizer, [prompt], [" Hello"],
-                              batch_size=1, params=self.settings.params)
+                              batch_size=1, params=self.settings.params, blocks=needs)
         self.params_info = res.params
+        if needs:  # a head on another model's blocks: refused at start, in one line
+            self.calibration.check_blocks(res.block_names)
 
     def params_summary(self) -> dict:
         """The parameter set scored: the ``--params`` spec, tensors and scalars."""
@@ -263,10 +268,12 @@ class Engine:
             for (text, ids), choices in zip(gens[j], per_prompt, strict=True):
                 items += [self._generated_item(text, ids, g, jobs[j].spans, j)
                           for g in _distinct(choices)]
-        scores = self._score_all(items, outcomes)
+        shown = [jobs[it.source].blocks for it in items]
+        blocks = any(shown) or (self.calibration is not None and self.calibration.needs_blocks)
+        scores = self._score_all(items, outcomes, blocks=blocks)
         t3 = time.perf_counter()
         # 4. P(correct), then each job's answer
-        calibrated = self._calibrate(scores)
+        calibrated = self._calibrate(scores, shown)
         by_job: dict[int, list[dict]] = {}
         for it, sc in zip(items, calibrated, strict=True):
             by_job.setdefault(it.source, []).append(sc)
@@ -320,21 +327,21 @@ class Engine:
             at += len(p)
         return out
 
-    def _score_all(self, items: list[Prepared], outcomes: list[Outcome]
-                   ) -> list[dict | None]:
+    def _score_all(self, items: list[Prepared], outcomes: list[Outcome], *,
+                   blocks: bool = False) -> list[dict | None]:
         """The scores of every item: one ``score_sequences`` call; if it fails, each job's items
         alone (a job that still fails gets the error). None for a failed job's items."""
         if not items:
             return []
         try:
-            return self._score(items)
+            return self._score(items, blocks=blocks)
         except Exception:  # noqa: BLE001 - find the job that fails, answer the others
             pass
         out: list[dict | None] = [None] * len(items)
         for j in dict.fromkeys(it.source for it in items):
             idx = [i for i, it in enumerate(items) if it.source == j]
             try:
-                got = self._score([items[i] for i in idx])
+                got = self._score([items[i] for i in idx], blocks=blocks)
             except Exception as e:  # noqa: BLE001
                 outcomes[j].error = _as_request_error(e, None)
                 continue
@@ -342,12 +349,13 @@ class Engine:
                 out[i] = sc
         return out
 
-    def _score(self, items: list[Prepared]) -> list[dict]:
+    def _score(self, items: list[Prepared], *, blocks: bool = False) -> list[dict]:
         """Scores of the items (with ``spans`` when an item has them): one ``score_sequences``
         call on their token ids, ``max_batch`` answers per pass; with a memory budget, the
         items sorted by length into the fewest passes whose predicted peak fits (one call when
         the batch fits). When some items have spans, the call scores spans (the others' whole
-        answers only: :data:`NO_SPANS`), one ghost backward per span index over the batch."""
+        answers only: :data:`NO_SPANS`), one ghost backward per span index over the batch.
+        ``blocks``: each answer's block profile too, from the same backward."""
         s = self.settings
         memory = self.limits.memory
         if memory is None or (len(items) <= s.max_batch and memory.fits(items)):
@@ -365,23 +373,27 @@ class Engine:
             res = score_sequences(self.model, self.tokenizer, [it.prompt for it in part],
                                   [it.answer for it in part], batch_size=size or len(idx),
                                   params=s.params, encoded=[it.encoded for it in part],
+                                  blocks=blocks,
                                   **({"spans": spans} if spans is not None else {}))
             self.params_info = res.params
             for r, (i, it) in enumerate(zip(idx, part, strict=True)):
                 out[i] = {**res.row_scores(r), "n_tokens": int(res.n_tokens[r])}
                 if it.spans is not None:
                     out[i]["spans"] = res.row_spans(r)
+                if blocks:
+                    out[i]["blocks"] = res.row_blocks(r)
         return out
 
-    def _calibrate(self, scores: list[dict | None]) -> list[dict | None]:
-        """Each answer's ``uncertainty`` object (None for a failed job's)."""
+    def _calibrate(self, scores: list[dict | None],
+                   shown: list[bool] | None = None) -> list[dict | None]:
+        """Each answer's ``uncertainty`` object (None for a failed job's); ``shown``: per answer,
+        whether its job asked for the block profile."""
         params = self.params_summary()
         ok = [i for i, s in enumerate(scores) if s is not None]
         p = w = None
         if self.calibration is not None and ok:
-            cols = {k: [scores[i][k] for i in ok] for k in
-                    ("epistemic", "aleatoric", "mean_prob", "epistemic_log")}
-            p = self.calibration.predict(cols)
+            p = self.calibration.predict([{"scores": scores[i], "blocks": scores[i].get("blocks")}
+                                          for i in ok])
             w = self.calibration.withheld(p)
         out: list[dict | None] = [None] * len(scores)
         for r, i in enumerate(ok):
@@ -392,6 +404,8 @@ class Engine:
                 u["spans"] = [_finite_span(sp) for sp in scores[i]["spans"]]
                 u["least_trusted_span"] = least_trusted(scores[i]["spans"])
                 u["least_trusted_by"] = SPAN_SCORE
+            if shown is not None and shown[i] and "blocks" in scores[i]:
+                u["blocks"] = {b: finite(v) for b, v in scores[i]["blocks"].items()}
             if p is not None:
                 u["p_correct"] = finite(p[r])
                 u["withheld"] = None if w is None else bool(w[r])
