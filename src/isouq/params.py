@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from .errors import InputError, ModelError
-from .ghost.weights import is_offloaded, offloaded_ties, resolve
+from .ghost.weights import is_dtensor, is_offloaded, offloaded_ties, resolve
 from .param_sets import DEFAULT_SET, PARAM_SETS
 from .quantized import check_inputs_not_quantized, dequantized, is_quantized, logical_numel
 from .scores import ParamInfo
@@ -188,17 +188,13 @@ def _address(p: torch.Tensor) -> int:
     return (inner if isinstance(inner, torch.Tensor) else p).data_ptr()
 
 
-def _is_dtensor(p: torch.Tensor) -> bool:
-    return type(p).__name__ == "DTensor" or hasattr(p, "device_mesh") and hasattr(p, "to_local")
-
-
 def _sq_norm_all(params: dict[str, nn.Parameter], model: nn.Module | None) -> float:
     """Σ ‖p‖² over ``params``: a weight accelerate offloads (on ``meta``) read from where it
     keeps it; a sharded one (FSDP2's DTensor) as the sum of every rank's ‖local shard‖², one
     all-reduce per device mesh (every rank calls this with the same parameters)."""
     sq, sharded = 0.0, {}
     for name, p in params.items():
-        if _is_dtensor(p):
+        if is_dtensor(p):
             local = p.detach().to_local()
             part = float(torch.linalg.vector_norm(local)) ** 2 if local.numel() else 0.0
             mesh = p.device_mesh

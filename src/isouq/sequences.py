@@ -26,7 +26,7 @@ from .blocks import block_map
 from .covariance import Covariance, Identity
 from .engines import engine_name
 from .errors import InputError
-from .ghost.weights import is_offloaded, is_sharded
+from .ghost.weights import is_sharded, placement
 from .params import ParamSpec, param_info, select_params
 from .passes import Batch, collate, input_device, score_encoded, summarize, token_probs
 from .prepare import Limits, check_fit, context_window, encode_checked, resolve_one
@@ -193,7 +193,7 @@ def check_engine(method: str, sel: dict) -> None:
         raise InputError(
             f"method={method!r} differentiates the weights themselves, and quantized (4/8-bit) "
             "weights cannot be; use method='ghost' (exact for them) or params='trainable'")
-    if any(is_offloaded(q) or type(q).__name__ == "DTensor" for q in sel.values()):
+    if any(placement(q) != "local" for q in sel.values()):
         raise InputError(
             "method='per_example' differentiates the weights themselves, and this model's are "
             "offloaded (accelerate keeps them on 'meta') or sharded (FSDP2); use method='ghost' "

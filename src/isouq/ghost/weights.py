@@ -55,6 +55,19 @@ def is_offloaded(t: torch.Tensor | None) -> bool:
     return isinstance(t, torch.Tensor) and t.device.type == "meta"
 
 
+def is_dtensor(t: torch.Tensor | None) -> bool:
+    """True for a DTensor (FSDP2's sharded parameter: a shard per rank on a device mesh), told
+    without importing ``torch.distributed.tensor``."""
+    return isinstance(t, torch.Tensor) and (type(t).__name__ == "DTensor" or (
+        hasattr(t, "device_mesh") and hasattr(t, "to_local")))
+
+
+def placement(t: torch.Tensor) -> str:
+    """Where a parameter's values are: ``"sharded"`` (a DTensor: FSDP2), ``"offloaded"`` (on
+    ``meta``: accelerate keeps them elsewhere between forwards) or ``"local"``."""
+    return "sharded" if is_dtensor(t) else "offloaded" if is_offloaded(t) else "local"
+
+
 def _holder(root: nn.Module, name: str) -> tuple[list[str], list[nn.Module]]:
     """The name's parts and the modules along it, ``root`` first."""
     parts = name.split(".")
