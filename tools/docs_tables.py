@@ -1272,6 +1272,25 @@ def _polygraph_scores(root: Path) -> str:
 
 
 
+# --------------------------------------------------------------------------- performance.md: blocks
+BLOCKS = "benchmarks/results/blocks.json"
+
+
+@register("blocks_cost", BLOCKS)
+def _blocks_cost(root: Path) -> str:
+    """The block profile against the summed ghost path, interleaved in one process
+    (``benchmarks/blocks.py``): seconds per answer, the ratio per round (median, min–max) and
+    the spread of the summed path's own rounds."""
+    doc = _json(root, BLOCKS)
+    rows = [[str(r["batch"]), str(r["rounds"]), sig(r["ghost_s_per_answer"]),
+             sig(r["ghost_blocks_s_per_answer"]),
+             f"{_two(r['blocks_over_ghost'])} [{_two(r['blocks_over_ghost_min'])}–"
+             f"{_two(r['blocks_over_ghost_max'])}]", f"{100 * r['ghost_spread']:.0f}%"]
+            for r in doc["rows"]]
+    return _grid(["batch", "rounds", "summed s/answer", "with blocks s/answer",
+                  "blocks / summed [min–max over rounds]", "summed path's spread"], rows)
+
+
 # --------------------------------------------------------------------------- trust.md
 # (Which score should I trust? whole answers in LM-Polygraph's harness, sentences of qa long)
 
