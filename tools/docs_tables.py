@@ -1017,6 +1017,10 @@ EVIDENCE_SETTINGS = (("qa-evidence-mc", "TruthfulQA MC1", "MC1"),
 EVIDENCE_MODELS = {"smollm2": ("SmolLM2-135M-Instruct", "SmolLM2"),
                    "gemma3-270m": ("Gemma 3 270M", "Gemma"),
                    "qwen2.5-coder-0.5b": ("Qwen2.5-Coder-0.5B-Instruct", "Qwen")}
+#: short names of every model a benchmark table shows (the evidence models and the larger ones
+#: of the LM-Polygraph run)
+SHORT_NAMES = {**{k: v[1] for k, v in EVIDENCE_MODELS.items()},
+               "qwen2.5-coder-1.5b": "Qwen 1.5B"}
 EVIDENCE_SCORES = {"epistemic": "−epistemic ‖∇θ p̄‖²",
                    "epistemic_log": "−epistemic_log ‖∇θ log p̄‖²", "mean_prob": "p̄",
                    "aleatoric": "−aleatoric", "max_prob": "max option probability",
@@ -1154,8 +1158,7 @@ def _minus(text: str) -> str:
 
 
 def _setting(model: str, dataset: str) -> str:
-    return (f"{EVIDENCE_MODELS.get(model, (model, model))[1]} × "
-            f"{DATASETS.get(dataset, dataset)}")
+    return f"{SHORT_NAMES.get(model, model)} × {DATASETS.get(dataset, dataset)}"
 
 
 @register("polygraph_ranks", POLYGRAPH_REPORT)
@@ -1187,7 +1190,7 @@ def _polygraph_docs(root: Path) -> list[dict]:
         raise FileNotFoundError(f"{POLYGRAPH}: the kept folder a generated table reads is "
                                 "missing")
     docs = [load_polygraph(p) for p in polygraph_files(folder)]
-    models, datasets = list(EVIDENCE_MODELS), ["triviaqa", "truthfulqa"]
+    models, datasets = list(SHORT_NAMES), ["triviaqa", "truthfulqa"]
     return sorted(docs, key=lambda d: (
         models.index(d["model"]) if d["model"] in models else len(models), d["model"],
         datasets.index(d["dataset"]) if d["dataset"] in datasets else len(datasets),
