@@ -1326,6 +1326,27 @@ def _trust_sentences(root: Path) -> str:
                   "best single span score", "span 1 − p̄", "whole answer 1 − p̄"], rows)
 
 
+SPAN_HEAD = "results/qa_long/span_head.json"
+
+
+@register("trust_span_head", SPAN_HEAD)
+def _trust_span_head(root: Path) -> str:
+    """A learned span head, cross-fitted by answer, against the default span score: AUROC for
+    the wrong sentences of each, their difference [95% intervals over resampled answers]."""
+    doc = _json(root, SPAN_HEAD)
+
+    def cell(v, lo, hi, digits=2):
+        return f"{fixed(v, digits)} [{fixed(lo, digits)}, {fixed(hi, digits)}]"
+
+    rows = [[f"{SHORT_NAMES.get(r['model'], r['model'])} {r['setting']}", str(r["sentences"]),
+             cell(r["head"], r["head_ci_low"], r["head_ci_high"]),
+             cell(r["default_auroc"], r["default_ci_low"], r["default_ci_high"]),
+             _minus(cell(r["delta"], r["delta_ci_low"], r["delta_ci_high"])), r["verdict"]]
+            for r in sorted(doc["rows"], key=lambda r: (r["setting"], r["model"]))]
+    return _grid(["model, setting", "sentences", "span head", f"span {doc['default']}",
+                  "Δ (head − default)", "verdict"], rows)
+
+
 def _point(cell: str) -> float:
     """The value before the interval of a report cell (``0.123 [0.1, 0.2]``)."""
     return float(str(cell).split("[")[0].strip().replace("−", "-"))

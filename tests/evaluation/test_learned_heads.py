@@ -100,3 +100,27 @@ def test_fractional_labels_fit_the_expected_quality():
     assert soft_log_loss(np.array([1.0, 0.0]), np.array([0.5, 0.5])) == pytest.approx(np.log(2))
     u, chosen = cross_fitted(HEADS["isouq scores + MSP"], rows, q, folds)
     assert np.isfinite(u).all() and not any("isotonic" in c for c in chosen)
+
+
+def test_a_span_head_is_cross_fitted_by_answer_and_judged_against_the_default():
+    """long_spans.span_head_rows: no sentence scored by a head fitted on its answer, and a head
+    that can read the signal (min_prob) beats a default that cannot (aleatoric: noise)."""
+    from isouq.study.analysis.long_spans import span_head_rows
+
+    rng = np.random.default_rng(5)
+    rows = []
+    for a in range(120):
+        for k in range(5):
+            wrong = int(rng.random() < 0.6)
+            rows.append({"setting": "composed", "model": "m", "answer": f"a{a}", "index": k,
+                         "wrong": wrong, "whole": {},
+                         "span": {"mean_prob": float(rng.uniform(0.3, 0.9)),
+                                  "aleatoric": float(rng.uniform(0.05, 0.2)),
+                                  "epistemic": float(np.exp(rng.normal())),
+                                  "epistemic_log": float(np.exp(rng.normal())),
+                                  "min_prob": float(np.clip(0.6 - 0.4 * wrong
+                                                            + 0.15 * rng.normal(), 0.01, 1))}})
+    (r,) = span_head_rows(rows, default="aleatoric", n_bootstrap=50)
+    assert r["sentences"] == 600 and len(r["maps"]) == 5
+    assert r["head"] > 0.8 and abs(r["default_auroc"] - 0.5) < 0.1
+    assert r["verdict"] == "the head is better beyond noise" and r["delta_ci_low"] > 0

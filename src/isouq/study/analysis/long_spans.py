@@ -377,3 +377,72 @@ def _f(v) -> str:
 
 __all__ = ["LABELS", "SCORES", "SPAN_BASELINE", "SPAN_SCORE", "WHOLE", "Score", "cluster_resamples",
            "long_tables", "sentence_rows", "verdict"]
+
+
+#: the span features a learned span head may read (``isouq calibrate``'s procedure on them)
+SPAN_HEAD_FEATURES: tuple[str, ...] = ("mean_prob", "aleatoric", "epistemic", "epistemic_log",
+                                       "min_prob")
+
+
+def span_head_rows(rows: Sequence[Mapping], *, default: str, n_bootstrap: int = 1000,
+                   seed: int = 0, folds: int = 5) -> list[dict]:
+    """Does a learned span head find the wrong sentences better than the default span score?
+
+    Per (setting, model): a head fitted as ``isouq calibrate`` fits one (``calibration.
+    select_map`` over each span feature of :data:`SPAN_HEAD_FEATURES` alone and all together,
+    logistic / isotonic / small network, chosen by cross-validated log-loss) on the sentences of
+    ``folds − 1`` folds of answers and scoring the sentences of the last (folds by answer: no
+    sentence is scored by a head fitted on its answer); its AUROC for the wrong sentences, that of
+    the span score ``default``, and their difference, each with a 95% interval from the same
+    resamples of answers.
+
+    Args:
+        rows: :func:`sentence_rows` output.
+        default: the span score the head is measured against (``isouq.defaults.SPAN_SCORE``).
+        n_bootstrap, seed: the answers' resamples.
+        folds: answer folds of the cross-fitting.
+
+    Returns:
+        {setting, model, sentences, wrong, head, head_ci_low, head_ci_high, default,
+        default_auroc, default_ci_low, default_ci_high, delta, delta_ci_low, delta_ci_high,
+        verdict, maps} per (setting, model) with both classes in every training part.
+    """
+    from sklearn.model_selection import GroupKFold
+
+    from ...calibration import MIN_PER_CLASS, select_map
+
+    sets = {**{f: (f,) for f in SPAN_HEAD_FEATURES}, "all": SPAN_HEAD_FEATURES}
+    out = []
+    for (setting, model), rs in _groups(rows).items():
+        y = np.array([int(r["wrong"]) for r in rs])
+        answers = [r["answer"] for r in rs]
+        cols = {f: np.array([float(r["span"].get(f, np.nan)) for r in rs]) for f in
+                SPAN_HEAD_FEATURES}
+        u = np.full(len(rs), np.nan)
+        maps = []
+        codes = np.unique(answers, return_inverse=True)[1]
+        for tr, te in GroupKFold(n_splits=folds).split(np.zeros(len(rs)), y, codes):
+            right = 1 - y[tr]
+            if min(int(right.sum()), int(tr.size - right.sum())) < MIN_PER_CLASS:
+                continue
+            m, _ = select_map({k: v[tr] for k, v in cols.items()}, right, seed=seed, sets=sets)
+            u[te] = 1.0 - m.predict({k: v[te] for k, v in cols.items()})
+            maps.append(f"{m.kind} on {m.name}")
+        if not np.isfinite(u).all() or not 0 < y.sum() < y.size:
+            continue
+        draws = cluster_resamples(answers, n_bootstrap, group_rng(seed, "span-head", setting,
+                                                                  model))
+        x = cols[default]
+        bh, bd = _boot_aurocs(y, u, draws), _boot_aurocs(y, x, draws)
+        (hl, hh), (dl, dh), (ll, lh) = _ci(bh), _ci(bd), _ci(bh - bd)
+        a_h, a_d = auroc(y, u), auroc(y, x)
+        out.append({"setting": setting, "model": model, "sentences": len(rs),
+                    "wrong": int(y.sum()), "head": to_float(a_h), "head_ci_low": hl,
+                    "head_ci_high": hh, "default": default, "default_auroc": to_float(a_d),
+                    "default_ci_low": dl, "default_ci_high": dh, "delta": to_float(a_h - a_d),
+                    "delta_ci_low": ll, "delta_ci_high": lh,
+                    "verdict": ("the head is better beyond noise" if ll is not None and ll > 0
+                                else "the head is worse beyond noise" if lh is not None and lh < 0
+                                else "within noise"),
+                    "maps": maps})
+    return out
