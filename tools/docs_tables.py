@@ -625,28 +625,42 @@ def _score_sequences_warm3(root: Path) -> str:
                   "peak RSS ghost (floor)"], rows)
 
 
-#: before/after runs of ``benchmarks/score_sequences_ab.py``: how each was run -> its file
-SCORE_SEQUENCES_AB = {
-    "one process, floor and ghost alternately": "benchmarks/results/score_sequences_ab_interleaved.json",
-    "a process per method (`--mode processes`)": "benchmarks/results/score_sequences_ab_processes.json",
-    "a process per method, batch 32 again": "benchmarks/results/score_sequences_ab_processes_b32.json",
-}
+#: the before/after run of ``benchmarks/score_sequences_ab.py`` (``--tag absolute``): seconds per
+#: answer of ghost, the library's floor and the independent floor (plain transformers) per side
+SCORE_SEQUENCES_AB = "benchmarks/results/score_sequences_ab_absolute.json"
+#: what the table calls each thing the run measured
+_AB_LABELS = {"ghost": "**ghost**, s/answer", "floor": "floor (isouq's `token_probs`), s/answer",
+              "hf_floor": "floor (transformers only), s/answer",
+              "ghost/floor": "ghost / floor (isouq)", "ghost/hf_floor": "ghost / floor (transformers only)"}
 
 
-@register("score_sequences_ab", *SCORE_SEQUENCES_AB.values())
+@register("score_sequences_ab", SCORE_SEQUENCES_AB)
 def _score_sequences_ab(root: Path) -> str:
-    """ghost/floor of an earlier commit and of a later one, run in turn round by round
-    (``benchmarks/score_sequences_ab.py``): each round's ratio, the medians and their ratio."""
+    """ghost, the library's floor and the independent floor of an earlier commit and of the later
+    code, run in turn round by round (``benchmarks/score_sequences_ab.py``): seconds per answer
+    and their ratios, median (min–max over rounds); beside every ratio the noise (the independent
+    floor's (max − min) / median over rounds: each side's, both sides' for after / before)."""
+    d = _json(root, SCORE_SEQUENCES_AB)
+
+    def pct(x: float) -> str:
+        return f"{100 * x:.0f}%"
+
     rows = []
-    for how, rel in SCORE_SEQUENCES_AB.items():
-        d = _json(root, rel)
-        for r in d["summary"]:
-            rows.append([how, f"{d['before']} → {d['after']}", str(r["batch"]),
-                         f"{sig(r['before median'])} ({r['before ghost/floor by round']})",
-                         f"{sig(r['after median'])} ({r['after ghost/floor by round']})",
-                         f"**{sig(r['after / before (medians)'])}**"])
-    return _grid(["run", "commits", "batch", "before: ghost / floor, median (by round)",
-                  "after: ghost / floor, median (by round)", "after / before"], rows)
+    for s in d["summary"]:
+        for name, label in _AB_LABELS.items():
+            ratio = "/" in name
+            by_side = s["ratios" if ratio else "seconds_per_answer"]
+            cells = []
+            for side in ("before", "after"):
+                m = by_side[side][name]
+                cells.append(f"{sig(m['median'])} ({sig(m['min'])}–{sig(m['max'])})"
+                             + (f"; noise {pct(s['noise'][side])}" if ratio else ""))
+            ab = s["after/before"][name]
+            cells.append(f"**{sig(ab['ratio'])}**; noise {pct(ab['noise'])}: "
+                         + ("inside" if ab["inside_noise"] else "beyond"))
+            rows.append([str(s["batch"]), label, *cells])
+    return _grid(["batch", "measured", f"before ({d['before']})", f"after ({d['after']})",
+                  "after / before"], rows)
 
 
 LONG_PROMPTS = tuple(f"benchmarks/results/score_sequences_t{t}.json" for t in (64, 256, 1024, 2048))
@@ -1513,59 +1527,54 @@ def _v_cpu_ghost_over_full_backward(root: Path) -> str:
                  for s, _ in _batches(_json(root, SCORE_SEQUENCES)).values()), _two)
 
 
-def _ab_rows(root: Path) -> list[tuple[str, dict]]:
-    return [(how, r) for how, rel in SCORE_SEQUENCES_AB.items() for r in _json(root, rel)["summary"]]
+def _ab_by_batch(root: Path, fmt: Callable[[dict], str]) -> str:
+    """``fmt(summary row)`` per batch size of the before/after run: "… at batch 16 and … at
+    batch 32"."""
+    return " and ".join(f"{fmt(s)} at batch {s['batch']}"
+                        for s in _json(root, SCORE_SEQUENCES_AB)["summary"])
 
 
-@value("ab_b16_after_over_before", *SCORE_SEQUENCES_AB.values())
-def _v_ab_b16(root: Path) -> str:
-    """after / before (medians) of the before/after runs at batch 16."""
-    return span((r["after / before (medians)"] for _, r in _ab_rows(root) if r["batch"] == 16),
-                _two)
+@value("ab_runs", SCORE_SEQUENCES_AB)
+def _v_ab_runs(root: Path) -> str:
+    """The before/after run's commits, rounds and timed calls, and the 1-minute load average
+    around its runs."""
+    d = _json(root, SCORE_SEQUENCES_AB)
+    load = span((x for r in d["runs"] for x in r["load_1min"]), _two)
+    return (f"{d['before']} against {d['after']}, {d['rounds']} rounds of {d['repeats']} timed "
+            f"calls of each after {d['warmups']} untimed; 1-minute load average {load}")
 
 
-@value("ab_b32_processes", *SCORE_SEQUENCES_AB.values())
-def _v_ab_b32_processes(root: Path) -> str:
-    """after / before at batch 32 of the runs with a process per method, as percent above."""
-    return span((100 * (r["after / before (medians)"] - 1) for how, r in _ab_rows(root)
-                 if r["batch"] == 32 and "per method" in how), lambda x: f"{x:.0f}") + "%"
+@value("ab_ghost_after_over_before", SCORE_SEQUENCES_AB)
+def _v_ab_ghost(root: Path) -> str:
+    """ghost's seconds per answer, after / before, per batch size."""
+    return _ab_by_batch(root, lambda s: _two(s["after/before"]["ghost"]["ratio"]))
 
 
-@value("ab_b32_interleaved", *SCORE_SEQUENCES_AB.values())
-def _v_ab_b32_interleaved(root: Path) -> str:
-    """after / before at batch 32 of the interleaved run, as percent below (or above)."""
-    (r,) = [r for how, r in _ab_rows(root) if r["batch"] == 32 and "alternately" in how]
-    x = 100 * (r["after / before (medians)"] - 1)
-    return f"{abs(x):.0f}% {'below' if x < 0 else 'above'}"
+@value("ab_hf_floor_after_over_before", SCORE_SEQUENCES_AB)
+def _v_ab_hf_floor(root: Path) -> str:
+    """The independent floor's seconds per answer, after / before, per batch size."""
+    return _ab_by_batch(root, lambda s: _two(s["after/before"]["hf_floor"]["ratio"]))
 
 
-def _by_round(text: str) -> list[float]:
-    return [float(x) for x in text.split(",")]
+@value("ab_ghost_over_hf_floor_after_over_before", SCORE_SEQUENCES_AB)
+def _v_ab_ghost_over_hf_floor(root: Path) -> str:
+    """ghost / independent floor, after / before, per batch size."""
+    return _ab_by_batch(root, lambda s: _two(s["after/before"]["ghost/hf_floor"]["ratio"]))
 
 
-@value("ab_round_spread", *SCORE_SEQUENCES_AB.values())
-def _v_ab_round_spread(root: Path) -> str:
-    """The largest spread (max − min) of one side's by-round ghost/floor within one run."""
-    spread = max(max(v) - min(v) for _, r in _ab_rows(root)
-                 for v in (_by_round(r["before ghost/floor by round"]),
-                           _by_round(r["after ghost/floor by round"])))
-    return _two(spread)
+@value("ab_noise", SCORE_SEQUENCES_AB)
+def _v_ab_noise(root: Path) -> str:
+    """The independent floor's (max − min) / median over both sides' rounds, per batch size."""
+    return _ab_by_batch(root, lambda s: f"{100 * s['noise']['both']:.0f}%")
 
 
-@value("ab_interleaved_rounds", *SCORE_SEQUENCES_AB.values())
-def _v_ab_interleaved_rounds(root: Path) -> str:
-    """Every by-round ghost/floor of the interleaved run, both sides."""
-    return span((x for how, r in _ab_rows(root) if "alternately" in how
-                 for side in ("before", "after") for x in _by_round(r[f"{side} ghost/floor by round"])),
-                _two)
-
-
-@value("ab_processes_rounds", *SCORE_SEQUENCES_AB.values())
-def _v_ab_processes_rounds(root: Path) -> str:
-    """Every by-round ghost/floor of the runs with a process per method, both sides."""
-    return span((x for how, r in _ab_rows(root) if "per method" in how
-                 for side in ("before", "after") for x in _by_round(r[f"{side} ghost/floor by round"])),
-                _two)
+@value("ab_all_inside_noise", SCORE_SEQUENCES_AB)
+def _v_ab_all_inside(root: Path) -> str:
+    """Whether every after / before of the run is inside the noise, in words."""
+    beyond = [f"{name} at batch {s['batch']}" for s in _json(root, SCORE_SEQUENCES_AB)["summary"]
+              for name, ab in s["after/before"].items() if not ab["inside_noise"]]
+    return ("every after / before is inside the noise" if not beyond else
+            "beyond the noise: " + ", ".join(beyond))
 
 
 def _pct(x: float, n: int = 2) -> str:
