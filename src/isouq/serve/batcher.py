@@ -5,8 +5,8 @@ Requests are queued as jobs (``engine.ScoreJob`` / ``engine.GenerateJob``). The 
 the jobs that fit in ``max_batch`` answers (always at least one) and runs them as one batch
 (``Engine.run``: one ``score_sequences`` call over the batch): every job queued when they all
 fit, else the oldest and the jobs of the queue's front whose rows are closest to it in length
-(:func:`choose`: less padding, as ``isouq score`` buckets its rows; a job passed over twice
-goes first). Each job's answer comes
+(:func:`choose`: less padding, as ``isouq score`` buckets its rows; a job passed over
+:data:`MAX_PASSED` times goes first). Each job's answer comes
 back through a ``concurrent.futures.Future``. When a batch starts:
 
 - at once when ``max_batch`` answers are queued;
@@ -59,7 +59,7 @@ REASONS = ("full", "back", "waited", "stopping")
 LOOKAHEAD_BATCHES = 2
 #: a job passed over this many times (a younger job of closer length went first) goes into the
 #: next batch before any job chosen by length
-MAX_PASSED = 2
+MAX_PASSED = 4
 #: characters per token assumed by :func:`length_hint` for a generation's new tokens
 CHARS_PER_TOKEN = 4
 
@@ -110,8 +110,9 @@ def choose(queue: deque[Job], max_batch: int) -> list[Job]:
     among the first ``(1 + LOOKAHEAD_BATCHES) × max_batch`` answers queued, those whose
     :func:`length_hint` is closest to the oldest job's: rows of similar length padded together,
     as ``isouq score`` buckets its rows. A job left waiting while a younger one went is passed
-    over once more; so none waits more than ``MAX_PASSED`` batches longer than first come,
-    first served would make it.
+    over once more, and goes first once passed over ``MAX_PASSED`` times: in a steady stream
+    of mixed lengths none goes more than ``MAX_PASSED`` batches later than first come, first
+    served would send it (``tests/serve/test_batching.py``).
     """
     if sum(j.units for j in queue) <= max_batch:
         batch = list(queue)
