@@ -652,6 +652,7 @@ def main() -> None:
                       "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
                       "elapsed_s": round(time.time() - started, 1),
                       "loadavg_start": load_start, "loadavg_end": os.getloadavg(),
+                      "nice": os.nice(0),
                       "note": "loopback; the clients and the server share the CPU; other "
                               "processes may too (other_cores: the cores they used during "
                               "each level and ceiling run; the load averages)",
