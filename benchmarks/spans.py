@@ -10,10 +10,10 @@ Instruct, float32, CPU). Measured in one process after one untimed whole-answer 
 - ``spans_retain``: ``score_sequences(..., spans="sentences")``, the library's default: one
   forward of the 16 answers, then one ghost backward for the whole answers and one per sentence
   index over the retained graph (6 backwards, the memory of the whole-answer score);
-- ``spans_rows``: ``score_spans(..., engine="rows")``: per sentence, the row truncated at its
+- ``spans_rows``: ``score_sequences(..., span_strategy="rows")``: per sentence, the row truncated at its
   end, the 1 + 5 rows of ``--rows-batch`` answers (default 4: 24 rows) in one ghost forward +
   backward; all 16 × 6 = 96 rows in one batch (``--rows-batch 16``) needs about 6× the memory
-  of the whole-answer score (killed for memory at 21 GB on a 24 GB machine);
+  of the whole-answer score;
 - ``spans_loop``: ``score_sequences(..., spans="sentences", method="per_example")``: one
   backward per row (16 × 5 sentences + 16 whole answers = 96 backwards), the reference.
 
@@ -85,7 +85,6 @@ def main(argv=None) -> int:
     from isouq.models import load_model
     from isouq.runtime import configure
     from isouq.sequences import encode, score_sequences
-    from isouq.spans import score_spans
     from record import save_json
 
     configure()
@@ -112,8 +111,9 @@ def main(argv=None) -> int:
         "whole": lambda: score_sequences(model, tok, prompts, answers, batch_size=n),
         "spans_retain": lambda: score_sequences(model, tok, prompts, answers, batch_size=n,
                                                 spans="sentences"),
-        "spans_rows": lambda: score_spans(model, tok, prompts, answers, "sentences",
-                                          batch_size=args.rows_batch, engine="rows"),
+        "spans_rows": lambda: score_sequences(model, tok, prompts, answers,
+                                              batch_size=args.rows_batch, spans="sentences",
+                                              span_strategy="rows"),
         "spans_loop": lambda: score_sequences(model, tok, prompts, answers, batch_size=n,
                                               spans="sentences", method="per_example"),
         # the whole answers' own loop, for the loop/ghost ratio of this machine

@@ -19,13 +19,13 @@ tomllib = pytest.importorskip("tomllib")
 OPTIONAL = ["scipy", "sklearn", "statsmodels", "matplotlib", "transformers", "tokenizers",
             "huggingface_hub", "gguf", "accelerate", "safetensors", "jax", "jaxlib", "numpyro",
             "datasets", "laplace", "peft", "bitsandbytes", "fastapi", "uvicorn",
-            "prometheus_client", "pydantic", "lm_polygraph"]
+            "prometheus_client", "pydantic", "lm_polygraph", "PIL"]
 # Imported only where its absence is handled (the comparison skipped), and deliberately in no
 # extra: laplace-torch (a peer baseline of `experiment classifiers`; it pulls torchvision from
 # PyPI, whose CUDA build breaks `import transformers` beside the CPU torch of constraints.txt).
 # (Hugging Face `datasets` is declared: the `data` extra, outside `all`.)
 UNDECLARED_OK = {"laplace"}
-IMPORT_TO_DIST = {"sklearn": "scikit-learn", "lm_polygraph": "lm-polygraph"}
+IMPORT_TO_DIST = {"sklearn": "scikit-learn", "lm_polygraph": "lm-polygraph", "PIL": "pillow"}
 
 BLOCKER = f"""
 import importlib.abc, sys

@@ -42,6 +42,8 @@ SPAN_SCORE = "aleatoric"
 HIGHER_IS_LESS_TRUSTED = {"mean_prob": False, "seq_logprob": False, "aleatoric": True,
                           "epistemic": True, "epistemic_log": True,
                           "normalized_epistemic": True}
+#: the scores that span orders of magnitude, compared (and shaded) on a log scale
+LOG_SCALE = frozenset({"epistemic", "epistemic_log", "normalized_epistemic"})
 
 
 @dataclass(frozen=True)
@@ -86,5 +88,5 @@ def least_trusted(spans: Sequence[Mapping], score: str = SPAN_SCORE) -> int | No
     return max(vals)[1] if len(spans) > 1 and vals else None
 
 
-__all__ = ["ANSWER_SCORE", "HIGHER_IS_LESS_TRUSTED", "RULE", "SPAN_SCORE", "Cell", "choose",
+__all__ = ["ANSWER_SCORE", "HIGHER_IS_LESS_TRUSTED", "LOG_SCALE", "RULE", "SPAN_SCORE", "Cell", "choose",
            "least_trusted"]

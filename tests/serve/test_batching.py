@@ -126,10 +126,10 @@ def test_a_failing_job_leaves_its_batch_mates_scored(lm, monkeypatch):
     engine = Engine(*lm, ServeSettings())
     real = engine._score
 
-    def poisoned(items):
+    def poisoned(items, **kw):
         if any("poison" in str(it.prompt) for it in items):
             raise RuntimeError("poisoned")
-        return real(items)
+        return real(items, **kw)
 
     monkeypatch.setattr(engine, "_score", poisoned)
     good = ScoreJob([Pair("paris", prompt="what is the capital of france")])

@@ -42,3 +42,32 @@ def test_a_head_on_another_models_blocks_is_refused_at_start(lm):
                     calibration=block_calibration(("transformer.h.0", "transformer.h.1")))
     with pytest.raises(CalibrationError, match="this model's blocks"):
         engine.warm_up()
+
+
+@pytest.mark.parametrize("route, body", [
+    ("/v1/score", {"prompt": "the cat sat on", "answer": "the mat"}),
+    ("/v1/completions", {"prompt": "the cat sat on", "max_tokens": 3, "temperature": 0}),
+    ("/v1/ask", {"question": "where is the cat", "max_tokens": 3}),
+])
+def test_a_request_asks_for_the_block_profile_with_blocks_true(lm, route, body):
+    """``"blocks": true`` on the HTTP API: each answer's profile, summing to its epistemic;
+    without it none; ``headline_by`` names p̄ (no calibration)."""
+    from fastapi.testclient import TestClient
+
+    from .conftest import make_app
+
+    def uncertainty(doc):
+        if "data" in doc:
+            return doc["data"][0]["uncertainty"]
+        return doc["choices"][0]["uncertainty"] if "choices" in doc else doc["uncertainty"]
+
+    with TestClient(make_app(lm)) as c:
+        asked = c.post(route, json={**body, "blocks": True})
+        silent = c.post(route, json=body)
+        bad = c.post(route, json={**body, "blocks": "layers"})
+    assert asked.status_code == 200, asked.text
+    u, plain = uncertainty(asked.json()), uncertainty(silent.json())
+    assert u["blocks"] and sum(u["blocks"].values()) == pytest.approx(u["epistemic"], rel=1e-5)
+    assert "blocks" not in plain
+    assert u["headline_by"] == plain["headline_by"] == "mean_prob"
+    assert bad.status_code == 422 and "blocks" in bad.text

@@ -25,13 +25,15 @@ class ScriptedCalibration:
     """P(correct) 0.8 for the first answer asked, 0.1 for the second; threshold 0.5."""
 
     threshold = 0.5
+    needs_blocks = False
 
     def __init__(self):
         self.calls = 0
 
-    def predict(self, cols):
+    def predict(self, rows):
+        """``rows``: one ``{"scores": …, "blocks": …}`` per answer, as the engine passes them."""
         self.calls += 1
-        return [0.8 if self.calls == 1 else 0.1] * len(cols["epistemic"])
+        return [0.8 if self.calls == 1 else 0.1] * len(rows)
 
     def withheld(self, p):
         return [x < self.threshold for x in p]
@@ -95,6 +97,9 @@ def test_the_page_shows_answers_scores_and_withheld(lm):
     assert newest["text"]["badge withheld"] == "withheld"
     assert oldest["attrs"]["data-withheld"] == "false" and oldest["text"]["badge kept"] == "kept"
     assert oldest["text"]["p-correct"] == "0.80" and newest["text"]["p-correct"] == "0.10"
+    # calibrated: the headline is P(correct), named
+    assert oldest["text"]["headline"].startswith("P(correct) 0.80"), oldest["text"]
+    assert "p_correct" in oldest["text"]["headline"]
     with TestClient(make_app(lm, max_new_tokens=6)) as c:  # what the API says about them
         want = c.post("/v1/ask", json={"question": questions[0]}).json()
     assert oldest["text"]["answer"] == want["answer"]
@@ -112,17 +117,21 @@ def test_the_page_without_calibration_says_so(lm):
     (card,) = page.cards
     assert card["attrs"]["data-state"] == "done" and card["attrs"]["data-withheld"] == "false"
     assert card["text"]["p-correct"] == "— (no calibration)"
+    # without a calibration the headline is p̄ (isouq.defaults.ANSWER_SCORE), named
+    assert card["text"]["headline"].startswith(f"p̄ {float(card['text']['mean-prob']):.2f}")
+    assert "mean_prob" in card["text"]["headline"]
     assert "no calibration" in dom  # the header line from /v1/models
 
 
 class SpanEngine:
     """A stand-in engine: every question is answered with ANSWER and the scripted spans
-    (epistemic_log 1, 100, null and 10: the third is not finite), the second the least
-    trusted of the finite ones; it records whether spans were asked for."""
+    (aleatoric 0.05, 0.24, null and 0.1: the third is not finite; epistemic_log the other way
+    round), the second the least trusted of the finite ones by aleatoric, the score the
+    response names; it records whether spans were asked for."""
 
     calibration = None
     answer = "Paris is big. It is old.\nYes. No"
-    logs = [1.0, 100.0, None, 10.0]
+    values = [0.05, 0.24, None, 0.1]
 
     def __init__(self):
         self.asked: list = []
@@ -138,13 +147,15 @@ class SpanEngine:
             self.asked.append(job.spans)
             ranges = [(0, 13), (14, 24), (25, 29), (30, 32)]
             spans = [{"text": self.answer[a:b], "start": a, "end": b, "n_tokens": 2,
-                      "scores": {"mean_prob": 0.5, "aleatoric": 0.2, "epistemic": 0.1,
-                                 "epistemic_log": v, "normalized_epistemic": 1e-6}}
-                     for (a, b), v in zip(ranges, self.logs, strict=True)]
+                      "scores": {"mean_prob": 0.5, "aleatoric": v, "epistemic": 0.1,
+                                 "epistemic_log": 1.0 / v if v else None,
+                                 "normalized_epistemic": 1e-6}}
+                     for (a, b), v in zip(ranges, self.values, strict=True)]
             u = {"mean_prob": 0.5, "aleatoric": 0.2, "epistemic": 0.1, "epistemic_log": 0.4,
-                 "normalized_epistemic": 1e-6, "n_tokens": 8, "params": {"spec": "all"}}
+                 "normalized_epistemic": 1e-6, "n_tokens": 8, "params": {"spec": "all"},
+                 "headline_by": "mean_prob"}
             if job.spans is not None:
-                u |= {"spans": spans, "least_trusted_span": 1}
+                u |= {"spans": spans, "least_trusted_span": 1, "least_trusted_by": "aleatoric"}
             out.append(Outcome(result=[{"prompt_tokens": 3, "choices": [
                 {"text": self.answer, "raw_text": " " + self.answer, "finish_reason": "stop",
                  "completion_tokens": 8, "uncertainty": u}]}]))
@@ -176,7 +187,8 @@ class Spans(HTMLParser):
 
 def test_the_page_shades_an_answers_sentences_by_the_reports_color_rule(lm):
     """The page asks for sentences and shades each as the span report does
-    (``study.report.spans.shades``: alpha 0.06 + 0.54 · shade), the least trusted outlined."""
+    (``study.report.spans.shades`` by the score ``least_trusted_by`` names: alpha 0.06 + 0.54 ·
+    shade), the least trusted outlined."""
     from isouq.study.report.spans import shades
 
     engine = SpanEngine()
@@ -185,14 +197,15 @@ def test_the_page_shades_an_answers_sentences_by_the_reports_color_rule(lm):
     assert engine.asked == ["sentences"]
     page = Spans()
     page.feed(dom)
-    want = shades([{"scores": {"epistemic_log": float("inf") if v is None else v}}
-                   for v in SpanEngine.logs])
+    want = shades([{"scores": {"aleatoric": float("inf") if v is None else v}}
+                   for v in SpanEngine.values], "aleatoric")
     assert [s["text"] for s in page.spans] == ["Paris is big.", "It is old.", "Yes.", "No"]
     alphas = [float(re.search(r"rgba\(214, 39, 40, ([0-9.]+)\)", s["style"]).group(1))
               for s in page.spans]
     assert alphas == [round(0.06 + 0.54 * w, 2) for w in want], (alphas, want)
     assert [("worst" in s["class"]) for s in page.spans] == [False, True, False, False]
-    assert "epistemic_log 100" in page.spans[1]["title"]
+    assert "aleatoric 0.240" in page.spans[1]["title"]
+    assert "sentences shaded by their aleatoric" in dom
     cards = Cards()
     cards.feed(dom)
     assert cards.cards[0]["text"]["answer"] == SpanEngine.answer  # the text between spans kept

@@ -33,7 +33,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from ..defaults import SPAN_SCORE, least_trusted
+from ..defaults import ANSWER_SCORE, SPAN_SCORE, least_trusted
 from ..errors import IsouqError
 from ..prepare import (
     TOO_LARGE,
@@ -400,6 +400,8 @@ class Engine:
             u = {k: finite(scores[i][k]) for k in SCORE_FIELDS}
             u["n_tokens"] = scores[i]["n_tokens"]
             u["params"] = params
+            # the score to read first (``isouq.defaults``): P(correct) when calibrated
+            u["headline_by"] = "p_correct" if p is not None else ANSWER_SCORE
             if "spans" in scores[i]:
                 u["spans"] = [_finite_span(sp) for sp in scores[i]["spans"]]
                 u["least_trusted_span"] = least_trusted(scores[i]["spans"])

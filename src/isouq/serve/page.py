@@ -3,11 +3,14 @@
 One self-contained document (inline CSS and JavaScript, nothing fetched from elsewhere). It asks
 ``POST /v1/ask`` (the answer ``isouq ask`` gives: the QA prompt, greedy, scored), shows each
 answer with its scores, P(correct) when the server has a calibration, and marks withheld
-answers. With "shade sentences" ticked (the default) it asks for the answer's sentences too
-(``"spans": "sentences"``) and shades each by its ``epistemic_log`` among the answer's
-sentences, the least trusted outlined, its scores in its tooltip: the color rule of
-``isouq.study.report.spans`` (``shades``: log scale between the answer's lowest and highest,
-background ``rgba(214, 39, 40, 0.06 + 0.54 · shade)``), ported to JavaScript. With
+answers. Its headline is the score the answer's ``headline_by`` names (P(correct) with a
+calibration, else p̄: ``isouq.defaults``). With "shade sentences" ticked (the default) it asks
+for the answer's sentences too (``"spans": "sentences"``) and shades each by the score its
+``least_trusted_by`` names (``defaults.SPAN_SCORE``) among the answer's sentences, the least
+trusted outlined, its scores in its tooltip: the color rule of ``isouq.study.report.spans``
+(``shades``: between the answer's lowest and highest, on a log scale for the scores of
+``defaults.LOG_SCALE``, background ``rgba(214, 39, 40, 0.06 + 0.54 · shade)``), ported to
+JavaScript. With
 ``?q=QUESTION`` (repeatable) in the address it asks those questions on load and then sets
 ``data-ready`` on the body. When the server needs a key, the page asks for it and keeps it for
 the browser tab only (sessionStorage). Every text from the server is put in with
@@ -15,6 +18,14 @@ the browser tab only (sessionStorage). Every text from the server is put in with
 """
 
 from __future__ import annotations
+
+import json
+
+from ..defaults import HIGHER_IS_LESS_TRUSTED, LOG_SCALE, SPAN_SCORE
+
+#: how the page reads each score (``isouq.defaults``), given to its script
+SHADING = {"higher_is_less_trusted": HIGHER_IS_LESS_TRUSTED, "log_scale": sorted(LOG_SCALE),
+           "span_score": SPAN_SCORE}
 
 PAGE = """<!DOCTYPE html>
 <html lang="en">
@@ -61,6 +72,7 @@ PAGE = """<!DOCTYPE html>
   .answer .s { border-radius: 3px; padding: 1px 0; }
   .answer .worst { outline: 2px solid #b3261e; }
   .spans-legend { font-size: 12px; color: var(--muted); margin: -4px 0 8px; }
+  .headline { font-size: 17px; font-weight: 600; margin: 4px 0 6px; }
   .error-text { color: var(--bad); }
 </style>
 </head>
@@ -129,18 +141,25 @@ PAGE = """<!DOCTYPE html>
     tr.appendChild(td); table.appendChild(tr);
   }
 
-  // the color rule of isouq.study.report.spans.shades: each span's log epistemic_log between
-  // the answer's lowest (0) and highest (1); 0.5 for all when fewer than two differ; a score
-  // that is not a positive finite number (null in JSON) counts as the highest
-  function shades(spans) {
-    var logs = spans.map(function (s) {
-      var v = s.scores.epistemic_log;
-      return (typeof v === "number" && v > 0 && isFinite(v)) ? Math.log10(v) : null;
+  // how each score is read (isouq.defaults)
+  var SHADING = __SHADING__;
+  var HEADLINES = {p_correct: "P(correct)", mean_prob: "p̄"};
+  // the color rule of isouq.study.report.spans.shades: each span's score (on a log scale for
+  // the scores of SHADING.log_scale, negated for a confidence) between the answer's lowest (0)
+  // and highest (1); 0.5 for all when fewer than two differ; a score that is not a finite
+  // number (null in JSON), or not positive on a log scale, counts as the highest
+  function shades(spans, score) {
+    var log = SHADING.log_scale.indexOf(score) >= 0;
+    var sign = SHADING.higher_is_less_trusted[score] === false ? -1 : 1;
+    var vals = spans.map(function (s) {
+      var v = s.scores[score];
+      if (typeof v !== "number" || !isFinite(v) || (log && v <= 0)) { return null; }
+      return sign * (log ? Math.log10(v) : v);
     });
-    var have = logs.filter(function (v) { return v !== null; });
+    var have = vals.filter(function (v) { return v !== null; });
     var lo = Math.min.apply(null, have), hi = Math.max.apply(null, have);
     if (have.length < 2 || hi === lo) { return spans.map(function () { return 0.5; }); }
-    return logs.map(function (v) { return v === null ? 1 : (v - lo) / (hi - lo); });
+    return vals.map(function (v) { return v === null ? 1 : (v - lo) / (hi - lo); });
   }
   // (text, span index or null) pieces: the answer's own text between the spans when their
   // ranges index it, else the spans' texts joined by blanks
@@ -161,7 +180,8 @@ PAGE = """<!DOCTYPE html>
     return out;
   }
   function shaded(answer, u) {
-    var box = el("div", "answer"), spans = u.spans, shade = shades(spans);
+    var box = el("div", "answer"), spans = u.spans;
+    var shade = shades(spans, u.least_trusted_by || SHADING.span_score);
     pieces(answer, spans).forEach(function (p) {
       if (p[1] === null) { if (p[0]) { box.appendChild(document.createTextNode(p[0])); } return; }
       var k = p[1], sc = spans[k].scores;
@@ -197,10 +217,16 @@ PAGE = """<!DOCTYPE html>
                           withheld ? "withheld" : "kept"));
     }
     card.appendChild(head);
+    if (u.headline_by) {  // the score to read first, named (isouq.defaults)
+      var v = u[u.headline_by];
+      card.appendChild(el("div", "headline", (HEADLINES[u.headline_by] || u.headline_by) + " "
+                          + fmt(v, 2) + "  (the score to read first: " + u.headline_by + ")"));
+    }
     if (u.spans && u.spans.length && doc.answer) {
       card.appendChild(shaded(doc.answer, u));
       card.appendChild(el("div", "spans-legend", u.spans.length > 1
-        ? "sentences shaded by epistemic (log): the darker, the less trusted; outlined: check first"
+        ? "sentences shaded by their " + (u.least_trusted_by || SHADING.span_score)
+          + ": the darker, the less trusted; outlined: check first"
         : "one sentence"));
     } else {
       card.appendChild(el("div", "answer", doc.answer || "(empty answer)"));
@@ -262,3 +288,4 @@ PAGE = """<!DOCTYPE html>
 </body>
 </html>
 """
+PAGE = PAGE.replace("__SHADING__", json.dumps(SHADING))

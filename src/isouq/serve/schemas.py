@@ -3,9 +3,10 @@
 OpenAI-compatible servers do; a known field of the wrong type or range is a 422 naming it.
 The server's own limits (``ServeSettings``) are checked by the app, which knows them.
 
-``spans`` (``"sentences"`` or ``"lines"``) is an isouq extension beside OpenAI's fields, on every
-request that scores answers: each answer's ``uncertainty`` then lists its spans and their
-scores (``isouq.spans``)."""
+``spans`` (``"sentences"`` or ``"lines"``) and ``blocks`` (``true``) are isouq extensions beside
+OpenAI's fields, on every request that scores answers: each answer's ``uncertainty`` then lists
+its spans and their scores (``isouq.spans``), or its block profile (‖∇θ_b p̄‖² per block
+``b`` of the model, from the same backward: ``isouq.blocks``)."""
 
 from __future__ import annotations
 
@@ -69,6 +70,7 @@ class _Sampling(BaseModel):
     stop: Stop = None
     stream: bool = False
     spans: Spans = None
+    blocks: bool = False
 
     _check_stop = field_validator("stop")(_stops)
 
@@ -152,6 +154,7 @@ class ScoreRequest(BaseModel):
     answer: str | list[int] | None = None
     key: str | int | None = None
     spans: Spans = None
+    blocks: bool = False
     _single: bool = PrivateAttr(False)
 
     @model_validator(mode="after")
@@ -192,6 +195,7 @@ class AskRequest(BaseModel):
     question: str
     max_tokens: int | None = Field(None, ge=1)
     spans: Spans = None
+    blocks: bool = False
 
     @field_validator("question")
     @classmethod

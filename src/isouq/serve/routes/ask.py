@@ -28,7 +28,8 @@ async def ask(body: AskRequest, request: Request):
                            f"{settings.max_new_tokens} (--max-new-tokens)",
                            param="max_tokens", code="over_limit")
     work = GenerateJob([("question", body.question.strip())], max_tokens=max_tokens,
-                       temperature=0.0, stop=DEFAULT_STOP, param="question", spans=body.spans)
+                       temperature=0.0, stop=DEFAULT_STOP, param="question", spans=body.spans,
+                       blocks=body.blocks)
     result = (await answer(request, work))[0]
     c = result["choices"][0]
     return {"object": "isouq.ask", "model": settings.model_id, "question": body.question,

@@ -35,7 +35,7 @@ async def chat(body: ChatRequest, request: Request):
     work = GenerateJob([("messages", messages)], max_tokens=max_tokens,
                        temperature=body.temperature, top_p=body.top_p, n=body.n,
                        seed=body.seed, stop=body.stop_tuple(), param="messages",
-                       spans=body.spans)
+                       spans=body.spans, blocks=body.blocks)
     result = (await answer(request, work))[0]
     choices = [{"index": i, "message": {"role": "assistant", "content": c["text"]},
                 "logprobs": None, "finish_reason": c["finish_reason"],
@@ -63,7 +63,7 @@ async def completions(body: CompletionRequest, request: Request):
     work = GenerateJob([("text", p) for p in prompts], max_tokens=body.max_tokens,
                        temperature=body.temperature, top_p=body.top_p, n=body.n,
                        seed=body.seed, stop=body.stop_tuple(), param="prompt",
-                       spans=body.spans)
+                       spans=body.spans, blocks=body.blocks)
     result = await answer(request, work)
     choices, n_prompt, n_done = [], 0, 0
     for per in result:

@@ -32,7 +32,8 @@ async def score(body: ScoreRequest, request: Request):
         work_pairs.append(Pair(answer=p.answer, prompt=messages or p.prompt,
                                question=p.question, key=None if p.key is None else str(p.key)))
     param = "answer" if body.single else "pairs"
-    result = await answer(request, ScoreJob(work_pairs, param=param, spans=body.spans))
+    result = await answer(request, ScoreJob(work_pairs, param=param, spans=body.spans,
+                                              blocks=body.blocks))
     data = [{"index": i, **({"key": str(p.key)} if p.key is not None else {}),
              "uncertainty": r["uncertainty"], "prompt_tokens": r["prompt_tokens"],
              "answer_tokens": r["answer_tokens"]}

@@ -14,10 +14,7 @@ import html
 import math
 from collections.abc import Sequence
 
-from ...defaults import HIGHER_IS_LESS_TRUSTED, SPAN_SCORE, least_trusted
-
-#: span scores shaded on a log scale (they span orders of magnitude)
-LOG_SHADED = frozenset({"epistemic", "epistemic_log", "normalized_epistemic"})
+from ...defaults import HIGHER_IS_LESS_TRUSTED, LOG_SCALE, SPAN_SCORE, least_trusted
 
 #: the style of shaded answers, shared by this page and ``isouq report`` (its span section)
 SPAN_CSS = """
@@ -47,8 +44,8 @@ def shades(spans: Sequence[dict], score: str = SPAN_SCORE) -> list[float]:
     equal or not finite."""
     sign = 1.0 if HIGHER_IS_LESS_TRUSTED[score] else -1.0
     vals = [float(s["scores"][score]) for s in spans]
-    logs = [None if not math.isfinite(v) or (score in LOG_SHADED and v <= 0)
-            else sign * (math.log10(v) if score in LOG_SHADED else v) for v in vals]
+    logs = [None if not math.isfinite(v) or (score in LOG_SCALE and v <= 0)
+            else sign * (math.log10(v) if score in LOG_SCALE else v) for v in vals]
     have = [v for v in logs if v is not None]
     if len(have) < 2 or max(have) == min(have):
         return [0.5] * len(spans)
