@@ -256,6 +256,8 @@ def start_server(args, port: int) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "isouq", "serve", "--model", args.model, "--port", str(port),
            "--max-batch", str(args.max_batch), "--max-wait-ms", str(args.max_wait_ms),
            "--max-queue", str(args.max_queue), "--log-level", "warning"]
+    if args.pass_tokens is not None:
+        cmd += ["--pass-tokens", str(args.pass_tokens)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     import httpx
 
@@ -459,16 +461,19 @@ def level(url: str, a, endpoint: str, clients: int, pairs, server_pid: int | Non
     crowd = Clients(url, a.model, endpoint, clients, pairs, a.max_tokens)
     try:
         while scrape(url)["batches"] - start["batches"] < a.warmup_batches:
-            time.sleep(0.2)
+            time.sleep(0.5)
         b0, c0, own0 = scrape(url), cpu_seconds(server_pid), time.process_time()
         o0 = other_cpu()
         t0 = time.perf_counter()
+        # no /metrics scrape inside the first --seconds: rendering it takes the server's GIL
+        # from the model thread's Python hooks
+        time.sleep(a.seconds)
         while True:
-            time.sleep(0.5)
             now = scrape(url)
             if (time.perf_counter() - t0 >= a.seconds
                     and now["batches"] - b0["batches"] >= a.min_batches):
                 break
+            time.sleep(1.0)
         b1, c1, own1 = now, cpu_seconds(server_pid), time.process_time()
         t1 = time.perf_counter()
         others = other_cpu_since(o0)
@@ -588,6 +593,9 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=16, help="chat answers' max_tokens")
     ap.add_argument("--max-batch", type=int, default=16)
     ap.add_argument("--max-wait-ms", type=float, default=10.0)
+    ap.add_argument("--pass-tokens", type=float, default=None,
+                    help="the server's --pass-tokens (default: its own, timed at start; inf: "
+                         "one pass per batch)")
     ap.add_argument("--max-queue", type=int, default=32,
                     help="the server's --max-queue (past it: 429)")
     ap.add_argument("--out", default="benchmarks/results/serve_load.json")
@@ -610,6 +618,9 @@ def main() -> None:
     else:
         url = a.url.rstrip("/")
     results, ceilings, server_peak, memory = [], {}, None, None
+    import httpx
+
+    card = httpx.get(f"{url}/v1/models", timeout=10).json()["data"][0].get("isouq", {})
     try:
         pid = proc.pid if proc is not None else None
         OURS.update({pid} if pid is not None else set())
@@ -652,7 +663,7 @@ def main() -> None:
                       "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
                       "elapsed_s": round(time.time() - started, 1),
                       "loadavg_start": load_start, "loadavg_end": os.getloadavg(),
-                      "nice": os.nice(0),
+                      "nice": os.nice(0), "pass_tokens": card.get("pass_tokens"),
                       "note": "loopback; the clients and the server share the CPU; other "
                               "processes may too (other_cores: the cores they used during "
                               "each level and ceiling run; the load averages)",

@@ -12,7 +12,16 @@ import isouq
 import tiny
 from isouq.data.pairs import iter_pairs
 from isouq.memory_plan import peak_bytes, shape_of
-from isouq.prepare import REASONS, TOO_LARGE, Limit, Limits, RowProblem, plan, prepare_pair
+from isouq.prepare import (
+    REASONS,
+    TOO_LARGE,
+    Limit,
+    Limits,
+    RowProblem,
+    plan,
+    prepare_pair,
+    split_padded,
+)
 from isouq.runio import read_jsonl
 from isouq.score_run import ScoreRun
 from isouq.serve.config import ServeSettings
@@ -111,3 +120,48 @@ def test_plan_keeps_span_rows_apart_and_fits_the_budget(lm):
     batches = plan(items, 8)
     assert sorted(len(b) for b in batches) == [2, 2]
     assert all(len({it.spans is None for it in b}) == 1 for b in batches)
+
+
+def _cost(passes, lengths, per_pass):
+    return sum(per_pass + len(p) * max(lengths[i] for i in p) for p in passes)
+
+
+def _every_split(order, max_rows):
+    """Every way to cut the sorted rows into consecutive passes of at most ``max_rows``."""
+    for mask in range(1 << (len(order) - 1)):
+        passes, cur = [], [order[0]]
+        for k in range(1, len(order)):
+            if mask >> (k - 1) & 1:
+                passes.append(cur)
+                cur = []
+            cur.append(order[k])
+        passes.append(cur)
+        if max_rows is None or all(len(p) <= max_rows for p in passes):
+            yield passes
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_split_padded_finds_the_cheapest_cuts_by_brute_force(seed):
+    import random
+
+    rng = random.Random(seed)
+    lengths = [rng.randint(1, 100) for _ in range(rng.randint(1, 9))]
+    per_pass = rng.choice([0.0, 5.0, 30.0, 400.0])
+    max_rows = rng.choice([None, 2, 4])
+    got = split_padded(lengths, per_pass, max_rows)
+    assert sorted(i for p in got for i in p) == list(range(len(lengths)))
+    assert max_rows is None or all(len(p) <= max_rows for p in got)
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    best = min(_cost(p, lengths, per_pass) for p in _every_split(order, max_rows))
+    assert _cost(got, lengths, per_pass) == pytest.approx(best)
+
+
+def test_split_padded_with_an_infinite_pass_cost_or_a_budget():
+    lengths = [50, 10, 12, 48, 11]
+    assert split_padded(lengths, float("inf")) == [[1, 4, 2, 3, 0]]  # whole, sorted
+    # two passes at most 3 rows each, the one of less padding: 3 × 12 + 2 × 50 < 2 × 11 + 3 × 50
+    assert split_padded(lengths, float("inf"), max_rows=3) == [[1, 4, 2], [3, 0]]
+    assert split_padded(lengths, 0.0) == [[1], [4], [2], [3], [0]]  # no pad is free
+    small = split_padded(lengths, float("inf"), fits=lambda idx: sum(lengths[i] for i in idx) <= 60)
+    assert all(sum(lengths[i] for i in p) <= 60 for p in small) and len(small) == 3
+    assert split_padded([], 5.0) == [] and split_padded([7], 5.0) == [[0]]

@@ -340,6 +340,53 @@ def plan_batches(lengths: list[int], batch_size: int, max_tokens: int | None,
     return batches
 
 
+def split_padded(lengths: Sequence[int], pass_tokens: float, max_rows: int | None = None,
+                 fits: Callable[[list[int]], bool] | None = None) -> list[list[int]]:
+    """One batch's rows split into passes of the least predicted time: sorted by length, cut
+    where a pass's padding would cost more than another pass.
+
+    A pass of rows ``r`` is predicted to cost ``pass_tokens + len(r) × max(lengths[r])`` token
+    units: its fixed cost (weights read, launches, hooks; ``pass_tokens`` tokens' worth) and its
+    padded tokens. The cuts of the rows sorted by length that minimise the sum are found
+    exactly (dynamic programming over the sorted rows, O(n²)). A large ``pass_tokens`` (a GPU,
+    where a pass costs far more than a row) keeps the batch whole; a small one (a CPU, where
+    time grows with the padded tokens) splits rows of very different lengths apart.
+
+    Args:
+        lengths: (n,) tokens of each row (prompt + answer).
+        pass_tokens: the fixed cost of one pass, in tokens (≥ 0; ``math.inf``: as few passes as
+            the other bounds allow).
+        max_rows: the most rows in one pass (None: no bound).
+        fits: indices -> whether one pass of those rows fits (a memory budget); a pass that
+            does not is never chosen (a single row always is).
+
+    Returns:
+        The passes, each a list of indices into ``lengths``, shortest rows first.
+    """
+    n = len(lengths)
+    order = sorted(range(n), key=lambda i: lengths[i])
+    if n <= 1:
+        return [order] if n else []
+    # an infinite pass cost: the fewest passes, then the least padding among them
+    per_pass = pass_tokens if pass_tokens < float("inf") else float(n * max(lengths) + 1) * n
+    best = [0.0] + [float("inf")] * n  # best[j]: the least cost of the first j sorted rows
+    cut = [0] * (n + 1)
+    for j in range(1, n + 1):
+        longest = lengths[order[j - 1]]
+        for i in range(j - 1, -1, -1):  # the last pass holds sorted rows i .. j-1
+            if i < j - 1 and ((max_rows is not None and j - i > max_rows)
+                              or (fits is not None and not fits(order[i:j]))):
+                break  # a larger pass of these rows fits no better
+            cost = best[i] + per_pass + (j - i) * longest
+            if cost < best[j]:
+                best[j], cut[j] = cost, i
+    passes, j = [], n
+    while j > 0:
+        passes.append(order[cut[j]:j])
+        j = cut[j]
+    return passes[::-1]
+
+
 def plan(items: Sequence[Prepared], batch_size: int, *, max_tokens: int | None = None,
          bucket: bool = True, memory: MemoryFit | None = None) -> list[list[Prepared]]:
     """The batches of ``items`` (:func:`plan_batches`: ``batch_size``, ``max_tokens`` padded
@@ -362,4 +409,4 @@ def plan(items: Sequence[Prepared], batch_size: int, *, max_tokens: int | None =
 __all__ = ["REASONS", "TOO_LARGE", "Limit", "Limits", "MemoryFit", "Prepared", "RowProblem",
            "check_fit", "check_memory", "context_window", "encode_checked", "plan",
            "plan_batches", "prepare_pair", "prepare_prompt", "prompt_for", "resolve_one",
-           "span_rows", "vocab_size"]
+           "span_rows", "split_padded", "vocab_size"]

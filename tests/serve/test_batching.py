@@ -94,7 +94,8 @@ def test_concurrent_chats_are_batched_and_equal_to_answering_alone(batched, lm):
 
 
 def test_one_score_sequences_call_per_batch(lm, monkeypatch):
-    """The engine scores every answer of a batch, generated or sent, in one call."""
+    """The engine scores every answer of a batch, generated or sent, in one call (a pass
+    costing more than any padding: ``pass_tokens`` infinite)."""
     import isouq.serve.engine as engine_mod
 
     calls = []
@@ -107,7 +108,7 @@ def test_one_score_sequences_call_per_batch(lm, monkeypatch):
     monkeypatch.setattr(engine_mod, "score_sequences", counting)
     from isouq.serve.config import ServeSettings
 
-    engine = Engine(*lm, ServeSettings(max_new_tokens=4))
+    engine = Engine(*lm, ServeSettings(max_new_tokens=4, pass_tokens=float("inf")))
     jobs = [ScoreJob([Pair("paris", prompt="what is the capital of france"),
                       Pair("cheese", question="what is the moon made of")]),
             GenerateJob([("messages", [{"role": "user", "content": "who wrote hamlet"}])],
@@ -571,3 +572,36 @@ def test_the_length_hint_reads_the_longest_row_of_a_job():
     assert length_hint(score) == max(5 + 3, 4 + 3 * CHARS_PER_TOKEN)
     chat = GenerateJob([("messages", [{"role": "user", "content": "hi there"}])], max_tokens=5)
     assert length_hint(chat) == 8 + 5 * CHARS_PER_TOKEN
+
+
+def test_a_batch_of_very_different_lengths_is_split_where_padding_costs_more(lm, monkeypatch):
+    """With a cheap pass (``pass_tokens`` 2), the short answers and the long one are scored in
+    separate passes, shortest first, each answer's scores as alone; with an infinite pass
+    cost, one pass; a measured pass cost is a number ≥ 0 (or infinite)."""
+    import isouq.serve.engine as engine_mod
+    from isouq.serve.config import ServeSettings
+
+    calls = []
+    real = engine_mod.score_sequences
+
+    def counting(*a, **kw):
+        calls.append([len(e.prompt) + len(e.answer) for e in kw["encoded"]])
+        return real(*a, **kw)
+
+    monkeypatch.setattr(engine_mod, "score_sequences", counting)
+    model, tok = lm
+    long = "the cat sat on the mat and " * 6
+    pairs = [Pair("paris", prompt="the capital"), Pair("mat", prompt=long),
+             Pair("cheese", prompt="the moon")]
+    for cost, passes in ((2.0, 2), (float("inf"), 1)):
+        calls.clear()
+        (out,) = Engine(model, tok, ServeSettings(pass_tokens=cost)).run([ScoreJob(pairs)])
+        assert out.error is None, out.error
+        assert len(calls) == passes, calls
+        assert sorted(n for c in calls for n in c) == [n for c in calls for n in c]
+        for p, r in zip(pairs, out.result, strict=True):
+            alone = isouq.score_sequences(model, tok, [p.prompt], [p.answer])
+            assert r["uncertainty"]["epistemic"] == pytest.approx(float(alone.epistemic[0]),
+                                                                  rel=1e-5)
+    measured = Engine(model, tok, ServeSettings()).measure_pass_tokens(length=16, repeats=1)
+    assert measured >= 0

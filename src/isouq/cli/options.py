@@ -46,6 +46,17 @@ def positive_float(text: str) -> float:
     return x
 
 
+def non_negative_float(text: str) -> float:
+    """argparse type of a quantity that must be ≥ 0 (``inf`` allowed, NaN not)."""
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not x >= 0:
+        raise argparse.ArgumentTypeError(f"{x} must be ≥ 0")
+    return x
+
+
 def out_dir(text: str) -> Path:
     """argparse type of an output folder: refused when a file already has its name."""
     path = Path(text)

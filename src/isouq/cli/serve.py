@@ -11,6 +11,7 @@ from .options import (
     add_params_option,
     calibration_of,
     load_kw,
+    non_negative_float,
     params_value,
     positive_float,
     positive_int,
@@ -40,6 +41,10 @@ def add_to(sub: argparse._SubParsersAction) -> None:
                         "as few passes as fit; a request that cannot fit alone gets 413")
     p.add_argument("--max-wait-ms", type=float, default=5.0,
                    help="how long a request waits for others to share its batch")
+    p.add_argument("--pass-tokens", type=non_negative_float, default=None, metavar="TOKENS",
+                   help="the fixed cost of one scoring pass in tokens' worth: a batch's answers "
+                        "of very different lengths are scored in separate passes where padding "
+                        "would cost more (default: timed at start; 'inf': one pass per batch)")
     p.add_argument("--max-queue", type=positive_int, default=64,
                    help="requests waiting; more are answered 429 with Retry-After")
     p.add_argument("--request-timeout", type=positive_float, default=120.0, metavar="SECONDS",
@@ -74,7 +79,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_prompt_tokens=args.max_prompt_tokens, max_answer_tokens=args.max_answer_tokens,
         max_new_tokens=args.max_new_tokens, max_n=args.max_n, max_pairs=args.max_pairs,
         memory_budget=None if args.memory_budget is None else parse_bytes(args.memory_budget),
-        params=params_value(args), api_key=resolve_api_key(args.api_key))
+        params=params_value(args), api_key=resolve_api_key(args.api_key),
+        pass_tokens=args.pass_tokens)
     run_server(args.model, load=load_kw(args), calibration=calibration_of(args),
                settings=settings, host=args.host, port=args.port, log_level=args.log_level)
     return 0

@@ -34,6 +34,11 @@ class ServeSettings:
         None for all, ``"last_layer"`` or name patterns).
     api_key: when set, every endpoint but ``/health`` (and the static page) needs
         ``Authorization: Bearer <api_key>``.
+    pass_tokens: the fixed cost of one scoring pass, in tokens' worth of work: a batch's
+        answers are scored in the passes of least predicted time (``isouq.prepare.split_padded``:
+        rows of very different lengths apart where padding costs more than a pass). None: timed
+        when the engine warms up (``Engine.measure_pass_tokens``); ``math.inf``: one pass per
+        batch.
     """
 
     model_id: str = "model"
@@ -51,6 +56,7 @@ class ServeSettings:
     memory_budget: int | None = None
     params: object = None
     api_key: str | None = field(default=None, repr=False)
+    pass_tokens: float | None = None
 
     def __post_init__(self):
         for name in ("max_batch", "max_queue", "max_body_bytes", "max_messages",

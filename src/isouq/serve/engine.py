@@ -41,16 +41,16 @@ from ..prepare import (
     Limits,
     Prepared,
     RowProblem,
-    plan_batches,
     prepare_pair,
     prepare_prompt,
     prompt_for,
     resolve_one,
+    split_padded,
 )
 from ..scores import SequenceScores
 from ..sequences import score_sequences
 from ..spans import AnswerSpans
-from ..tokens import Encoded
+from ..tokens import Encoded, text_ids
 from .config import ServeSettings
 from .errors import RequestError
 
@@ -151,6 +151,8 @@ class Engine:
         self.settings = settings
         self.calibration = calibration
         self.params_info = None  # the ParamInfo of the first scoring (warm_up sets it)
+        # the fixed cost of one pass in tokens (settings, else timed by warm_up)
+        self.pass_tokens: float | None = settings.pass_tokens
         # what a pair must fit, and a prompt to answer (its answer limit: --max-new-tokens)
         self.limits = Limits.of_model(
             model, prompt=Limit(settings.max_prompt_tokens, "--max-prompt-tokens"),
@@ -170,6 +172,37 @@ class Engine:
         self.params_info = res.params
         if needs:  # a head on another model's blocks: refused at start, in one line
             self.calibration.check_blocks(res.block_names)
+        if self.pass_tokens is None:
+            self.pass_tokens = self.measure_pass_tokens()
+
+    def measure_pass_tokens(self, length: int = 64, rows: int = 4, repeats: int = 2) -> float:
+        """The fixed cost of one scoring pass on this model and device, in tokens' worth.
+
+        Times one pass of 1 row and one of ``rows`` rows, each of ``length`` tokens (the best
+        of ``repeats``), and fits time = fixed + per-token × tokens through the two.
+
+        Returns:
+            fixed / per-token (≥ 0); ``math.inf`` when more rows cost no more time (a pass
+            whose time is not in its tokens: keep batches whole).
+        """
+        ids = text_ids(self.tokenizer, "Hello world") or [0]
+        row = Encoded([ids[i % len(ids)] for i in range(length - 8)],
+                      [ids[i % len(ids)] for i in range(8)])
+
+        def best(n: int) -> float:
+            times = []
+            for _ in range(repeats):
+                t = time.perf_counter()
+                score_sequences(self.model, self.tokenizer, [""] * n, [""] * n, batch_size=n,
+                                params=self.settings.params, encoded=[row] * n)
+                times.append(time.perf_counter() - t)
+            return min(times)
+
+        one, many = best(1), best(rows)
+        per_token = (many - one) / ((rows - 1) * length)
+        if per_token <= 0:
+            return math.inf
+        return max(one - length * per_token, 0.0) / per_token
 
     def params_summary(self) -> dict:
         """The parameter set scored: the ``--params`` spec, tensors and scalars."""
@@ -351,19 +384,18 @@ class Engine:
 
     def _score(self, items: list[Prepared], *, blocks: bool = False) -> list[dict]:
         """Scores of the items (with ``spans`` when an item has them): one ``score_sequences``
-        call on their token ids, ``max_batch`` answers per pass; with a memory budget, the
-        items sorted by length into the fewest passes whose predicted peak fits (one call when
-        the batch fits). When some items have spans, the call scores spans (the others' whole
-        answers only: :data:`NO_SPANS`), one ghost backward per span index over the batch.
+        call per pass on their token ids, the passes of least predicted time
+        (``prepare.split_padded`` with :attr:`pass_tokens`: sorted by length, cut where padding
+        costs more than a pass; at most ``max_batch`` answers, and with a memory budget each
+        pass's predicted peak within it). When some items of a pass have spans, its call scores
+        spans (the others' whole answers only: :data:`NO_SPANS`), one ghost backward per span
+        index over the pass.
         ``blocks``: each answer's block profile too, from the same backward."""
-        s = self.settings
         memory = self.limits.memory
-        if memory is None or (len(items) <= s.max_batch and memory.fits(items)):
-            chunks, size = [list(range(len(items)))], s.max_batch
-        else:
-            chunks = plan_batches([it.length for it in items], s.max_batch, None, bucket=True,
-                                  fits=lambda idx: memory.fits([items[i] for i in idx]))
-            size = None
+        fits = None if memory is None else (lambda idx: memory.fits([items[i] for i in idx]))
+        pass_tokens = math.inf if self.pass_tokens is None else self.pass_tokens
+        chunks = split_padded([it.length for it in items], pass_tokens,
+                              self.settings.max_batch, fits)
         out: list[dict | None] = [None] * len(items)
         for idx in chunks:
             part = [items[i] for i in idx]
@@ -371,8 +403,9 @@ class Engine:
             if any(it.spans is not None for it in part):
                 spans = [NO_SPANS if it.spans is None else it.spans for it in part]
             res = score_sequences(self.model, self.tokenizer, [it.prompt for it in part],
-                                  [it.answer for it in part], batch_size=size or len(idx),
-                                  params=s.params, encoded=[it.encoded for it in part],
+                                  [it.answer for it in part], batch_size=len(idx),
+                                  params=self.settings.params,
+                                  encoded=[it.encoded for it in part],
                                   blocks=blocks,
                                   **({"spans": spans} if spans is not None else {}))
             self.params_info = res.params

@@ -87,7 +87,8 @@ def run_server(model: str, *, load: dict | None = None, calibration=None,
     p = engine.params_summary()
     say(f"isouq serve: {settings.model_id} on http://{host}:{port} (page at /, OpenAI API "
         f"at /v1; {p.get('n_params', 0):,} parameters scored; batches of ≤ "
-        f"{settings.max_batch}, waiting ≤ {settings.max_wait_ms:g} ms"
+        f"{settings.max_batch}, waiting ≤ {settings.max_wait_ms:g} ms, "
+        f"a pass ≈ {engine.pass_tokens:.0f} tokens' worth"
         f"{'; calibrated' if calibration is not None else ''}"
         f"{'; API key required' if settings.api_key else ''})")
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level,

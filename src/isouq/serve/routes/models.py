@@ -18,7 +18,15 @@ def model_card(server: ServerState) -> dict:
             "owned_by": "isouq",
             "isouq": {"params": server.engine.params_summary(),
                       "calibration": None if cal is None else cal.describe(),
-                      "settings": server.settings.public(), **server.model_info}}
+                      "settings": server.settings.public(),
+                      "pass_tokens": finite_or_none(server.engine), **server.model_info}}
+
+
+def finite_or_none(engine) -> float | None:
+    """The engine's pass cost in tokens (``Engine.pass_tokens``), None when infinite or not
+    known (JSON has no infinity)."""
+    x = getattr(engine, "pass_tokens", None)
+    return None if x is None or x == float("inf") else round(float(x), 1)
 
 
 @router.get("/v1/models")
