@@ -526,16 +526,101 @@ SERVE_LOAD = "benchmarks/results/serve_load.json"
 
 @register("serve_load", SERVE_LOAD)
 def _serve_load(root: Path) -> str:
-    """Answers per second and latency of ``isouq serve`` under 1, 4 and 16 clients."""
+    """``isouq serve`` in steady state (``benchmarks/serve_load.py``): per endpoint and number
+    of clients, answers/s beside the in-process ceiling of the same run (the mean of the
+    ceiling runs before and after the level), latency, 429s and the batches it ran."""
     d = _json(root, SERVE_LOAD)
+    big = str(d["meta"]["max_batch"])
     rows = []
     for r in d["results"]:
-        speed = d["speedup"][r["endpoint"]][str(r["clients"])]
+        c = r["ceiling"]
+        by_length = c.get(f"{big}_by_length", {}).get("answers_per_s")
         rows.append([f"`{r['endpoint']}`", str(r["clients"]), sig(r["answers_per_s"]),
-                     sig(r["p50_s"]), sig(r["p95_s"]), str(r["batches"]),
-                     sig(r["answers_per_batch"]), f"{sig(speed)}×"])
-    return _grid(["endpoint", "clients", "answers/s", "p50 s", "p95 s", "batches",
-                  "answers per batch", "vs 1 client"], rows)
+                     f"{sig(c['1']['answers_per_s'])} / {sig(c[big]['answers_per_s'])} / "
+                     f"{MISSING if by_length is None else sig(by_length)}",
+                     f"{fixed(r['vs_ceiling_batch_1'], 2)} / {fixed(r['vs_ceiling_max_batch'], 2)}",
+                     f"{sig(r['p50_s'])} / {sig(r['p95_s'])}", sig(r["p95_over_batch_s"]),
+                     str(r["refused_429"]), sig(r["answers_per_batch"]),
+                     fixed(r["model_busy"], 2), fixed(r["other_cores"], 2)])
+    return _grid(["endpoint", "clients", "answers/s",
+                  f"ceiling at batch 1 / {big} / {big} by length (answers/s)",
+                  f"vs ceiling 1 / {big}",
+                  "p50 / p95 s", "p95 / one full batch", "429s", "answers per batch",
+                  "model busy", "other cores"], rows)
+
+
+SERVE_ONE_PASS = "benchmarks/results/serve_load_one_pass.json"
+
+
+@register("serve_split", SERVE_LOAD, SERVE_ONE_PASS)
+def _serve_split(root: Path) -> str:
+    """The server scoring each batch in one pass against the passes of least predicted time
+    (``prepare.split_padded``): two runs of ``benchmarks/serve_load.py``, each level's
+    answers/s and its ratio to the in-process ceiling at ``--max-batch`` of its own run."""
+    one, split = _json(root, SERVE_ONE_PASS), _json(root, SERVE_LOAD)
+    big = str(split["meta"]["max_batch"])
+    before = {(r["endpoint"], r["clients"]): r for r in one["results"]}
+    rows = []
+    for r in split["results"]:
+        b = before.get((r["endpoint"], r["clients"]))
+        if b is None:
+            continue
+        rows.append([f"`{r['endpoint']}`", str(r["clients"]),
+                     f"{sig(b['answers_per_s'])} ({fixed(b['vs_ceiling_max_batch'], 2)})",
+                     f"{sig(r['answers_per_s'])} ({fixed(r['vs_ceiling_max_batch'], 2)})"])
+    return _grid(["endpoint", "clients", f"one pass per batch: answers/s (vs ceiling {big})",
+                  f"passes by length: answers/s (vs ceiling {big})"], rows)
+
+
+@register("serve_targets", SERVE_LOAD)
+def _serve_targets(root: Path) -> str:
+    """The targets ``benchmarks/serve_load.py`` checks, what the kept run measured, met or not."""
+    d = _json(root, SERVE_LOAD)
+    rows = []
+    for name, t in d["targets"].items():
+        m = t["measured"]
+        shown = (" → ".join(f"{sig(v)} ({k})" for k, v in m.items()) if isinstance(m, dict)
+                 else sig(m))
+        rows.append([name.replace("_", " "), t["goal"], shown, "met" if t["met"] else "**missed**"])
+    return _grid(["target", "goal", "measured", ""], rows)
+
+
+@value("serve_ceiling_spread", SERVE_LOAD)
+def _v_serve_ceiling_spread(root: Path) -> str:
+    """How much the in-process ceiling of ``/v1/score`` moved between the kept run's ceiling
+    runs (at batch 1 and at ``--max-batch``): the noise every ratio to it carries."""
+    d = _json(root, SERVE_LOAD)
+    runs = d["ceiling"]["/v1/score"]["runs"]
+    out = []
+    for b in ("1", str(d["meta"]["max_batch"])):
+        v = [r[b]["answers_per_s"] for r in runs]
+        out.append(f"{sig(min(v))}–{sig(max(v))} answers/s at batch {b} "
+                   f"(±{100 * (max(v) - min(v)) / (max(v) + min(v)):.0f}%)")
+    return " and ".join(out) + f" over its {len(runs)} ceiling runs"
+
+
+@value("serve_one_client_runs", SERVE_LOAD, SERVE_ONE_PASS)
+def _v_serve_one_client_runs(root: Path) -> str:
+    """One client's ``/v1/score`` answers/s over the ceiling at batch 1, in the kept run and in
+    the one-pass run (a batch of one is one pass in both: the same code path)."""
+    def one(rel: str) -> float:
+        return next(r["vs_ceiling_batch_1"] for r in _json(root, rel)["results"]
+                    if r["endpoint"] == "/v1/score" and r["clients"] == 1)
+    return (f"{fixed(one(SERVE_LOAD), 2)} in the kept run and {fixed(one(SERVE_ONE_PASS), 2)} "
+            "in the one-pass run")
+
+
+@register("serve_memory", SERVE_LOAD)
+def _serve_memory(root: Path) -> str:
+    """The predicted peak of one batch (``isouq.memory_plan``) at the kept run's model, per
+    batch size and row length, and the server's measured peak RSS over the run."""
+    m = _json(root, SERVE_LOAD)["memory"]
+    rows = [[str(p["batch"]), str(p["tokens"]), str(p["answer_tokens"]),
+             f"{fixed(p['predicted_peak_gib'], 1)} GiB"] for p in m["predicted"]]
+    rows.append(["the run's server, measured", "", "", f"{fixed(m['server_peak_rss_gib'], 1)} "
+                 "GiB peak RSS"])
+    return _grid(["--max-batch", "tokens per row (prompt + answer)", "answer tokens",
+                  "predicted peak"], rows)
 
 
 SPANS_CPU = "benchmarks/results/spans_cpu.json"
@@ -552,7 +637,7 @@ def _spans_cpu(root: Path) -> str:
     alone = {m: _json(root, rel) for m, rel in SPANS_ALONE.items() if (root / rel).exists()}
     labels = {"whole": "whole answers, no spans (ghost)",
               "spans_retain": "**spans, ghost (the default: 1 forward + 6 backwards)**",
-              "spans_rows": "spans, rows (`engine=\"rows\"`, 4 answers = 24 rows per pass)",
+              "spans_rows": "spans, rows (`span_strategy=\"rows\"`, 4 answers = 24 rows per pass)",
               "spans_loop": "spans, loop (`method=\"per_example\"`: one backward per row)"}
     rows = []
     for m, label in labels.items():
