@@ -224,13 +224,22 @@ def test_significant_digits(x, want):
 
 def test_polygraph_ranks_are_the_kept_files_ranked_again():
     """The rank table (read from the kept report) equals the ranks recomputed from the kept
-    benchmark files with the report's own bootstrap settings."""
-    from isouq.study.report.polygraph import load_polygraph, polygraph_files, polygraph_tables
+    benchmark files and their learned heads (``heads/``) with the report's own bootstrap
+    settings."""
+    from isouq.study.report.polygraph import (
+        load_heads,
+        load_polygraph,
+        polygraph_files,
+        polygraph_tables,
+    )
 
     report = dt._json(ROOT, dt.POLYGRAPH_REPORT)
     opts = report["options"]
-    docs = [load_polygraph(p) for p in polygraph_files(ROOT / dt.POLYGRAPH)]
-    ranks = polygraph_tables(docs, n_bootstrap=opts["n_bootstrap"], seed=opts["seed"])["ranks"]
+    paths = polygraph_files(ROOT / dt.POLYGRAPH)
+    docs = [load_polygraph(p) for p in paths]
+    heads = [load_heads(p, d) for p, d in zip(paths, docs, strict=True)]  # as the report does
+    ranks = polygraph_tables(docs, n_bootstrap=opts["n_bootstrap"], seed=opts["seed"],
+                             heads=heads)["ranks"]
     lines = dt.render("polygraph_ranks", ROOT).splitlines()[2:]
     assert len(lines) == len(ranks)
     for line, r in zip(lines, ranks, strict=True):
