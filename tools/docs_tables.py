@@ -2065,8 +2065,11 @@ def _v_polygraph_standing(root: Path) -> str:
     within = len(ok) - ahead - below
     lead = ("never ahead of the best LM-Polygraph estimator" if ahead == 0 else
             f"ahead of the best LM-Polygraph estimator beyond noise in {ahead}")
+    heads = any(str(r.get("isouq best", "")).startswith("isouq ") for r in ok)
+    what = ("best estimator (its scores and, where kept, its cross-fitted learned heads)" if heads
+            else "best score")
     return (f"over the {len(ok)} rankable settings (model × dataset × quality metric), isouq's "
-            f"best score is {lead}: within noise in {within}, below beyond noise in {below}")
+            f"{what} is {lead}: within noise in {within}, below beyond noise in {below}")
 
 
 @value("polygraph_lm_estimators", POLYGRAPH_REPORT)
