@@ -89,3 +89,28 @@ def quantize_4bit(model, compute_dtype=None):
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     return model
+
+
+def main(argv=None) -> int:
+    """Save a random-weight model of a config, with its tokenizer, as a checkpoint folder that
+    ``isouq serve --model DIR`` (or any command) loads: the GPU check serves SmolLM2's
+    architecture without carrying its weights."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=main.__doc__.splitlines()[0])
+    ap.add_argument("--config", required=True, help="folder with config.json and a tokenizer")
+    ap.add_argument("--save", required=True, help="the checkpoint folder to write")
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args(argv)
+    model, tok, name, n = random_model(a.config, seed=a.seed)
+    if isinstance(tok, FoldedTokenizer):
+        raise SystemExit(f"{a.config}: the tokenizer has more ids than the config's vocabulary; "
+                         "a saved checkpoint would not load with it")
+    model.save_pretrained(a.save)
+    tok.save_pretrained(a.save)
+    print(f"{name}: {n:,} parameters saved to {a.save}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -105,7 +105,7 @@ def ceiling_child(spec: dict) -> dict:
     from isouq.sequences import encode, score_sequences
     from isouq.tokens import Encoded
 
-    model, tok, _ = load_model(spec["model"])
+    model, tok, _ = load_model(spec["model"], device=spec.get("device", "cpu"))
     pairs = [tuple(p) for p in spec["pairs"]]
     runs = [(b, b, False) for b in spec["batches"]]
     if spec["endpoint"] == "score" and spec.get("by_length"):
@@ -222,7 +222,7 @@ def memory_plan(model, spec: dict) -> list[dict]:
 def ceiling(a, endpoint: str, pairs, memory: bool = False) -> dict:
     """:func:`ceiling_child` in a fresh process (its own torch threads, nothing else in it),
     with the cores other processes used meanwhile (``other_cores``)."""
-    spec = {"model": a.model, "endpoint": endpoint, "pairs": pairs,
+    spec = {"model": a.model, "device": a.device, "endpoint": endpoint, "pairs": pairs,
             "batches": sorted({1, a.max_batch}), "batches_per_pass": a.ceiling_batches,
             "single": a.ceiling_single, "rounds": a.ceiling_rounds, "max_tokens": a.max_tokens,
             "by_length": True,
@@ -255,7 +255,8 @@ def free_port() -> int:
 def start_server(args, port: int) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "isouq", "serve", "--model", args.model, "--port", str(port),
            "--max-batch", str(args.max_batch), "--max-wait-ms", str(args.max_wait_ms),
-           "--max-queue", str(args.max_queue), "--log-level", "warning"]
+           "--max-queue", str(args.max_queue), "--log-level", "warning",
+           "--device", args.device]
     if args.pass_tokens is not None:
         cmd += ["--pass-tokens", str(args.pass_tokens)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -572,6 +573,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ceiling-child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--model", default="smollm2")
+    ap.add_argument("--device", default="cpu", help="the server's and the ceiling's device "
+                    "(cuda: the GPU check, scripts/gpu_check.sh)")
     ap.add_argument("--url", default=None, help="an isouq serve already running (loopback; "
                     "its --max-batch must be this run's)")
     ap.add_argument("--endpoints", nargs="+", choices=tuple(ENDPOINTS), default=["score", "chat"])
@@ -664,6 +667,7 @@ def main() -> None:
                       "elapsed_s": round(time.time() - started, 1),
                       "loadavg_start": load_start, "loadavg_end": os.getloadavg(),
                       "nice": os.nice(0), "pass_tokens": card.get("pass_tokens"),
+                      "device": a.device,
                       "note": "loopback; the clients and the server share the CPU; other "
                               "processes may too (other_cores: the cores they used during "
                               "each level and ceiling run; the load averages)",

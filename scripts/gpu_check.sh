@@ -21,11 +21,14 @@
 #    aligned: the 3B model's floor and ghost with and without rows padded to a multiple of 8
 #    positions (tensor-core-aligned T × T Grams; ISOUQ_TOKEN_MULTIPLE), at batch 16 and 64;
 # 6. spans: benchmarks/spans.py, 16 answers of 5 sentences, span scores against the whole answer
-#    and the per-span loop, on SmolLM2's architecture (float32) and Llama 3.2 3B (bfloat16).
+#    and the per-span loop, on SmolLM2's architecture (float32) and Llama 3.2 3B (bfloat16);
+# 7. serve: `isouq serve --device cuda` on SmolLM2's architecture (random weights saved by
+#    benchmarks/random_weights.py), /v1/score at 1 and 16 clients against its in-process ceiling
+#    (benchmarks/serve_load.py; the pass cost the server timed is in its meta).
 # Results land in $OUT (JSON, and one log of everything printed).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-/tmp/gpu_check}
+export OUT=${OUT:-/tmp/gpu_check}
 mkdir -p "$OUT"
 exec > >(tee "$OUT/gpu_check.log") 2>&1
 export PYTHONUNBUFFERED=1 ISOUQ_DATA=$PWD/.gpu/data
@@ -42,7 +45,7 @@ step() {  # name, seconds allowed, command...
   echo "== $name: exit $?, $((SECONDS - t0)) s"
 }
 # the steps run in this file's order, paper_sizes (the longest) last
-STEPS=${STEPS:-tests aligned spans paper_sizes}  # more: llm_fp32 llm_bf16 half_precision classifiers
+STEPS=${STEPS:-tests aligned spans paper_sizes}  # more: serve llm_fp32 llm_bf16 half_precision classifiers
 want() { [[ " $STEPS " == *" $1 "* ]]; }
 want tests && step tests 150 env ISOUQ_TEST_DEVICE=cuda python3 -m pytest -q -n 8 -p no:cacheprovider \
   --ignore=tests/ghost/test_memory.py tests/ghost tests/test_classifier_classes.py tests/test_sequences.py \
@@ -62,6 +65,10 @@ want spans && step spans 150 python3 benchmarks/spans.py --config .gpu/smollm2 -
   --out "$OUT/spans_cuda.json"
 want spans && step spans_3b 150 python3 benchmarks/spans.py --config benchmarks/configs/llama-3.2-3b \
   --tokenizer .gpu/smollm2 --device cuda --dtype bfloat16 --out "$OUT/spans_cuda_llama-3.2-3b.json"
+want serve && step serve 300 bash -c 'python3 benchmarks/random_weights.py --config .gpu/smollm2 \
+  --save /tmp/smollm2-random && python3 benchmarks/serve_load.py --model /tmp/smollm2-random \
+  --device cuda --endpoints score --levels 1 16 --seconds 20 --min-batches 5 --warmup-batches 2 \
+  --out "$OUT/serve_load_cuda.json"'
 want paper_sizes && step paper_sizes ${PAPER_SIZES_LIMIT:-420} python3 benchmarks/paper_sizes.py \
   --tokenizer .gpu/smollm2 --device cuda --dtype bfloat16 --batch-sizes 1 16 64 \
   --profile llama-3.2-3b:16 --tag cuda_bf16 --out "$OUT"
