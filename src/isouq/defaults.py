@@ -88,5 +88,5 @@ def least_trusted(spans: Sequence[Mapping], score: str = SPAN_SCORE) -> int | No
     return max(vals)[1] if len(spans) > 1 and vals else None
 
 
-__all__ = ["ANSWER_SCORE", "HIGHER_IS_LESS_TRUSTED", "LOG_SCALE", "RULE", "SPAN_SCORE", "Cell", "choose",
-           "least_trusted"]
+__all__ = ["ANSWER_SCORE", "HIGHER_IS_LESS_TRUSTED", "LOG_SCALE", "RULE", "SPAN_SCORE", "Cell",
+           "choose", "least_trusted"]

@@ -35,26 +35,24 @@ positive_int = whole_number(1)
 non_negative_int = whole_number(0)
 
 
-def positive_float(text: str) -> float:
-    """argparse type of a quantity that must be > 0 (a temperature)."""
-    try:
-        x = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not x > 0:
-        raise argparse.ArgumentTypeError(f"{x} must be > 0")
-    return x
+def real_number(low: float, *, strict: bool):
+    """argparse type of a number that must be > ``low`` (``strict``) or ≥ ``low`` (NaN never;
+    ``inf`` passes either bound)."""
+
+    def parse(text: str) -> float:
+        try:
+            x = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not (x > low if strict else x >= low):
+            raise argparse.ArgumentTypeError(f"{x} must be {'>' if strict else '≥'} {low:g}")
+        return x
+
+    return parse
 
 
-def non_negative_float(text: str) -> float:
-    """argparse type of a quantity that must be ≥ 0 (``inf`` allowed, NaN not)."""
-    try:
-        x = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not x >= 0:
-        raise argparse.ArgumentTypeError(f"{x} must be ≥ 0")
-    return x
+positive_float = real_number(0.0, strict=True)  # a temperature, a timeout
+non_negative_float = real_number(0.0, strict=False)  # a cost that may be 0 or inf
 
 
 def out_dir(text: str) -> Path:

@@ -6,8 +6,8 @@ The parts, each in its own module (docs/serve.md is the user's guide):
   start; no request can change them or make the server load anything).
 - :mod:`~isouq.serve.engine`: the model-side work of one micro-batch: prompts built and
   checked against the limits, greedy or sampled answers (``llm.generation``, the decoding of
-  ``isouq ask``), every answer of the batch scored by one ``score_sequences`` call, P(correct)
-  from a calibration.
+  ``isouq ask``), every answer of the batch scored together (one ``score_sequences`` call per
+  pass, passes by length), P(correct) from a calibration.
 - :mod:`~isouq.serve.batcher`: the bounded queue and the one worker thread that owns the model
   and runs micro-batches (``max_batch`` answers, waiting at most ``max_wait_ms``).
 - :mod:`~isouq.serve.schemas`: request bodies (pydantic), OpenAI's shapes plus ``/v1/score``.

@@ -3,7 +3,7 @@
 
 Requests are queued as jobs (``engine.ScoreJob`` / ``engine.GenerateJob``). The worker takes
 the jobs that fit in ``max_batch`` answers (always at least one) and runs them as one batch
-(``Engine.run``: one ``score_sequences`` call over the batch): every job queued when they all
+(``Engine.run``: the batch scored together, in passes by length): every job queued when they all
 fit, else the oldest and the jobs of the queue's front whose rows are closest to it in length
 (:func:`choose`: less padding, as ``isouq score`` buckets its rows; a job passed over
 :data:`MAX_PASSED` times goes first). Each job's answer comes

@@ -12,17 +12,18 @@ A batch holds jobs of two kinds:
 
 Either kind may ask for ``spans`` (``"sentences"`` or ``"lines"``, ``isouq.spans``): each answer's
 ``uncertainty`` then also lists its spans with their scores, as ``isouq score --spans`` writes
-them, computed in the batch's one ``score_sequences`` call.
+them, computed in the same ``score_sequences`` calls as the answers.
 
 :meth:`Engine.run` checks every job against the limits, decodes the generation jobs (jobs with
 the same decoding settings together, one batched decode), then scores every answer of the
-batch in ONE ``score_sequences`` call (one backward pass when the batch has ≤ ``max_batch``
-answers), and adds P(correct) with a calibration. Each prompt and answer is tokenized once:
-the token ids measured against the limits are the ones scored (``score_sequences(encoded=)``),
-and a generated answer is scored on its prompt's ids and its own. A job that fails (a limit, a
-prompt the chat template refuses, a failing decode) gets its own error; the others are
-answered. If the batch's scoring call fails, each job is scored alone, so a bad job never takes
-its batch-mates with it.
+batch together: one ``score_sequences`` call per pass, the passes of least predicted time
+(``prepare.split_padded``: one pass unless answers of very different lengths would pad each
+other more than another pass costs), and adds P(correct) with a calibration. Each prompt and
+answer is tokenized once: the token ids measured against the limits are the ones scored
+(``score_sequences(encoded=)``), and a generated answer is scored on its prompt's ids and its
+own. A job that fails (a limit, a prompt the chat template refuses, a failing decode) gets its
+own error; the others are answered. If the batch's scoring fails, each job is scored alone, so
+a bad job never takes its batch-mates with it.
 """
 
 from __future__ import annotations
@@ -292,8 +293,8 @@ class Engine:
                 if g is not None:
                     decoded[j] = g
         t2 = time.perf_counter()
-        # 3. every answer of the batch scored by one score_sequences call (or, over the memory
-        # budget, as few as fit)
+        # 3. every answer of the batch scored together, in its passes by length (and within the
+        # memory budget)
         items: list[Prepared] = []
         for prepared in pairs.values():
             items += prepared
@@ -362,7 +363,7 @@ class Engine:
 
     def _score_all(self, items: list[Prepared], outcomes: list[Outcome], *,
                    blocks: bool = False) -> list[dict | None]:
-        """The scores of every item: one ``score_sequences`` call; if it fails, each job's items
+        """The scores of every item (:meth:`_score`); if that fails, each job's items
         alone (a job that still fails gets the error). None for a failed job's items."""
         if not items:
             return []

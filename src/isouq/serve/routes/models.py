@@ -19,10 +19,10 @@ def model_card(server: ServerState) -> dict:
             "isouq": {"params": server.engine.params_summary(),
                       "calibration": None if cal is None else cal.describe(),
                       "settings": server.settings.public(),
-                      "pass_tokens": finite_or_none(server.engine), **server.model_info}}
+                      "pass_tokens": _pass_tokens(server.engine), **server.model_info}}
 
 
-def finite_or_none(engine) -> float | None:
+def _pass_tokens(engine) -> float | None:
     """The engine's pass cost in tokens (``Engine.pass_tokens``), None when infinite or not
     known (JSON has no infinity)."""
     x = getattr(engine, "pass_tokens", None)
