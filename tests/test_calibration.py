@@ -436,6 +436,35 @@ def test_a_head_on_the_block_profile_learns_it_and_guards_its_model(tmp_path):
         Calibrator.fit(synth_rows(60), features=["mean_prob", "blocks"])
 
 
+def test_nll_is_the_negated_log_probability_on_a_log_scale(tmp_path):
+    """``nll`` = −seq_logprob, entering the map as log(−Σ log pₜ): the Platt map on it is
+    scikit-learn's logistic regression on that column; a calibration on it predicts the same
+    from rows and from columns, and rows without seq_logprob are one line naming it."""
+    from isouq.evaluation.features import is_log, rows_of_columns, values
+
+    rows = block_rows()
+    y = np.array([int(r["correct"]) for r in rows])
+    cols = values(rows, ["nll"])
+    lp = np.array([r["scores"]["seq_logprob"] for r in rows])
+    np.testing.assert_array_equal(cols["nll"], -lp)
+    assert is_log("nll") and not is_log("seq_logprob")
+    m = fit_map(cols, y, "nll", "platt", sets={"nll": ("nll",)})
+    ref = correctness_model().fit(np.log(-lp)[:, None], y)
+    np.testing.assert_allclose(m.predict(cols), ref.predict_proba(np.log(-lp)[:, None])[:, 1],
+                               rtol=1e-6, atol=1e-9)
+    cal = Calibrator.load(Calibrator.fit(rows, features=["nll", "blocks"]).save(
+        tmp_path / "c.json"))
+    by_cols = {"seq_logprob": lp, **{f"block:{b}": [r["blocks"][b] for r in rows]
+                                     for b in rows[0]["blocks"]}}
+    np.testing.assert_allclose(cal.predict(by_cols), cal.predict(rows), rtol=1e-12)
+    assert rows_of_columns({"a": [1, 2], "block:x": [3, 4]})[1] == {"scores": {"a": 2.0},
+                                                                    "blocks": {"x": 4.0}}
+    with pytest.raises(InputError, match="seq_logprob"):
+        values([{"scores": {"mean_prob": 0.5}}], ["nll"])
+    with pytest.raises(InputError, match="one value per answer"):
+        rows_of_columns({"a": [1, 2], "b": [1]})
+
+
 def test_cli_calibrate_features_the_rows_lack_is_one_line(tmp_path, capsys):
     path = _write_run(tmp_path, synth_rows(60))
     assert main(["calibrate", str(path), "--out", str(tmp_path / "c"), "--features",

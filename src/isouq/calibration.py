@@ -10,7 +10,7 @@ Candidate maps (all fitted with scikit-learn), for each candidate feature set �
 regression uses); with ``features`` (``isouq calibrate --features``), each of the asked scores
 alone, all of them together and, with the block profile, the scores without it
 (``evaluation.features.feature_sets``; p̄, the sequence log-probability, the gradient scores and
-the block profile, the squared norms on a log scale):
+the block profile, the squared norms and ``nll`` on a log scale):
 
 * ``platt``: the study's correctness model (:func:`isouq.evaluation.classifier.correctness_model`:
   standardized features, L2-regularised logistic regression; epistemic scores on a log scale as
@@ -408,8 +408,8 @@ def log_shifts(cols: Mapping[str, np.ndarray], features: Iterable[str]) -> dict[
         if is_log(f):
             x = np.asarray(cols[f], dtype=float)
             if (x[np.isfinite(x)] < 0).any():
-                raise CalibrationError(f"score {f!r} has negative values; it is a squared norm "
-                                       "and must be ≥ 0 - check the scores")
+                raise CalibrationError(f"score {f!r} has negative values; it enters on a log "
+                                       "scale and must be ≥ 0 - check the scores")
             out[f] = log_shift(x)
     return out
 
@@ -625,7 +625,7 @@ class Calibrator:
             risk_fraction: share of the rows kept apart for the threshold.
             seed: folds and split.
             features: what the map may read (``evaluation.features.FEATURES``: ``mean_prob``,
-                ``seq_logprob``, ``aleatoric``, ``epistemic``, ``epistemic_log``,
+                ``seq_logprob``, ``nll``, ``aleatoric``, ``epistemic``, ``epistemic_log``,
                 ``normalized_epistemic``, ``blocks``); the candidates are each alone, all
                 together and, with ``blocks``, the scores without the profile. None: the
                 scores' default sets (:data:`FEATURE_SETS`).
@@ -738,20 +738,11 @@ class Calibrator:
         Returns:
             (n,) P(correct) in [0, 1]; NaN for an answer with a NaN score (e.g. empty).
         """
-        if isinstance(scores, Mapping):
-            plain = [c for c in self.map.features if not c.startswith(BLOCK)]
-            cols = score_columns(scores, plain) if plain else {}
-            for c in self.map.features:
-                if c.startswith(BLOCK):
-                    if c not in scores:
-                        raise InputError(f"the calibration reads {c!r}; score the answers "
-                                         "with their block profile (blocks=True)")
-                    cols[c] = np.asarray(scores[c], dtype=float).reshape(-1)
-        else:
-            rows = list(scores)
-            if self.needs_blocks:
-                self.check_blocks(feats_.block_names(rows))
-            cols = feats_.values(rows, self.map.features)
+        rows = (feats_.rows_of_columns(scores) if isinstance(scores, Mapping)
+                else list(scores))
+        if self.needs_blocks:
+            self.check_blocks(feats_.block_names(rows))
+        cols = feats_.values(rows, self.map.features)
         return self.map.predict(cols)
 
     def withheld(self, p_correct: np.ndarray) -> np.ndarray | None:

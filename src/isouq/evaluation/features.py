@@ -4,8 +4,9 @@ scores) and its block profile (``isouq score --blocks``: ‖∇θ_b p̄‖² per
 
 A head is fitted on columns: one per score, and with ``blocks`` one per block of the model,
 named ``block:<module path>`` (``block:model.layers.3``). The scores that span orders of
-magnitude — the squared gradient norms, the block profile — enter on a log scale
-(:func:`is_log`).
+magnitude — the squared gradient norms, the block profile, the answer's negative
+log-probability ``nll`` — enter on a log scale (:func:`is_log`): on a linear scale a few long
+answers' large −Σ log pₜ would set the fit's scale where the confident answers lie.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ FEATURES: dict[str, Feature] = {f.name: f for f in (
     Feature("mean_prob", False, "p̄, the answer's mean token probability"),
     Feature("seq_logprob", False, "Σ log pₜ, the answer's log-probability (LM-Polygraph's "
                                   "maximum sequence probability, negated)"),
+    Feature("nll", True, "−Σ log pₜ, the answer's negative log-probability (LM-Polygraph's "
+                         "maximum sequence probability), on a log scale"),
     Feature("aleatoric", False, "(1/T) Σ pₜ(1 − pₜ)"),
     Feature("epistemic", True, "‖∇θ p̄‖², on a log scale"),
     Feature("epistemic_log", True, "‖∇θ log p̄‖², on a log scale"),
@@ -93,7 +96,8 @@ def columns_of(features: Sequence[str], rows: Sequence[Mapping]) -> tuple[str, .
 
 def values(rows: Sequence[Mapping], columns: Sequence[str]) -> dict[str, np.ndarray]:
     """column -> (n,) float values of the rows, NaN where a value is missing or null;
-    ``epistemic_log`` is derived as epistemic / mean_prob² where a row lacks it.
+    ``epistemic_log`` is derived as epistemic / mean_prob² where a row lacks it, ``nll`` as
+    −seq_logprob.
 
     Raises:
         InputError: no row carries a column (the rows were scored without it), naming the fix.
@@ -107,15 +111,35 @@ def values(rows: Sequence[Mapping], columns: Sequence[str]) -> dict[str, np.ndar
             what = f"block {name!r} (score with --blocks)"
         else:
             col = [_num(scores_of(r).get(c)) for r in rows]
+            what = f"the score {c!r}"
+            if c == "nll":
+                col = [-_num(scores_of(r).get("seq_logprob")) for r in rows]
+                what = "the score 'seq_logprob' (nll is −seq_logprob)"
             if c == "epistemic_log":
                 col = [v if not math.isnan(v) else _derived(scores_of(r))
                        for v, r in zip(col, rows, strict=True)]
-            what = f"the score {c!r}"
         if n and all(math.isnan(v) for v in col):
             raise InputError(f"the rows lack {what}; score them with what the head reads, or "
                              "choose other --features")
         out[c] = np.asarray(col, dtype=float).reshape(n)
     return out
+
+
+def rows_of_columns(cols: Mapping[str, Sequence[float]]) -> list[dict]:
+    """Answer rows (``scores``, ``blocks``) from columns: name -> (n,) values, a
+    ``block:<name>`` column going to each row's block profile. InputError when the columns'
+    lengths differ."""
+    arrays = {k: np.asarray(v, dtype=float).reshape(-1) for k, v in cols.items()}
+    sizes = {a.size for a in arrays.values()}
+    if len(sizes) > 1:
+        raise InputError(f"the score columns have {sorted(sizes)} values; give one value per "
+                         "answer in each")
+    n = sizes.pop() if sizes else 0
+    blocks = {k[len(BLOCK):]: a for k, a in arrays.items() if k.startswith(BLOCK)}
+    plain = {k: a for k, a in arrays.items() if not k.startswith(BLOCK)}
+    return [{"scores": {k: float(a[i]) for k, a in plain.items()},
+             **({"blocks": {b: float(a[i]) for b, a in blocks.items()}} if blocks else {})}
+            for i in range(n)]
 
 
 def _num(v) -> float:
@@ -147,4 +171,4 @@ def feature_sets(features: Sequence[str], rows: Sequence[Mapping]) -> dict[str, 
 
 
 __all__ = ["BLOCK", "FEATURES", "Feature", "block_names", "check_features", "columns_of",
-           "feature_sets", "is_log", "values"]
+           "feature_sets", "is_log", "rows_of_columns", "values"]

@@ -9,8 +9,8 @@ ROUGE-L, fitted by weighted log-loss: ``calibration.soft_rows``). The heads (:da
 
 - ``isouq combined (paper)``: the paper's combined estimate, a logistic regression over log
   epistemic and aleatoric;
-- ``isouq scores + MSP``: p̄, the sequence log-probability (MSP's own quantity) and isouq's
-  scores;
+- ``isouq scores + MSP``: p̄, the answer's negative log-probability −Σ log pₜ (MSP's own
+  quantity, on a log scale: ``evaluation.features``) and isouq's scores;
 - ``isouq block head``: the same and the block profile (‖∇θ_b p̄‖² per block of the model).
 
 :func:`cross_fitted`: K folds within the model × dataset (the same folds as LM-Polygraph's
@@ -51,10 +51,10 @@ HEADS: dict[str, Head] = {h.name: h for h in (
     Head("isouq combined (paper)", ("epistemic", "aleatoric"), ("platt",),
          "the paper's combined estimate: logistic regression over log ‖∇θ p̄‖² and aleatoric",
          together=True),
-    Head("isouq scores + MSP", ("mean_prob", "seq_logprob", "epistemic", "epistemic_log",
+    Head("isouq scores + MSP", ("mean_prob", "nll", "epistemic", "epistemic_log",
                                 "aleatoric"), MAP_KINDS,
-         "p̄, log p(answer) and isouq's scores: isouq calibrate's selection over them"),
-    Head("isouq block head", ("mean_prob", "seq_logprob", "epistemic", "epistemic_log",
+         "p̄, −log p(answer) and isouq's scores: isouq calibrate's selection over them"),
+    Head("isouq block head", ("mean_prob", "nll", "epistemic", "epistemic_log",
                               "aleatoric", "blocks"), MAP_KINDS,
          "the same and the block profile ‖∇θ_b p̄‖²"),
 )}
