@@ -13,7 +13,8 @@ gives each answer an uncertainty 1 − P(correct):
 - transferred: fitted on every answer of the model's other dataset.
 
 Written: ``results/polygraph/heads/<dataset>__<model>.json`` with, in the kept question order,
-each head's uncertainty per metric, the maps chosen, and the cross-fitted values of LM-Polygraph's
+each head's uncertainty per metric, the maps chosen, the control (``learned_heads.CONTROL``:
+MSP's own map cross-fitted, what cross-fitting costs), and the cross-fitted values of LM-Polygraph's
 own train-split estimators (MD, RMD, RDE, PPL-MD) copied from the ``.density.json``. An answer
 without features (its tokens could not be rebuilt) gets null. Runs in the main venv.
 """
@@ -59,6 +60,7 @@ def _list(x: np.ndarray) -> list:
 def heads_doc(model: str, datasets: list[str], dataset: str, seed: int, k: int) -> dict | None:
     """The heads file of one model × dataset (None when its results or features are missing)."""
     from isouq.study.analysis.learned_heads import (
+        CONTROL,
         HEADS,
         LABEL_THRESHOLD,
         cross_fitted,
@@ -94,10 +96,13 @@ def heads_doc(model: str, datasets: list[str], dataset: str, seed: int, k: int) 
     for metric in kept["quality_metrics"]:
         q = np.array([r["quality"].get(metric, np.nan) for r in kept["questions"]], dtype=float)
         y = np.where(have, labels_for(q, metric), np.nan)
-        got = {"cross_fitted": {}, "transfer": {}, "chosen": {}}
+        sub = [r for r in rows if r]
+        got = {"cross_fitted": {}, "transfer": {}, "chosen": {}, "control": {}}
+        u = np.full(len(rows), np.nan)
+        u[have], _ = cross_fitted(CONTROL, sub, y[have], folds[have], seed=seed)
+        got["control"][CONTROL.name] = _list(u)
         for h in HEADS.values():
             t0 = time.perf_counter()
-            sub = [r for r in rows if r]
             u = np.full(len(rows), np.nan)
             u[have], chosen = cross_fitted(h, sub, y[have], folds[have], seed=seed)
             got["cross_fitted"][h.name] = _list(u)

@@ -10,6 +10,7 @@ import pytest
 from isouq.evaluation.auroc import auroc
 from isouq.evaluation.classifier import fit_predict
 from isouq.study.analysis.learned_heads import (
+    CONTROL,
     HEADS,
     LABEL_THRESHOLD,
     binary_labels,
@@ -124,3 +125,21 @@ def test_a_span_head_is_cross_fitted_by_answer_and_judged_against_the_default():
     assert r["sentences"] == 600 and len(r["maps"]) == 5
     assert r["head"] > 0.8 and abs(r["default_auroc"] - 0.5) < 0.1
     assert r["verdict"] == "the head is better beyond noise" and r["delta_ci_low"] > 0
+
+
+def test_the_control_ranks_each_fold_as_msp_and_pooled_folds_need_not():
+    """The control (Platt on nll alone) orders the answers of each fold exactly as
+    −seq_logprob does; pooled over folds, each scored by another map, it need not."""
+    from scipy.stats import spearmanr
+
+    rows, y, folds = rows_and_labels(n=200, seed=3)
+    rng = np.random.default_rng(4)
+    for r in rows:  # MSP's own quantity, with a signal in it
+        r["scores"]["seq_logprob"] = float(-np.exp(rng.normal(1.5, 1.0)))
+    nll = np.array([-r["scores"]["seq_logprob"] for r in rows])
+    y = (np.log(nll) + rng.normal(0, 1.0, nll.size) < 1.5).astype(float)
+    u, chosen = cross_fitted(CONTROL, rows, y, folds)
+    assert all("platt on nll" in c for c in chosen)
+    for k in np.unique(folds):
+        assert spearmanr(u[folds == k], nll[folds == k])[0] == pytest.approx(1.0)
+    assert spearmanr(u, nll)[0] < 1.0

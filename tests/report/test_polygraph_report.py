@@ -139,10 +139,12 @@ def test_learned_heads_join_the_ranks_and_are_judged_against_msp(tmp_path):
     path.write_text(json.dumps(d))
     head = list(-rouge + 0.1 * np.random.default_rng(2).standard_normal(120))
     (tmp_path / "heads").mkdir()
+    msp = [q["ue"]["MaximumSequenceProbability"] for q in d["questions"]]
     heads = {"keys": [q["key"] for q in d["questions"]], "density": {"RDESeq": [0.0] * 120},
              "metrics": {m: {"labels": "x", "cross_fitted": {"isouq block head": head},
                              "transfer": {"isouq block head (trained on truthfulqa)":
-                                          [None] * 120}}
+                                          [None] * 120},
+                             "control": {"MSP's own map (control)": msp}}
                          for m in ("Accuracy", "Rouge_rougeL")}}
     (tmp_path / "heads" / "triviaqa__tiny.json").write_text(json.dumps(heads))
     assert load_heads(path, d)["keys"] == heads["keys"]
@@ -151,8 +153,11 @@ def test_learned_heads_join_the_ranks_and_are_judged_against_msp(tmp_path):
     assert rows[("ROUGE-L", "isouq block head")]["verdict"] == "ahead of MSP beyond noise"
     assert rows[("ROUGE-L", "isouq block head (trained on truthfulqa)")]["verdict"] == \
         "no head could be fitted"
+    ctl = rows[("ROUGE-L", "MSP's own map (control)")]  # MSP itself: Δ exactly 0
+    assert ctl["verdict"] == "within noise of MSP" and ctl["Δ PRR vs MSP"].startswith("0")
     ranked = {r["estimator"] for r in tables["estimators"]}
     assert "★ isouq block head" in ranked and "RDESeq" in ranked  # ours, and theirs
+    assert not any("control" in e for e in ranked)  # a control is not an estimator
     assert "isouq block head (cross-fitted)" in heads_verdict(tables["heads"])
     assert any("Learned P(correct)" in n for n in sec.notes)
     (tmp_path / "heads" / "triviaqa__tiny.json").write_text(json.dumps({**heads, "keys": []}))

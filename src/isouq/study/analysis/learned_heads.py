@@ -16,8 +16,10 @@ ROUGE-L, fitted by weighted log-loss: ``calibration.soft_rows``). The heads (:da
 :func:`cross_fitted`: K folds within the model × dataset (the same folds as LM-Polygraph's
 train-split estimators there); the head of fold k is selected and fitted on the other folds'
 answers and scores fold k's. :func:`transferred`: a head fitted on every answer of one dataset
-scores the answers of another dataset of the same model. Rows (``evaluation.features``) are
-answer rows: ``scores`` and ``blocks``.
+scores the answers of another dataset of the same model. :data:`CONTROL`, cross-fitted beside
+the heads, shows what cross-fitting itself costs: each fold's values come from another map, and
+pooled they no longer rank quite as one map would. Rows (``evaluation.features``) are answer
+rows: ``scores`` and ``blocks``.
 """
 
 from __future__ import annotations
@@ -58,6 +60,15 @@ HEADS: dict[str, Head] = {h.name: h for h in (
                               "aleatoric", "blocks"), MAP_KINDS,
          "the same and the block profile ‖∇θ_b p̄‖²"),
 )}
+
+
+#: not a head of isouq's but a control: Platt scaling of −log p(answer) alone ranks the answers
+#: of one fold exactly as MSP does; cross-fitted as the heads are (one map per fold, the folds'
+#: values pooled), what it loses against MSP is what cross-fitting itself costs a score
+CONTROL = Head("MSP's own map (control)", ("nll",), ("platt",),
+               "Platt scaling of −log p(answer) alone, cross-fitted as the heads are: what "
+               "cross-fitting costs a score that ranks each fold exactly as MSP does",
+               together=True)
 
 
 def binary_labels(quality: np.ndarray, metric: str) -> np.ndarray:
@@ -142,5 +153,5 @@ def transferred(head: Head, train_rows: Sequence[Mapping], y_train: np.ndarray,
     return 1.0 - m.predict(values(test_rows, m.features)), f"{m.kind} on {m.name}"
 
 
-__all__ = ["HEADS", "LABEL_THRESHOLD", "Head", "binary_labels", "cross_fitted", "labels_for",
+__all__ = ["CONTROL", "HEADS", "LABEL_THRESHOLD", "Head", "binary_labels", "cross_fitted", "labels_for",
            "transferred"]

@@ -11,8 +11,10 @@ Beside each file, ``heads/<dataset>__<model>.json`` (``scripts/polygraph/heads.p
 quality metric, isouq's learned heads cross-fitted on the answers (counted as isouq's
 estimators) and LM-Polygraph's own train-split estimators cross-fitted on the same folds
 (MahalanobisDistanceSeq, RelativeMahalanobisDistanceSeq, RDESeq, PPLMDSeq: counted as
-LM-Polygraph's), and the heads transferred from the model's other dataset; the table "learned
-P(correct) against MSP" compares each head with MaximumSequenceProbability on the same answers.
+LM-Polygraph's), the heads transferred from the model's other dataset, and a control (MSP's own
+map cross-fitted as the heads are: what cross-fitting itself costs); the table "learned
+P(correct) against MSP" compares each head and the control with MaximumSequenceProbability on the
+same answers.
 
 The section recomputes PRR with LM-Polygraph's formula
 (``evaluation.rejection.prediction_rejection_area``, equal to its
@@ -294,8 +296,9 @@ def polygraph_tables(docs: Sequence[Mapping], *, n_bootstrap: int = 300, seed: i
 
 def head_rows(doc: Mapping, heads: Mapping, metric: str, *, n_bootstrap: int = 300,
               seed: int = 0) -> list[dict]:
-    """Each learned head (cross-fitted, and transferred from the other dataset) against MSP on
-    the same answers: PRR and AUROC (of the correct labels the heads were fitted on), each
+    """Each learned head (cross-fitted, and transferred from the other dataset) and the
+    control (MSP's own map cross-fitted, ``learned_heads.CONTROL``) against MSP on the same
+    answers: PRR and AUROC (of the correct labels the heads were fitted on), each
     with its difference to MSP and 95% bootstrap intervals (questions resampled, both on the
     same resample), and a verdict."""
     from ...evaluation.auroc import auroc
@@ -305,7 +308,7 @@ def head_rows(doc: Mapping, heads: Mapping, metric: str, *, n_bootstrap: int = 3
     y = binary_labels(q, metric)
     msp = _matrix(doc, [MSP])[:, 0]
     m = heads["metrics"].get(metric, {})
-    cols = {**m.get("cross_fitted", {}), **m.get("transfer", {})}
+    cols = {**m.get("cross_fitted", {}), **m.get("transfer", {}), **m.get("control", {})}
     st = setting_stats(doc, metric, n_bootstrap=1, seed=seed)
     rng = np.random.default_rng(seed)
     n = len(q)
