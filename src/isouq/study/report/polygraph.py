@@ -298,7 +298,8 @@ def head_rows(doc: Mapping, heads: Mapping, metric: str, *, n_bootstrap: int = 3
               seed: int = 0) -> list[dict]:
     """Each learned head (cross-fitted, and transferred from the other dataset) and the
     control (MSP's own map cross-fitted, ``learned_heads.CONTROL``) against MSP on the same
-    answers: PRR and AUROC (of the correct labels the heads were fitted on), each
+    answers (those the head has a value for: an answer whose features could not be rebuilt
+    is left out of both): PRR and AUROC (of the correct labels the heads were fitted on), each
     with its difference to MSP and 95% bootstrap intervals (questions resampled, both on the
     same resample), and a verdict."""
     from ...evaluation.auroc import auroc
@@ -318,22 +319,29 @@ def head_rows(doc: Mapping, heads: Mapping, metric: str, *, n_bootstrap: int = 3
         ok = ~np.isnan(y[i])
         return (prr(u[i], q[i]), auroc(y[i][ok], -np.nan_to_num(u[i][ok], nan=np.inf)))
 
-    p_msp, a_msp = both(msp, np.arange(n))
-    b_msp = np.array([both(msp, i) for i in idx])
+    def pair(u, i):
+        """(head, MSP) × (PRR, AUROC) on resample ``i``, less the answers the head has no
+        value for (their features could not be rebuilt): both on the same answers."""
+        i = i[~np.isnan(u[i])]
+        return both(u, i), both(msp, i)
+
     rows = []
     for name, vals in cols.items():
         u = np.array([np.nan if v is None else v for v in vals], dtype=float)
-        p, a = both(u, np.arange(n))
-        b = np.array([both(u, i) for i in idx])
-        dp, da = b[:, 0] - b_msp[:, 0], b[:, 1] - b_msp[:, 1]
+        empty = np.isnan(u).all()
+        if empty:
+            u = np.zeros(n)  # no head: a constant, whose row says so below
+        (p, a), (p_msp, a_msp) = pair(u, np.arange(n))
+        b = np.array([pair(u, i) for i in idx])  # (resamples, head/MSP, PRR/AUROC)
+        dp, da = b[:, 0, 0] - b[:, 1, 0], b[:, 0, 1] - b[:, 1, 1]
         lo, hi = _ci(dp)
         row = {"model": doc["model"], "dataset": doc["dataset"],
                "quality": METRIC_NAMES.get(metric, metric), "labels": m.get("labels"),
-               "head": name, "PRR [95% CI]": _pm(p, *_ci(b[:, 0])),
+               "head": name, "PRR [95% CI]": _pm(p, *_ci(b[:, 0, 0])),
                "Δ PRR vs MSP": _pm(p - p_msp, lo, hi),
-               "AUROC [95% CI]": _pm(a, *_ci(b[:, 1])),
+               "AUROC [95% CI]": _pm(a, *_ci(b[:, 0, 1])),
                "Δ AUROC vs MSP": _pm(a - a_msp, *_ci(da))}
-        if st["degenerate"] or np.isnan(u).all():
+        if st["degenerate"] or empty:
             row["verdict"] = "not rankable" if st["degenerate"] else "no head could be fitted"
         elif lo > 0:
             row["verdict"] = "ahead of MSP beyond noise"
