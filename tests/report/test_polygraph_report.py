@@ -142,7 +142,9 @@ def test_learned_heads_join_the_ranks_and_are_judged_against_msp(tmp_path):
     # MSP itself, less 10 answers (features not rebuilt): judged on the answers it has
     msp = [None if i < 10 else q["ue"]["MaximumSequenceProbability"]
            for i, q in enumerate(d["questions"])]
-    heads = {"keys": [q["key"] for q in d["questions"]], "density": {"RDESeq": [0.0] * 120},
+    head[:3] = [None] * 3  # three answers without features: no learned value
+    heads = {"keys": [q["key"] for q in d["questions"]],
+             "density": {"RDESeq": [None] * 3 + [0.0] * 117},
              "metrics": {m: {"labels": "x", "cross_fitted": {"isouq block head": head},
                              "transfer": {"isouq block head (trained on truthfulqa)":
                                           [None] * 120},
@@ -159,6 +161,7 @@ def test_learned_heads_join_the_ranks_and_are_judged_against_msp(tmp_path):
     assert ctl["verdict"] == "within noise of MSP" and ctl["Δ PRR vs MSP"].startswith("0")
     ranked = {r["estimator"] for r in tables["estimators"]}
     assert "★ isouq block head" in ranked and "RDESeq" in ranked  # ours, and theirs
+    assert {r["n"] for r in tables["ranks"]} == {117}  # ranked on the answers with features
     assert not any("control" in e for e in ranked)  # a control is not an estimator
     assert "isouq block head (cross-fitted)" in heads_verdict(tables["heads"])
     assert any("Learned P(correct)" in n for n in sec.notes)

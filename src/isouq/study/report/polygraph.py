@@ -105,16 +105,26 @@ def load_heads(path: Path, doc: Mapping) -> dict | None:
 
 def with_extra(doc: Mapping, heads: Mapping | None, metric: str) -> dict:
     """``doc`` for one quality metric with the heads file's columns among its estimators:
-    LM-Polygraph's train-split estimators (theirs) and isouq's cross-fitted heads (ours)."""
+    LM-Polygraph's train-split estimators (theirs) and isouq's cross-fitted heads (ours), on
+    the answers whose features could be rebuilt (the others, a few per setting whose kept text
+    does not tokenize back to its kept length, have no learned value and are left out for
+    every estimator)."""
     if heads is None:
         return dict(doc)
     extra = {e: [np.nan if v is None else v for v in vals]
              for e, vals in heads.get("density", {}).items()}
     mine = heads["metrics"].get(metric, {}).get("cross_fitted", {})
     extra |= {h: [np.nan if v is None else v for v in vals] for h, vals in mine.items()}
-    return {**doc, "estimators": [*doc["estimators"], *extra],
+    # the answers whose features were rebuilt (any column has a value): every estimator is
+    # ranked on those, so a learned one is not judged on answers it could not see
+    have = np.isfinite(np.asarray(list(extra.values()), dtype=float)).any(axis=0) \
+        if extra else np.ones(len(doc["questions"]), dtype=bool)
+    if not have.any():
+        have[:] = True
+    return {**doc, "questions": [q for q, h in zip(doc["questions"], have, strict=True) if h],
+            "estimators": [*doc["estimators"], *extra],
             "isouq_estimators": [*doc.get("isouq_estimators", ()), *mine],
-            "_extra_ue": extra}
+            "_extra_ue": {e: np.asarray(v, dtype=float)[have] for e, v in extra.items()}}
 
 
 def _quality(doc: Mapping, metric: str) -> np.ndarray:
