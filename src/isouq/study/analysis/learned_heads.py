@@ -153,5 +153,5 @@ def transferred(head: Head, train_rows: Sequence[Mapping], y_train: np.ndarray,
     return 1.0 - m.predict(values(test_rows, m.features)), f"{m.kind} on {m.name}"
 
 
-__all__ = ["CONTROL", "HEADS", "LABEL_THRESHOLD", "Head", "binary_labels", "cross_fitted", "labels_for",
-           "transferred"]
+__all__ = ["CONTROL", "HEADS", "LABEL_THRESHOLD", "Head", "binary_labels", "cross_fitted",
+           "labels_for", "transferred"]
