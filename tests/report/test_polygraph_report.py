@@ -168,3 +168,18 @@ def test_learned_heads_join_the_ranks_and_are_judged_against_msp(tmp_path):
     (tmp_path / "heads" / "triviaqa__tiny.json").write_text(json.dumps({**heads, "keys": []}))
     with pytest.raises(DataError, match="other answers"):
         load_heads(path, d)
+
+
+def test_heads_verdict_counts_cross_fitted_and_transferred_heads_apart():
+    from isouq.study.report.polygraph import heads_verdict
+
+    rows = [{"head": "h", "verdict": "ahead of MSP beyond noise"},
+            {"head": "h", "verdict": "within noise of MSP"},
+            {"head": "h", "verdict": "not rankable"},
+            {"head": "h (trained on a)", "verdict": "below MSP beyond noise"},
+            {"head": "h (trained on b)", "verdict": "below MSP beyond noise"}]
+    v = heads_verdict(rows)
+    assert "h (cross-fitted), over 2 rankable setting(s): ahead of MSP beyond noise (PRR) in 1, " \
+           "within noise in 1, below in 0." in v
+    assert "other dataset instead: h, over 2 rankable setting(s): ahead of MSP beyond noise " \
+           "(PRR) in 0, within noise in 0, below in 2." in v

@@ -364,21 +364,31 @@ def head_rows(doc: Mapping, heads: Mapping, metric: str, *, n_bootstrap: int = 3
 
 
 def heads_verdict(rows: Sequence[Mapping]) -> str:
-    """The plain-words summary of the heads-against-MSP rows, per cross-fitted head."""
+    """The plain-words summary of the heads-against-MSP rows: per cross-fitted head (and the
+    control), then per head transferred from the model's other dataset."""
     if not rows:
         return ""
-    parts = []
-    for head in dict.fromkeys(r["head"] for r in rows if "trained on" not in r["head"]):
-        mine = [r for r in rows if r["head"] == head and r["verdict"] not in
-                ("not rankable", "no head could be fitted")]
-        if not mine:
-            continue
-        count = {v: sum(r["verdict"] == v for r in mine) for v in
-                 ("ahead of MSP beyond noise", "within noise of MSP", "below MSP beyond noise")}
-        parts.append(f"{head} (cross-fitted), over {len(mine)} rankable setting(s): ahead of "
-                     f"MSP beyond noise (PRR) in {count['ahead of MSP beyond noise']}, within "
-                     f"noise in {count['within noise of MSP']}, below in "
-                     f"{count['below MSP beyond noise']}.")
+    verdicts = ("ahead of MSP beyond noise", "within noise of MSP", "below MSP beyond noise")
+
+    def counts(name: str, mine: list) -> str:
+        c = {v: sum(r["verdict"] == v for r in mine) for v in verdicts}
+        return (f"{name}, over {len(mine)} rankable setting(s): ahead of MSP beyond noise (PRR) "
+                f"in {c[verdicts[0]]}, within noise in {c[verdicts[1]]}, below in "
+                f"{c[verdicts[2]]}.")
+
+    def judged(pick) -> dict[str, list]:
+        out: dict[str, list] = {}
+        for r in rows:
+            if pick(r["head"]) and r["verdict"] in verdicts:
+                out.setdefault(r["head"].split(" (trained on")[0], []).append(r)
+        return out
+
+    crossed = judged(lambda h: "trained on" not in h)
+    moved = judged(lambda h: "trained on" in h)
+    parts = [counts(f"{h} (cross-fitted)", m) for h, m in crossed.items()]
+    if moved:
+        parts.append("Trained on the model's other dataset instead: " + " ".join(
+            counts(h, m) for h, m in moved.items()))
     return "Learned P(correct) against MaximumSequenceProbability: " + " ".join(parts)
 
 
