@@ -865,7 +865,7 @@ def one_model(rows: Sequence[Mapping], model: str | None) -> str:
 
 
 def _isouq_version() -> str:
-    from . import __version__
+    from ._version import __version__
 
     return __version__
 
