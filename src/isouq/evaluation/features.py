@@ -109,12 +109,12 @@ def values(rows: Sequence[Mapping], columns: Sequence[str]) -> dict[str, np.ndar
             name = c[len(BLOCK):]
             col = [_num((r.get("blocks") or {}).get(name)) for r in rows]
             what = f"block {name!r} (score with --blocks)"
+        elif c == "nll":
+            col = [-_num(scores_of(r).get("seq_logprob")) for r in rows]
+            what = "the score 'seq_logprob' (nll is −seq_logprob)"
         else:
             col = [_num(scores_of(r).get(c)) for r in rows]
             what = f"the score {c!r}"
-            if c == "nll":
-                col = [-_num(scores_of(r).get("seq_logprob")) for r in rows]
-                what = "the score 'seq_logprob' (nll is −seq_logprob)"
             if c == "epistemic_log":
                 col = [v if not math.isnan(v) else _derived(scores_of(r))
                        for v, r in zip(col, rows, strict=True)]

@@ -329,11 +329,13 @@ def head_rows(doc: Mapping, heads: Mapping, metric: str, *, n_bootstrap: int = 3
         ok = ~np.isnan(y[i])
         return (prr(u[i], q[i]), auroc(y[i][ok], -np.nan_to_num(u[i][ok], nan=np.inf)))
 
-    def pair(u, i):
-        """(head, MSP) × (PRR, AUROC) on resample ``i``, less the answers the head has no
-        value for (their features could not be rebuilt): both on the same answers."""
-        i = i[~np.isnan(u[i])]
-        return both(u, i), both(msp, i)
+    msp_on: dict[bytes, tuple] = {}  # missing answers -> MSP (point, per resample) less them
+
+    def judged(u, missing):
+        """(point, per resample) of ``both``, less the answers a head has no value for (their
+        features could not be rebuilt)."""
+        return (both(u, np.flatnonzero(~missing)),
+                np.array([both(u, i[~missing[i]]) for i in idx]))
 
     rows = []
     for name, vals in cols.items():
@@ -341,15 +343,19 @@ def head_rows(doc: Mapping, heads: Mapping, metric: str, *, n_bootstrap: int = 3
         empty = np.isnan(u).all()
         if empty:
             u = np.zeros(n)  # no head: a constant, whose row says so below
-        (p, a), (p_msp, a_msp) = pair(u, np.arange(n))
-        b = np.array([pair(u, i) for i in idx])  # (resamples, head/MSP, PRR/AUROC)
-        dp, da = b[:, 0, 0] - b[:, 1, 0], b[:, 0, 1] - b[:, 1, 1]
+        missing = np.isnan(u)
+        (p, a), b = judged(u, missing)
+        key = missing.tobytes()
+        if key not in msp_on:  # heads missing the same answers share MSP's values
+            msp_on[key] = judged(msp, missing)
+        (p_msp, a_msp), b_msp = msp_on[key]
+        dp, da = b[:, 0] - b_msp[:, 0], b[:, 1] - b_msp[:, 1]
         lo, hi = _ci(dp)
         row = {"model": doc["model"], "dataset": doc["dataset"],
                "quality": METRIC_NAMES.get(metric, metric), "labels": m.get("labels"),
-               "head": name, "PRR [95% CI]": _pm(p, *_ci(b[:, 0, 0])),
+               "head": name, "PRR [95% CI]": _pm(p, *_ci(b[:, 0])),
                "Δ PRR vs MSP": _pm(p - p_msp, lo, hi),
-               "AUROC [95% CI]": _pm(a, *_ci(b[:, 0, 1])),
+               "AUROC [95% CI]": _pm(a, *_ci(b[:, 1])),
                "Δ AUROC vs MSP": _pm(a - a_msp, *_ci(da))}
         if st["degenerate"] or empty:
             row["verdict"] = "not rankable" if st["degenerate"] else "no head could be fitted"
