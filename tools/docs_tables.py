@@ -1460,11 +1460,16 @@ def _point(cell: str) -> float:
 def _trust_answers(root: Path) -> str:
     """Per rankable model × dataset × quality metric of the LM-Polygraph benchmark: the PRR
     [95% interval] of isouq's best single score, of its learned block head (cross-fitted) with its
-    difference to MSP, of MSP and of the best LM-Polygraph estimator, with the seconds per
-    answer each costs beyond the shared greedy generation."""
+    difference to MSP, of MSP, of the best LM-Polygraph estimator and of the supervised anchor
+    (a probe on the hidden state, with its difference to MSP), with the seconds per answer each
+    costs beyond the shared greedy generation."""
+    from isouq.study.analysis.learned_heads import PROBE
+
     sec = _section(_json(root, POLYGRAPH_REPORT), "lm-polygraph-benchmark")
     heads = {(r["model"], r["dataset"], r["quality"]): r for r in sec.get("heads", [])
              if r["head"] == TRUST_HEAD}
+    probes = {(r["model"], r["dataset"], r["quality"]): r for r in sec.get("heads", [])
+              if r["head"] == PROBE}
     ranked = {(r["model"], r["dataset"], r["quality"]) for r in sec["ranks"]
               if "isouq best" in r and not str(r.get("verdict", "")).startswith("not rankable")}
     by: dict[tuple, list[dict]] = {}
@@ -1476,11 +1481,11 @@ def _trust_answers(root: Path) -> str:
             continue
         named = {r["estimator"]: r for r in rows}
         singles = [r for e, r in named.items() if e.startswith("★ Isouq")]
-        theirs = [r for e, r in named.items() if not e.startswith("★ ")]
+        theirs = [r for e, r in named.items() if not e.startswith(("★ ", "† "))]
         best_ours = max(singles, key=lambda r: _point(r["PRR [95% CI]"]))
         best_theirs = max(theirs, key=lambda r: _point(r["PRR [95% CI]"]))
         msp = named.get("MaximumSequenceProbability")
-        h = heads.get(key)
+        h, pr = heads.get(key), probes.get(key)
 
         def cost(r):
             return MISSING if r is None or r.get("s / answer") is None else sig(r["s / answer"])
@@ -1491,10 +1496,13 @@ def _trust_answers(root: Path) -> str:
                      else MISSING),
                     _minus(msp["PRR [95% CI]"]) if msp else MISSING,
                     f"{best_theirs['estimator']}: {_minus(best_theirs['PRR [95% CI]'])}",
+                    (f"{_minus(pr['PRR [95% CI]'])}; Δ {_minus(pr['Δ PRR vs MSP'])}" if pr
+                     else MISSING),
                     f"{cost(best_ours)} / {cost(msp)} / {cost(best_theirs)}"])
     return _grid(["model × dataset", "quality", "isouq's best single score",
                   f"learned head ({TRUST_HEAD}), Δ vs MSP", "MSP",
-                  "best LM-Polygraph estimator", "s / answer (isouq / MSP / best)"], out)
+                  "best LM-Polygraph estimator", "hidden-state probe (anchor), Δ vs MSP",
+                  "s / answer (isouq / MSP / best)"], out)
 
 
 @value("trust_heads_verdict", POLYGRAPH_REPORT)

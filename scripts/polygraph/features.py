@@ -21,7 +21,11 @@ kept order), then, once every row is in: the folds (``density.assign_folds``, K 
 ``--seed`` over the kept order; the learned heads use the same folds) and LM-Polygraph's own
 train-split estimators cross-fitted on them (``density.cross_fitted``: MD, RMD against a
 20 Newsgroups background of ``--background`` documents, RDE, and PPL-MD from the kept
-perplexities) in ``<dataset>__<model>.density.json``. Rows already written are skipped. Runs
+perplexities) in ``<dataset>__<model>.density.json``. And, on the rows written so far (the
+partial runs too), the supervised anchor the learned heads are measured against
+(``learned_heads.probe_cross_fitted``: a logistic probe on the same embeddings, per quality
+metric, on the folds the heads use) in ``<dataset>__<model>.probe.json``, made again when the
+kept answers change. Rows already written are skipped. Runs
 in .venv-polygraph (needs LM-Polygraph); the models are the exported folders of
 ``export_models.py``.
 """
@@ -140,6 +144,36 @@ def cross_fit_density(kept: dict, rows_path: Path, emb_path: Path, bg: np.ndarra
     out.write_text(dumps(doc, indent=1) + "\n", encoding="utf-8")
 
 
+def cross_fit_probe(kept: dict, emb_path: Path, out: Path, folds_k: int, seed: int) -> None:
+    """The hidden-state probe, per quality metric, cross-fitted on the heads' folds (an answer
+    without an embedding gets null); skipped when ``out`` holds these answers already."""
+    from isouq.runio import dumps, read_jsonl
+    from isouq.study.analysis.learned_heads import PROBE, labels_for, probe_cross_fitted
+
+    keys = [q["key"] for q in kept["questions"]]
+    if out.exists() and json.loads(out.read_text(encoding="utf-8")).get("keys") == keys:
+        return
+    emb = {r["key"]: r["embedding"] for r in read_jsonl(emb_path)}
+    have = np.array([k in emb for k in keys])
+    X = np.asarray([emb[k] for k in keys if k in emb], dtype=np.float32)
+    folds = density.assign_folds(len(keys), folds_k, seed)[have]
+    doc = {"kind": "isouq-polygraph-probe", "dataset": kept["dataset"], "model": kept["model"],
+           "estimator": PROBE, "k": folds_k, "seed": seed,
+           "embedding": "LM-Polygraph's embeddings_decoder of the answer "
+                        "(density.sequence_embeddings)",
+           "keys": keys, "rows": int(have.sum()), "metrics": {}}
+    for metric in kept["quality_metrics"]:
+        t0 = time.perf_counter()
+        q = np.array([kept["questions"][i]["quality"].get(metric, np.nan)
+                      for i in np.flatnonzero(have)], dtype=float)
+        u = np.full(len(keys), np.nan)
+        u[have], chosen = probe_cross_fitted(X, labels_for(q, metric), folds, seed=seed)
+        doc["metrics"][metric] = {"uncertainty": [None if np.isnan(v) else float(v) for v in u],
+                                  "chosen": chosen}
+        print(f"  probe, {metric}: {time.perf_counter() - t0:.1f} s", flush=True)
+    out.write_text(dumps(doc) + "\n", encoding="utf-8")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="+",
@@ -169,6 +203,7 @@ def main(argv=None) -> int:
             rows, emb = out / f"{name}.jsonl", CACHE / f"{name}.embeddings.jsonl"
             print(f"{name}: scores, blocks and embeddings ({kept['n_questions']} questions)")
             score_rows(kept, lm, tok, instruct, rows, emb, a.batch)
+            cross_fit_probe(kept, emb, out / f"{name}.probe.json", a.folds, a.seed)
             dens = out / f"{name}.density.json"
             if not kept.get("complete"):
                 print(f"{name}: partial run; the train-split estimators wait for all rows")

@@ -14,9 +14,11 @@ gives each answer an uncertainty 1 − P(correct):
 
 Written: ``results/polygraph/heads/<dataset>__<model>.json`` with, in the kept question order,
 each head's uncertainty per metric, the maps chosen, the control (``learned_heads.CONTROL``:
-MSP's own map cross-fitted, what cross-fitting costs), and the cross-fitted values of LM-Polygraph's
-own train-split estimators (MD, RMD, RDE, PPL-MD) copied from the ``.density.json``. An answer
-without features (its tokens could not be rebuilt) gets null. Runs in the main venv.
+MSP's own map cross-fitted, what cross-fitting costs), the cross-fitted values of LM-Polygraph's
+own train-split estimators (MD, RMD, RDE, PPL-MD) copied from the ``.density.json``, and per
+metric the supervised anchor (``learned_heads.PROBE``, a probe on the answer's hidden state)
+copied from the ``.probe.json``. An answer without features (its tokens could not be rebuilt)
+gets null. Runs in the main venv.
 """
 
 from __future__ import annotations
@@ -53,6 +55,18 @@ def folds_of(kept: dict, density: dict | None, k: int, seed: int) -> np.ndarray:
     return mod.assign_folds(len(keys), k, seed)
 
 
+def probe_of(kept: dict, path: Path) -> dict | None:
+    """The hidden-state probe of these answers (``features.py``), None when there is none;
+    SystemExit when it is of other answers."""
+    if not path.exists():
+        return None
+    probe = json.loads(path.read_text(encoding="utf-8"))
+    if probe.get("keys") != [q["key"] for q in kept["questions"]]:
+        raise SystemExit(f"{path} holds other answers than the kept results; run "
+                         "scripts/polygraph/features.py again")
+    return probe
+
+
 def _list(x: np.ndarray) -> list:
     return [None if not np.isfinite(v) else float(v) for v in x]
 
@@ -63,6 +77,7 @@ def heads_doc(model: str, datasets: list[str], dataset: str, seed: int, k: int) 
         CONTROL,
         HEADS,
         LABEL_THRESHOLD,
+        PROBE,
         cross_fitted,
         labels_for,
         transferred,
@@ -82,6 +97,7 @@ def heads_doc(model: str, datasets: list[str], dataset: str, seed: int, k: int) 
     if mine is None:
         return None
     kept, rows, dens = mine
+    probe = probe_of(kept, RESULTS / "features" / f"{dataset}__{model}.probe.json")
     have = np.array([bool(r) for r in rows])
     folds = folds_of(kept, dens, k, seed)
     others = {ds: load(ds) for ds in datasets if ds != dataset}
@@ -97,7 +113,10 @@ def heads_doc(model: str, datasets: list[str], dataset: str, seed: int, k: int) 
         q = np.array([r["quality"].get(metric, np.nan) for r in kept["questions"]], dtype=float)
         y = np.where(have, labels_for(q, metric), np.nan)
         sub = [r for r in rows if r]
-        got = {"cross_fitted": {}, "transfer": {}, "chosen": {}, "control": {}}
+        got = {"cross_fitted": {}, "transfer": {}, "chosen": {}, "control": {}, "anchors": {}}
+        if probe is not None and metric in probe["metrics"]:
+            got["anchors"][PROBE] = probe["metrics"][metric]["uncertainty"]
+            got["chosen"][PROBE] = probe["metrics"][metric]["chosen"]
         u = np.full(len(rows), np.nan)
         u[have], _ = cross_fitted(CONTROL, sub, y[have], folds[have], seed=seed)
         got["control"][CONTROL.name] = _list(u)

@@ -13,8 +13,10 @@ from isouq.study.analysis.learned_heads import (
     CONTROL,
     HEADS,
     LABEL_THRESHOLD,
+    PROBE_C,
     binary_labels,
     cross_fitted,
+    probe_cross_fitted,
     transferred,
 )
 
@@ -143,3 +145,37 @@ def test_the_control_ranks_each_fold_as_msp_and_pooled_folds_need_not():
     for k in np.unique(folds):
         assert spearmanr(u[folds == k], nll[folds == k])[0] == pytest.approx(1.0)
     assert spearmanr(u, nll)[0] < 1.0
+
+
+def test_the_hidden_state_probe_learns_a_direction_and_never_sees_a_rows_label():
+    rng = np.random.default_rng(3)
+    n, d = 240, 64
+    X = rng.normal(size=(n, d))
+    w = rng.normal(size=d)
+    y = (X @ w + rng.normal(size=n) > 0).astype(float)
+    folds = np.arange(n) % 4
+    u, chosen = probe_cross_fitted(X, y, folds)
+    assert len(chosen) == 4 and all("C=" in c for c in chosen) and np.isfinite(u).all()
+    assert auroc(y, -u) > 0.75  # the label is linear in the state
+    flipped = y.copy()
+    flipped[folds == 0] = 1 - flipped[folds == 0]  # fold 0's own labels: its scores stay
+    u2, _ = probe_cross_fitted(X, flipped, folds)
+    np.testing.assert_allclose(u2[folds == 0], u[folds == 0])
+    assert not np.allclose(u2[folds != 0], u[folds != 0])
+    # pure noise: the inner folds pick the strongest penalty, P(correct) near the base rate
+    u3, chosen3 = probe_cross_fitted(rng.normal(size=(n, d)), y, folds)
+    assert all(c.endswith(f"C={PROBE_C[0]:g}") for c in chosen3)
+    assert np.ptp(u3[folds == 1]) < 0.05
+
+
+def test_the_probe_fits_fractional_labels_and_skips_a_fold_too_small():
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(120, 8))
+    q = 1 / (1 + np.exp(-2 * X[:, 0]))  # a fractional quality rising with the first coordinate
+    folds = np.arange(120) % 3
+    u, _ = probe_cross_fitted(X, q, folds)
+    assert np.corrcoef(u, -X[:, 0])[0, 1] > 0.9
+    y = np.zeros(120)
+    y[:3] = 1  # three correct answers: no fold can be fitted
+    u, chosen = probe_cross_fitted(X, y, folds)
+    assert np.isnan(u).all() and all("too few" in c for c in chosen)

@@ -170,6 +170,31 @@ def test_learned_heads_join_the_ranks_and_are_judged_against_msp(tmp_path):
         load_heads(path, d)
 
 
+def test_a_supervised_anchor_is_ranked_and_judged_but_is_neither_sides(tmp_path):
+    from isouq.study.analysis.learned_heads import PROBE
+    from isouq.study.report.polygraph import polygraph_section
+
+    d = _with_msp(doc(n=120))
+    rouge = np.array([q["quality"]["Rouge_rougeL"] for q in d["questions"]])
+    path = tmp_path / "polygraph__triviaqa__tiny.json"
+    path.write_text(json.dumps(d))
+    heads = {"keys": [q["key"] for q in d["questions"]], "density": {},
+             "metrics": {m: {"labels": "x", "cross_fitted": {"isouq block head": list(
+                 -rouge + 0.5 * np.random.default_rng(2).standard_normal(120))},
+                             "anchors": {PROBE: list(-rouge)}}  # the anchor knows every answer
+                         for m in ("Accuracy", "Rouge_rougeL")}}
+    (tmp_path / "heads").mkdir()
+    (tmp_path / "heads" / "triviaqa__tiny.json").write_text(json.dumps(heads))
+    sec, tables = polygraph_section([(path, d)], set(), n_bootstrap=40)
+    first = [r for r in tables["estimators"] if r["quality"] == "ROUGE-L"][0]
+    assert first["estimator"] == "† " + PROBE and first["rank"] == 1
+    for r in tables["ranks"]:  # not LM-Polygraph's best, nor isouq's
+        assert r["best LM-Polygraph"] != PROBE and r["isouq best"] != PROBE
+    rows = {(r["quality"], r["head"]): r for r in tables["heads"]}
+    assert rows[("ROUGE-L", PROBE)]["verdict"] == "ahead of MSP beyond noise"
+    assert any("† a supervised anchor" in n for n in sec.notes)
+
+
 def test_heads_verdict_counts_cross_fitted_and_transferred_heads_apart():
     from isouq.study.report.polygraph import heads_verdict
 

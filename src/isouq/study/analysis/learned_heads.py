@@ -18,8 +18,10 @@ train-split estimators there); the head of fold k is selected and fitted on the 
 answers and scores fold k's. :func:`transferred`: a head fitted on every answer of one dataset
 scores the answers of another dataset of the same model. :data:`CONTROL`, cross-fitted beside
 the heads, shows what cross-fitting itself costs: each fold's values come from another map, and
-pooled they no longer rank quite as one map would. Rows (``evaluation.features``) are answer
-rows: ``scores`` and ``blocks``.
+pooled they no longer rank quite as one map would. The supervised anchor,
+:func:`probe_cross_fitted` (:data:`PROBE`), learns P(correct) from the answer's hidden state
+instead, on the same folds. Rows (``evaluation.features``) are answer rows: ``scores`` and
+``blocks``.
 """
 
 from __future__ import annotations
@@ -29,7 +31,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...calibration import MAP_KINDS, MIN_PER_CLASS, is_soft, select_map
+from ...calibration import (
+    MAP_KINDS,
+    MIN_PER_CLASS,
+    is_soft,
+    select_map,
+    soft_log_loss,
+    soft_rows,
+)
+from ...evaluation.classifier import correctness_model
 from ...evaluation.features import feature_sets, values
 
 #: ROUGE-L at or above this counts as a correct answer where a 0/1 label is needed (AUROC)
@@ -69,6 +79,15 @@ CONTROL = Head("MSP's own map (control)", ("nll",), ("platt",),
                "Platt scaling of −log p(answer) alone, cross-fitted as the heads are: what "
                "cross-fitting costs a score that ranks each fold exactly as MSP does",
                together=True)
+
+
+#: not a head of isouq's but the supervised anchor a learned head is measured against, a probe
+#: on the answer's hidden state (SAPLMA, Azaria & Mitchell 2023, trains one on a layer's state):
+#: L2-regularised logistic regression on LM-Polygraph's decoder embedding of the answer (the
+#: one its Mahalanobis estimators read), cross-fitted on the heads' folds (:func:`probe_cross_fitted`)
+PROBE = "Hidden-state probe (anchor)"
+#: the probe's candidate inverse L2 strengths, chosen per fold by inner cross-validated log-loss
+PROBE_C = (1e-4, 1e-3, 1e-2, 1e-1, 1.0)
 
 
 def binary_labels(quality: np.ndarray, metric: str) -> np.ndarray:
@@ -153,5 +172,61 @@ def transferred(head: Head, train_rows: Sequence[Mapping], y_train: np.ndarray,
     return 1.0 - m.predict(values(test_rows, m.features)), f"{m.kind} on {m.name}"
 
 
-__all__ = ["CONTROL", "HEADS", "LABEL_THRESHOLD", "Head", "binary_labels", "cross_fitted",
-           "labels_for", "transferred"]
+def _probe_fit(X: np.ndarray, y: np.ndarray, C: float):
+    """``correctness_model(C)`` fitted on 0/1 labels, or on fractional ones as weighted rows."""
+    if not is_soft(y):
+        return correctness_model(C).fit(X, y.astype(int))
+    X2, y2, w = soft_rows(X, y)
+    return correctness_model(C).fit(X2, y2, logistic__sample_weight=w)
+
+
+def probe_cross_fitted(X: np.ndarray, y: np.ndarray, folds: np.ndarray, *, seed: int = 0,
+                       inner: int = 3) -> tuple[np.ndarray, list[str]]:
+    """(n,) cross-fitted uncertainty 1 − P(correct) of the hidden-state probe (:data:`PROBE`)
+    and the strength chosen per fold.
+
+    In each outer fold k, the inverse L2 strength C (:data:`PROBE_C`) with the smallest log-loss
+    over ``inner`` seeded folds of the other folds' answers is refitted on all of them and
+    scores fold k.
+
+    Args:
+        X: (n, d) hidden states (float).
+        y: (n,) labels, 0/1 or fractional (:func:`labels_for`; NaN: takes no part in a fit).
+        folds: (n,) fold of each row (the heads' folds).
+        seed: the inner folds' seed.
+        inner: inner folds for choosing C.
+
+    Returns:
+        (uncertainty (n,), NaN for a fold whose training rows hold fewer than
+        ``calibration.MIN_PER_CLASS`` answers of a class; "fold k: C=…" per fold).
+    """
+    X = np.asarray(X, dtype=float)
+    out = np.full(len(y), np.nan)
+    chosen = []
+    rng = np.random.default_rng(seed)
+    for k in np.unique(folds):
+        tr = np.flatnonzero((folds != k) & ~np.isnan(y))
+        te = folds == k
+        if not _fits(y[tr]):
+            chosen.append(f"fold {k}: too few of a class to fit")
+            continue
+        part = rng.permutation(len(tr)) % inner
+        loss = []
+        for C in PROBE_C:
+            p = np.empty(len(tr))
+            for j in range(inner):
+                fit_on = tr[part != j]
+                if not _fits(y[fit_on]):
+                    p[part == j] = y[fit_on].mean()
+                    continue
+                p[part == j] = _probe_fit(X[fit_on], y[fit_on], C).predict_proba(
+                    X[tr[part == j]])[:, 1]
+            loss.append(soft_log_loss(y[tr], p))
+        C = PROBE_C[int(np.argmin(loss))]
+        out[te] = 1.0 - _probe_fit(X[tr], y[tr], C).predict_proba(X[te])[:, 1]
+        chosen.append(f"fold {k}: C={C:g}")
+    return out, chosen
+
+
+__all__ = ["CONTROL", "HEADS", "LABEL_THRESHOLD", "PROBE", "PROBE_C", "Head", "binary_labels",
+           "cross_fitted", "labels_for", "probe_cross_fitted", "transferred"]

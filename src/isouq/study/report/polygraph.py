@@ -12,9 +12,10 @@ quality metric, isouq's learned heads cross-fitted on the answers (counted as is
 estimators) and LM-Polygraph's own train-split estimators cross-fitted on the same folds
 (MahalanobisDistanceSeq, RelativeMahalanobisDistanceSeq, RDESeq, PPLMDSeq: counted as
 LM-Polygraph's), the heads transferred from the model's other dataset, and a control (MSP's own
-map cross-fitted as the heads are: what cross-fitting itself costs); the table "learned
-P(correct) against MSP" compares each head and the control with MaximumSequenceProbability on the
-same answers.
+map cross-fitted as the heads are: what cross-fitting itself costs) and a supervised anchor (a
+probe on the answer's hidden state, ``learned_heads.PROBE``: ranked beside the estimators, marked
+†, counted as neither side's); the table "learned P(correct) against MSP" compares each head, the
+control and the anchor with MaximumSequenceProbability on the same answers.
 
 The section recomputes PRR with LM-Polygraph's formula
 (``evaluation.rejection.prediction_rejection_area``, equal to its
@@ -83,6 +84,8 @@ def _matrix(doc: Mapping, estimators: Sequence[str]) -> np.ndarray:
 
 
 MSP = "MaximumSequenceProbability"
+#: the mark of an estimator that is neither isouq's (★) nor LM-Polygraph's: a supervised anchor
+ANCHOR_MARK = "† "
 
 
 def heads_path(path: Path, doc: Mapping) -> Path:
@@ -105,7 +108,8 @@ def load_heads(path: Path, doc: Mapping) -> dict | None:
 
 def with_extra(doc: Mapping, heads: Mapping | None, metric: str) -> dict:
     """``doc`` for one quality metric with the heads file's columns among its estimators:
-    LM-Polygraph's train-split estimators (theirs) and isouq's cross-fitted heads (ours), on
+    LM-Polygraph's train-split estimators (theirs), isouq's cross-fitted heads (ours) and the
+    supervised anchors (``anchor_estimators``: neither side's), on
     the answers whose features could be rebuilt (the others, a few per setting whose kept text
     does not tokenize back to its kept length, have no learned value and are left out for
     every estimator)."""
@@ -114,7 +118,9 @@ def with_extra(doc: Mapping, heads: Mapping | None, metric: str) -> dict:
     extra = {e: [np.nan if v is None else v for v in vals]
              for e, vals in heads.get("density", {}).items()}
     mine = heads["metrics"].get(metric, {}).get("cross_fitted", {})
-    extra |= {h: [np.nan if v is None else v for v in vals] for h, vals in mine.items()}
+    anchors = heads["metrics"].get(metric, {}).get("anchors", {})
+    extra |= {h: [np.nan if v is None else v for v in vals]
+              for h, vals in {**mine, **anchors}.items()}
     # the answers whose features were rebuilt (any column has a value): every estimator is
     # ranked on those, so a learned one is not judged on answers it could not see
     have = np.isfinite(np.asarray(list(extra.values()), dtype=float)).any(axis=0) \
@@ -124,6 +130,7 @@ def with_extra(doc: Mapping, heads: Mapping | None, metric: str) -> dict:
     return {**doc, "questions": [q for q, h in zip(doc["questions"], have, strict=True) if h],
             "estimators": [*doc["estimators"], *extra],
             "isouq_estimators": [*doc.get("isouq_estimators", ()), *mine],
+            "anchor_estimators": list(anchors),
             "_extra_ue": {e: np.asarray(v, dtype=float)[have] for e, v in extra.items()}}
 
 
@@ -170,7 +177,8 @@ def rank_row(doc: Mapping, metric: str, st: Mapping) -> dict:
     """isouq's best estimator against LM-Polygraph's: rank, PRR and difference, with intervals."""
     ests, point, boot = st["estimators"], st["point"], st["boot"]
     ours = [j for j, e in enumerate(ests) if e in set(doc.get("isouq_estimators", ()))]
-    theirs = [j for j in range(len(ests)) if j not in ours]
+    anchors = set(doc.get("anchor_estimators", ()))
+    theirs = [j for j, e in enumerate(ests) if j not in ours and e not in anchors]
     row = {"model": doc["model"], "dataset": doc["dataset"],
            "quality": METRIC_NAMES.get(metric, metric), "n": st["n"],
            "answers": (f"{st['correct']} correct" if st["binary"]
@@ -222,7 +230,8 @@ def estimator_rows(doc: Mapping, metric: str, st: Mapping) -> list[dict]:
         rows.append({
             "model": doc["model"], "dataset": doc["dataset"],
             "quality": METRIC_NAMES.get(metric, metric), "rank": int(ranks[j]),
-            "estimator": ("★ " if e in doc.get("isouq_estimators", ()) else "") + e,
+            "estimator": ("★ " if e in doc.get("isouq_estimators", ()) else
+                          ANCHOR_MARK if e in doc.get("anchor_estimators", ()) else "") + e,
             "PRR [95% CI]": _pm(point[j], *_ci(boot[:, j])),
             "PRR (LM-Polygraph)": m.get("prr"), "normalized PRR": m.get("prr_normalized"),
             "PRR@50%": m.get("prr_0.5"), "ECE": m.get("ece"),
@@ -306,8 +315,9 @@ def polygraph_tables(docs: Sequence[Mapping], *, n_bootstrap: int = 300, seed: i
 
 def head_rows(doc: Mapping, heads: Mapping, metric: str, *, n_bootstrap: int = 300,
               seed: int = 0) -> list[dict]:
-    """Each learned head (cross-fitted, and transferred from the other dataset) and the
-    control (MSP's own map cross-fitted, ``learned_heads.CONTROL``) against MSP on the same
+    """Each learned head (cross-fitted, and transferred from the other dataset), the control
+    (MSP's own map cross-fitted, ``learned_heads.CONTROL``) and the supervised anchors against
+    MSP on the same
     answers (those the head has a value for: an answer whose features could not be rebuilt
     is left out of both): PRR and AUROC (of the correct labels the heads were fitted on), each
     with its difference to MSP and 95% bootstrap intervals (questions resampled, both on the
@@ -319,7 +329,8 @@ def head_rows(doc: Mapping, heads: Mapping, metric: str, *, n_bootstrap: int = 3
     y = binary_labels(q, metric)
     msp = _matrix(doc, [MSP])[:, 0]
     m = heads["metrics"].get(metric, {})
-    cols = {**m.get("cross_fitted", {}), **m.get("transfer", {}), **m.get("control", {})}
+    cols = {**m.get("cross_fitted", {}), **m.get("transfer", {}), **m.get("control", {}),
+            **m.get("anchors", {})}
     st = setting_stats(doc, metric, n_bootstrap=1, seed=seed)
     rng = np.random.default_rng(seed)
     n = len(q)
@@ -433,8 +444,10 @@ def polygraph_section(found: Sequence[tuple[Path, Mapping]], taken: set[str], *,
     notes += [
         "PRR: LM-Polygraph's prediction-rejection area (higher is better), recomputed here with "
         "its formula to bootstrap it; 'PRR (LM-Polygraph)', normalized PRR, PRR@50% and ECE are "
-        "LM-Polygraph's own numbers. ★ marks isouq's estimators. The rank of isouq's best "
-        "counts it among LM-Polygraph's estimators only.",
+        "LM-Polygraph's own numbers. ★ marks isouq's estimators, † a supervised anchor that is "
+        "neither side's (a logistic probe on the answer's hidden state, cross-fitted on the "
+        "heads' folds). The rank of isouq's best counts it among LM-Polygraph's estimators "
+        "only.",
         "Cost: seconds per answer of the calculators each estimator needs beyond LM-Polygraph's "
         "shared greedy generation, plus its own, from the same run (log_time): total over "
         "answers, every process's first-batch warm-up included, and in brackets the median "
