@@ -55,18 +55,6 @@ def folds_of(kept: dict, density: dict | None, k: int, seed: int) -> np.ndarray:
     return mod.assign_folds(len(keys), k, seed)
 
 
-def probe_of(kept: dict, path: Path) -> dict | None:
-    """The hidden-state probe of these answers (``features.py``), None when there is none;
-    SystemExit when it is of other answers."""
-    if not path.exists():
-        return None
-    probe = json.loads(path.read_text(encoding="utf-8"))
-    if probe.get("keys") != [q["key"] for q in kept["questions"]]:
-        raise SystemExit(f"{path} holds other answers than the kept results; run "
-                         "scripts/polygraph/features.py again")
-    return probe
-
-
 def _list(x: np.ndarray) -> list:
     return [None if not np.isfinite(v) else float(v) for v in x]
 
@@ -82,6 +70,7 @@ def heads_doc(model: str, datasets: list[str], dataset: str, seed: int, k: int) 
         labels_for,
         transferred,
     )
+    from isouq.study.report.polygraph import load_matching
 
     def load(ds):
         res = RESULTS / f"polygraph__{ds}__{model}.json"
@@ -97,7 +86,8 @@ def heads_doc(model: str, datasets: list[str], dataset: str, seed: int, k: int) 
     if mine is None:
         return None
     kept, rows, dens = mine
-    probe = probe_of(kept, RESULTS / "features" / f"{dataset}__{model}.probe.json")
+    probe = load_matching(RESULTS / "features" / f"{dataset}__{model}.probe.json", kept,
+                          "scripts/polygraph/features.py")
     have = np.array([bool(r) for r in rows])
     folds = folds_of(kept, dens, k, seed)
     others = {ds: load(ds) for ds in datasets if ds != dataset}

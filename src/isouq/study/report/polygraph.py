@@ -93,17 +93,24 @@ def heads_path(path: Path, doc: Mapping) -> Path:
     return Path(path).parent / "heads" / f"{doc['dataset']}__{doc['model']}.json"
 
 
+def load_matching(path: Path, doc: Mapping, rerun: str) -> dict | None:
+    """A file of values per answer kept beside the benchmark file ``doc`` (its ``keys`` in
+    ``doc``'s question order): None when there is none; DataError naming the script to
+    ``rerun`` when it holds other answers."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    got = json.loads(path.read_text(encoding="utf-8"))
+    if got.get("keys") != [q["key"] for q in doc["questions"]]:
+        raise DataError(f"{path} holds other answers than the kept results of "
+                        f"{doc['model']} × {doc['dataset']}; run {rerun} again")
+    return got
+
+
 def load_heads(path: Path, doc: Mapping) -> dict | None:
     """The heads file of ``doc`` (None when there is none); DataError when it is of other
     answers."""
-    hp = heads_path(path, doc)
-    if not hp.exists():
-        return None
-    heads = json.loads(hp.read_text(encoding="utf-8"))
-    if heads.get("keys") != [q["key"] for q in doc["questions"]]:
-        raise DataError(f"{hp} holds other answers than {path}; run scripts/polygraph/heads.py "
-                        "again")
-    return heads
+    return load_matching(heads_path(path, doc), doc, "scripts/polygraph/heads.py")
 
 
 def with_extra(doc: Mapping, heads: Mapping | None, metric: str) -> dict:

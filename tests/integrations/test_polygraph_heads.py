@@ -1,0 +1,106 @@
+"""scripts/polygraph/heads.py: the heads file of one model × dataset from the kept results and
+features, with the hidden-state probe (features.py's ``.probe.json``) copied per metric, and a
+probe of other answers refused. Needs no LM-Polygraph: the kept files are written here."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from isouq.errors import DataError
+from isouq.study.analysis.learned_heads import PROBE
+
+ROOT = Path(__file__).resolve().parents[2]
+BLOCKS = ("model.layers.0", "model.layers.1")
+
+
+@pytest.fixture
+def heads(tmp_path, monkeypatch):
+    spec = importlib.util.spec_from_file_location("polygraph_heads",
+                                                  ROOT / "scripts/polygraph/heads.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    monkeypatch.setattr(mod, "RESULTS", tmp_path)
+    return mod
+
+
+def _kept(tmp_path: Path, n: int = 60, seed: int = 0) -> dict:
+    """A kept benchmark file, its features rows and a probe file (one answer without features)."""
+    rng = np.random.default_rng(seed)
+    acc = (rng.random(n) < 0.4).astype(float)
+    keys = [f"q{i}" for i in range(n)]
+    kept = {"kind": "isouq-polygraph", "dataset": "triviaqa", "model": "tiny",
+            "quality_metrics": ["Accuracy", "Rouge_rougeL"],
+            "questions": [{"key": k, "quality": {"Accuracy": a, "Rouge_rougeL": 0.3 + 0.6 * a}}
+                          for k, a in zip(keys, acc, strict=True)]}
+    (tmp_path / "polygraph__triviaqa__tiny.json").write_text(json.dumps(kept))
+    feats = tmp_path / "features"
+    feats.mkdir()
+    rows = [{"key": k, "scores": {"mean_prob": 0.3 + 0.4 * a + 0.1 * rng.random(),
+                                  "seq_logprob": -5 * rng.random() - 1,
+                                  "epistemic": float(np.exp(rng.normal())),
+                                  "epistemic_log": float(np.exp(rng.normal())),
+                                  "aleatoric": float(rng.uniform(0.05, 0.25))},
+             "blocks": {b: float(np.exp(rng.normal())) for b in BLOCKS}}
+            for k, a in zip(keys[1:], acc[1:], strict=True)]
+    rows.insert(0, {"key": keys[0], "error": "its text does not tokenize into its kept length"})
+    (feats / "triviaqa__tiny.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    probe = {"keys": keys, "metrics": {m: {"uncertainty": [None, *map(float, rng.random(n - 1))],
+                                           "chosen": ["fold 0: C=0.01"]}
+                                       for m in kept["quality_metrics"]}}
+    (feats / "triviaqa__tiny.probe.json").write_text(json.dumps(probe))
+    return probe
+
+
+def test_the_heads_file_holds_each_head_and_the_probe_per_metric(heads, tmp_path):
+    probe = _kept(tmp_path)
+    doc = heads.heads_doc("tiny", ["triviaqa", "truthfulqa"], "triviaqa", seed=0, k=5)
+    assert doc["rows_with_features"] == 59 and doc["folds"] == {"k": 5, "from": "seed"}
+    for metric in ("Accuracy", "Rouge_rougeL"):
+        m = doc["metrics"][metric]
+        assert m["anchors"][PROBE] == probe["metrics"][metric]["uncertainty"]
+        block = m["cross_fitted"]["isouq block head"]
+        assert block[0] is None and all(v is not None for v in block[1:])
+        assert not m["transfer"]  # no features of the other dataset
+
+
+def test_a_probe_of_other_answers_is_refused(heads, tmp_path):
+    _kept(tmp_path)
+    path = tmp_path / "features" / "triviaqa__tiny.probe.json"
+    probe = json.loads(path.read_text())
+    path.write_text(json.dumps({**probe, "keys": probe["keys"][:-1]}))
+    with pytest.raises(DataError, match="run scripts/polygraph/features.py again"):
+        heads.heads_doc("tiny", ["triviaqa"], "triviaqa", seed=0, k=5)
+
+
+def test_features_fits_the_probe_from_cached_embeddings_and_again_when_answers_change(tmp_path):
+    spec = importlib.util.spec_from_file_location("polygraph_features",
+                                                  ROOT / "scripts/polygraph/features.py")
+    features = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(features)
+    rng = np.random.default_rng(1)
+    n, d = 80, 6
+    X = rng.normal(size=(n, d))
+    acc = (X[:, 0] + 0.3 * rng.normal(size=n) > 0).astype(float)
+    kept = {"dataset": "triviaqa", "model": "tiny", "quality_metrics": ["Accuracy"],
+            "questions": [{"key": f"q{i}", "quality": {"Accuracy": a}} for i, a in enumerate(acc)]}
+    emb = tmp_path / "emb.jsonl"  # the first answer has no embedding (no features)
+    emb.write_text("".join(json.dumps({"key": f"q{i}", "embedding": list(X[i])}) + "\n"
+                           for i in range(1, n)))
+    out = tmp_path / "probe.json"
+    features.cross_fit_probe(kept, emb, out, 5, 0)
+    doc = json.loads(out.read_text())
+    u = doc["metrics"]["Accuracy"]["uncertainty"]
+    assert doc["keys"] == [q["key"] for q in kept["questions"]] and doc["rows"] == n - 1
+    assert u[0] is None and len(doc["metrics"]["Accuracy"]["chosen"]) == 5
+    assert np.corrcoef(np.array(u[1:]), -X[1:, 0])[0, 1] > 0.5  # learns the direction
+    out.write_text(json.dumps({**doc, "rows": -1}))  # the same answers: left as it is
+    features.cross_fit_probe(kept, emb, out, 5, 0)
+    assert json.loads(out.read_text())["rows"] == -1
+    kept["questions"] = kept["questions"][:-1]  # other answers: made again
+    features.cross_fit_probe(kept, emb, out, 5, 0)
+    assert json.loads(out.read_text())["rows"] == n - 2
