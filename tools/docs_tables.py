@@ -2080,6 +2080,32 @@ def _v_polygraph_standing(root: Path) -> str:
             f"{what} is {lead}: within noise in {within}, below beyond noise in {below}")
 
 
+@value("polygraph_head_vs_msp", POLYGRAPH_REPORT)
+def _v_polygraph_head_vs_msp(root: Path) -> str:
+    """The learned block head (cross-fitted) against MSP and, beside it, the hidden-state probe,
+    counted over the rankable settings of the kept report."""
+    from isouq.study.analysis.learned_heads import PROBE
+
+    rows = _section(_json(root, POLYGRAPH_REPORT), "lm-polygraph-benchmark").get("heads", [])
+
+    def counts(name: str) -> tuple[int, int, int, int]:
+        v = [r["verdict"] for r in rows if r["head"] == name and r["verdict"] != "not rankable"]
+        return (len(v), v.count("ahead of MSP beyond noise"), v.count("within noise of MSP"),
+                v.count("below MSP beyond noise"))
+
+    n, ahead, within, below = counts(TRUST_HEAD)
+    if not n:
+        return "no learned head is kept yet (scripts/polygraph/heads.py, then isouq report)"
+    out = (f"over the {n} rankable settings, isouq's learned block head (cross-fitted) is ahead "
+           f"of the maximum sequence probability beyond noise in {ahead}, within noise in "
+           f"{within} and below in {below}")
+    pn, pa, pw, pb = counts(PROBE)
+    if pn:
+        out += (f"; a supervised probe on the hidden state, fitted on the same answers, is ahead "
+                f"in {pa}, within noise in {pw} and below in {pb}")
+    return out
+
+
 @value("polygraph_lm_estimators", POLYGRAPH_REPORT)
 def _v_polygraph_lm_estimators(root: Path) -> str:
     """How many LM-Polygraph estimators isouq's best is ranked among."""
