@@ -1464,6 +1464,7 @@ def _trust_answers(root: Path) -> str:
     (a probe on the hidden state, with its difference to MSP), with the seconds per answer each
     costs beyond the shared greedy generation."""
     from isouq.study.analysis.learned_heads import PROBE
+    from isouq.study.report.polygraph import ANCHOR_MARK, OURS_MARK
 
     sec = _section(_json(root, POLYGRAPH_REPORT), "lm-polygraph-benchmark")
     heads = {(r["model"], r["dataset"], r["quality"]): r for r in sec.get("heads", [])
@@ -1481,7 +1482,7 @@ def _trust_answers(root: Path) -> str:
             continue
         named = {r["estimator"]: r for r in rows}
         singles = [r for e, r in named.items() if e.startswith("★ Isouq")]
-        theirs = [r for e, r in named.items() if not e.startswith(("★ ", "† "))]
+        theirs = [r for e, r in named.items() if not e.startswith((OURS_MARK, ANCHOR_MARK))]
         best_ours = max(singles, key=lambda r: _point(r["PRR [95% CI]"]))
         best_theirs = max(theirs, key=lambda r: _point(r["PRR [95% CI]"]))
         msp = named.get("MaximumSequenceProbability")

@@ -84,7 +84,8 @@ CONTROL = Head("MSP's own map (control)", ("nll",), ("platt",),
 #: not a head of isouq's but the supervised anchor a learned head is measured against, a probe
 #: on the answer's hidden state (SAPLMA, Azaria & Mitchell 2023, trains one on a layer's state):
 #: L2-regularised logistic regression on LM-Polygraph's decoder embedding of the answer (the
-#: one its Mahalanobis estimators read), cross-fitted on the heads' folds (:func:`probe_cross_fitted`)
+#: one its Mahalanobis estimators read), cross-fitted on the heads' folds
+#: (:func:`probe_cross_fitted`)
 PROBE = "Hidden-state probe (anchor)"
 #: the probe's candidate inverse L2 strengths, chosen per fold by inner cross-validated log-loss
 PROBE_C = (1e-4, 1e-3, 1e-2, 1e-1, 1.0)

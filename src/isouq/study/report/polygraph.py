@@ -84,8 +84,9 @@ def _matrix(doc: Mapping, estimators: Sequence[str]) -> np.ndarray:
 
 
 MSP = "MaximumSequenceProbability"
-#: the mark of an estimator that is neither isouq's (★) nor LM-Polygraph's: a supervised anchor
-ANCHOR_MARK = "† "
+#: the marks of isouq's estimators and of one that is neither isouq's nor LM-Polygraph's (a
+#: supervised anchor) in the tables
+OURS_MARK, ANCHOR_MARK = "★ ", "† "
 
 
 def heads_path(path: Path, doc: Mapping) -> Path:
@@ -116,10 +117,9 @@ def load_heads(path: Path, doc: Mapping) -> dict | None:
 def with_extra(doc: Mapping, heads: Mapping | None, metric: str) -> dict:
     """``doc`` for one quality metric with the heads file's columns among its estimators:
     LM-Polygraph's train-split estimators (theirs), isouq's cross-fitted heads (ours) and the
-    supervised anchors (``anchor_estimators``: neither side's), on
-    the answers whose features could be rebuilt (the others, a few per setting whose kept text
-    does not tokenize back to its kept length, have no learned value and are left out for
-    every estimator)."""
+    supervised anchors (``anchor_estimators``: neither side's), on the answers whose features
+    could be rebuilt (the others, a few per setting whose kept text does not tokenize back to
+    its kept length, have no learned value and are left out for every estimator)."""
     if heads is None:
         return dict(doc)
     extra = {e: [np.nan if v is None else v for v in vals]
@@ -237,7 +237,7 @@ def estimator_rows(doc: Mapping, metric: str, st: Mapping) -> list[dict]:
         rows.append({
             "model": doc["model"], "dataset": doc["dataset"],
             "quality": METRIC_NAMES.get(metric, metric), "rank": int(ranks[j]),
-            "estimator": ("★ " if e in doc.get("isouq_estimators", ()) else
+            "estimator": (OURS_MARK if e in doc.get("isouq_estimators", ()) else
                           ANCHOR_MARK if e in doc.get("anchor_estimators", ()) else "") + e,
             "PRR [95% CI]": _pm(point[j], *_ci(boot[:, j])),
             "PRR (LM-Polygraph)": m.get("prr"), "normalized PRR": m.get("prr_normalized"),
@@ -324,11 +324,10 @@ def head_rows(doc: Mapping, heads: Mapping, metric: str, *, n_bootstrap: int = 3
               seed: int = 0) -> list[dict]:
     """Each learned head (cross-fitted, and transferred from the other dataset), the control
     (MSP's own map cross-fitted, ``learned_heads.CONTROL``) and the supervised anchors against
-    MSP on the same
-    answers (those the head has a value for: an answer whose features could not be rebuilt
-    is left out of both): PRR and AUROC (of the correct labels the heads were fitted on), each
-    with its difference to MSP and 95% bootstrap intervals (questions resampled, both on the
-    same resample), and a verdict."""
+    MSP on the same answers (those the head has a value for: an answer whose features could not
+    be rebuilt is left out of both): PRR and AUROC (of the correct labels the heads were fitted
+    on), each with its difference to MSP and 95% bootstrap intervals (questions resampled, both
+    on the same resample), and a verdict."""
     from ...evaluation.auroc import auroc
     from ..analysis.learned_heads import binary_labels
 
