@@ -306,6 +306,30 @@ def sequence_embeddings(model, prompt_ids: Sequence[Sequence[int]],
     Returns:
         (n, d) numpy array in the model's dtype (float32 for a float32 model).
     """
+    return layer_embeddings(model, prompt_ids, answer_ids, [hidden_layer],
+                            batch_size=batch_size)[:, 0]
+
+
+def probe_layers(n_layers: int) -> list[int]:
+    """The ``hidden_states`` indices a hidden-state probe chooses among: a quarter, half and three
+    quarters of the way up the ``n_layers`` decoder layers, and the final-norm output (-1, the
+    one LM-Polygraph's embedding reads). SAPLMA found a middle layer's state the most telling."""
+    return [*dict.fromkeys(max(1, round(n_layers * f)) for f in (0.25, 0.5, 0.75)), -1]
+
+
+def layer_embeddings(model, prompt_ids: Sequence[Sequence[int]],
+                     answer_ids: Sequence[Sequence[int]], layers: Sequence[int], *,
+                     batch_size: int = 1):
+    """:func:`sequence_embeddings` at several layers from one forward per batch.
+
+    Args:
+        model, prompt_ids, answer_ids, batch_size: as :func:`sequence_embeddings`.
+        layers: indices into ``hidden_states`` (0: the token embeddings; -1: the final-norm
+            output).
+
+    Returns:
+        (n, len(layers), d) numpy array in the model's dtype (bfloat16 as float16).
+    """
     import torch
 
     if len(prompt_ids) != len(answer_ids):
@@ -331,9 +355,9 @@ def sequence_embeddings(model, prompt_ids: Sequence[Sequence[int]],
                 mask[i, :len(s)] = 1
             res = model(input_ids=ids.to(device), attention_mask=mask.to(device),
                         output_hidden_states=True, use_cache=False)
-            hs = res.hidden_states[hidden_layer]
             for i, s in enumerate(chunk):
-                e = hs[i, :len(s)].mean(axis=0).cpu().detach()
+                e = torch.stack([res.hidden_states[k][i, :len(s)].mean(axis=0)
+                                 for k in layers]).cpu().detach()
                 if e.dtype == torch.bfloat16:
                     e = e.to(torch.float16)  # as LM-Polygraph: numpy has no bfloat16
                 out.append(e.numpy())

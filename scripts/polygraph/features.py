@@ -23,9 +23,11 @@ train-split estimators cross-fitted on them (``density.cross_fitted``: MD, RMD a
 20 Newsgroups background of ``--background`` documents, RDE, and PPL-MD from the kept
 perplexities) in ``<dataset>__<model>.density.json``. And, on the rows written so far (the
 partial runs too), the supervised anchor the learned heads are measured against
-(``learned_heads.probe_cross_fitted``: a logistic probe on the same embeddings, per quality
-metric, on the folds the heads use) in ``<dataset>__<model>.probe.json``, made again when the
-kept answers change. Rows already written are skipped. Runs
+(``learned_heads.probe_cross_fitted``: a logistic probe on the answer's mean hidden state at
+the layer its inner folds pick of ``density.probe_layers``, per quality metric, on the folds
+the heads use; the states cached as ``<dataset>__<model>.layers.jsonl``) in
+``<dataset>__<model>.probe.json``, made again when the kept answers change. Rows already
+written are skipped. Runs
 in .venv-polygraph (needs LM-Polygraph); the models are the exported folders of
 ``export_models.py``.
 """
@@ -144,30 +146,67 @@ def cross_fit_density(kept: dict, rows_path: Path, emb_path: Path, bg: np.ndarra
     out.write_text(dumps(doc, indent=1) + "\n", encoding="utf-8")
 
 
-def cross_fit_probe(kept: dict, emb_path: Path, out: Path, folds_k: int, seed: int) -> None:
+def layer_rows(kept: dict, model, tok, instruct: bool, rows_path: Path, out: Path,
+               batch: int) -> None:
+    """Each written row's mean hidden states at ``density.probe_layers`` (one forward), for the
+    rows not yet in ``out``."""
+    from isouq.runio import JsonlWriter, read_jsonl
+
+    done = {r["key"] for r in read_jsonl(out)}
+    ok = {r["key"] for r in read_jsonl(rows_path) if "error" not in r}
+    todo = [q for q in kept["questions"] if q["key"] in ok and q["key"] not in done]
+    if not todo:
+        return
+    cfg = model.config
+    n_layers = getattr(cfg, "num_hidden_layers", None) or cfg.get_text_config().num_hidden_layers
+    layers = density.probe_layers(n_layers)
+    style = "chat" if instruct else "plain"
+    w = JsonlWriter(out)
+    t0 = time.perf_counter()
+    for s in range(0, len(todo), batch):
+        part = todo[s:s + batch]
+        prompts = [density.prompt_token_ids(tok, prepare_data.prompt_text(q["question"], style),
+                                            instruct) for q in part]
+        answers = [density.answer_ids_for_embedding(answer_ids(q, tok)[0], tok) for q in part]
+        states = density.layer_embeddings(model, prompts, answers, layers, batch_size=len(part))
+        for q, st in zip(part, states, strict=True):
+            w.write({"key": q["key"], "layers": layers,
+                     "states": [[float(x) for x in row] for row in st]})
+    print(f"  hidden states at {layers} of {n_layers} layers: {len(todo)} rows in "
+          f"{time.perf_counter() - t0:.0f} s", flush=True)
+
+
+def cross_fit_probe(kept: dict, layers_path: Path, out: Path, folds_k: int, seed: int) -> None:
     """The hidden-state probe, per quality metric, cross-fitted on the heads' folds (an answer
-    without an embedding gets null); skipped when ``out`` holds these answers already."""
+    without hidden states gets null); skipped when ``out`` holds these answers already."""
     from isouq.runio import dumps, read_jsonl
     from isouq.study.analysis.learned_heads import PROBE, labels_for, probe_cross_fitted
 
     keys = [q["key"] for q in kept["questions"]]
-    if out.exists() and json.loads(out.read_text(encoding="utf-8")).get("keys") == keys:
+    got = {r["key"]: r for r in read_jsonl(layers_path)}
+    if not got:
         return
-    emb = {r["key"]: r["embedding"] for r in read_jsonl(emb_path)}
-    have = np.array([k in emb for k in keys])
-    X = np.asarray([emb[k] for k in keys if k in emb], dtype=np.float32)
+    layers = next(iter(got.values()))["layers"]
+    what = (f"the answer's mean hidden state at hidden_states{layers} "
+            "(density.layer_embeddings), the layer chosen per fold")
+    if out.exists():
+        old = json.loads(out.read_text(encoding="utf-8"))
+        if old.get("keys") == keys and old.get("states") == what:
+            return
+    have = np.array([k in got for k in keys])
+    states = {f"hidden_states[{k}]": np.asarray([got[key]["states"][j] for key in keys
+                                                 if key in got], dtype=np.float32)
+              for j, k in enumerate(layers)}
     folds = density.assign_folds(len(keys), folds_k, seed)[have]
     doc = {"kind": "isouq-polygraph-probe", "dataset": kept["dataset"], "model": kept["model"],
-           "estimator": PROBE, "k": folds_k, "seed": seed,
-           "embedding": "LM-Polygraph's embeddings_decoder of the answer "
-                        "(density.sequence_embeddings)",
+           "estimator": PROBE, "k": folds_k, "seed": seed, "states": what,
            "keys": keys, "rows": int(have.sum()), "metrics": {}}
     for metric in kept["quality_metrics"]:
         t0 = time.perf_counter()
         q = np.array([kept["questions"][i]["quality"].get(metric, np.nan)
                       for i in np.flatnonzero(have)], dtype=float)
         u = np.full(len(keys), np.nan)
-        u[have], chosen = probe_cross_fitted(X, labels_for(q, metric), folds, seed=seed)
+        u[have], chosen = probe_cross_fitted(states, labels_for(q, metric), folds, seed=seed)
         doc["metrics"][metric] = {"uncertainty": [None if np.isnan(v) else float(v) for v in u],
                                   "chosen": chosen}
         print(f"  probe, {metric}: {time.perf_counter() - t0:.1f} s", flush=True)
@@ -203,7 +242,9 @@ def main(argv=None) -> int:
             rows, emb = out / f"{name}.jsonl", CACHE / f"{name}.embeddings.jsonl"
             print(f"{name}: scores, blocks and embeddings ({kept['n_questions']} questions)")
             score_rows(kept, lm, tok, instruct, rows, emb, a.batch)
-            cross_fit_probe(kept, emb, out / f"{name}.probe.json", a.folds, a.seed)
+            layers = CACHE / f"{name}.layers.jsonl"
+            layer_rows(kept, lm, tok, instruct, rows, layers, a.batch)
+            cross_fit_probe(kept, layers, out / f"{name}.probe.json", a.folds, a.seed)
             dens = out / f"{name}.density.json"
             if not kept.get("complete"):
                 print(f"{name}: partial run; the train-split estimators wait for all rows")

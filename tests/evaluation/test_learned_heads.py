@@ -154,16 +154,18 @@ def test_the_hidden_state_probe_learns_a_direction_and_never_sees_a_rows_label()
     w = rng.normal(size=d)
     y = (X @ w + rng.normal(size=n) > 0).astype(float)
     folds = np.arange(n) % 4
-    u, chosen = probe_cross_fitted(X, y, folds)
-    assert len(chosen) == 4 and all("C=" in c for c in chosen) and np.isfinite(u).all()
-    assert auroc(y, -u) > 0.75  # the label is linear in the state
+    noise = rng.normal(size=(n, d))
+    states = {"layer 2": noise, "layer 4": X}  # the label lives in one layer's state
+    u, chosen = probe_cross_fitted(states, y, folds)
+    assert len(chosen) == 4 and all(c.split(": ")[1].startswith("layer 4, C=") for c in chosen)
+    assert np.isfinite(u).all() and auroc(y, -u) > 0.75  # the label is linear in the state
     flipped = y.copy()
     flipped[folds == 0] = 1 - flipped[folds == 0]  # fold 0's own labels: its scores stay
-    u2, _ = probe_cross_fitted(X, flipped, folds)
+    u2, _ = probe_cross_fitted(states, flipped, folds)
     np.testing.assert_allclose(u2[folds == 0], u[folds == 0])
     assert not np.allclose(u2[folds != 0], u[folds != 0])
     # pure noise: the inner folds pick the strongest penalty, P(correct) near the base rate
-    u3, chosen3 = probe_cross_fitted(rng.normal(size=(n, d)), y, folds)
+    u3, chosen3 = probe_cross_fitted({"layer 2": noise}, y, folds)
     assert all(c.endswith(f"C={PROBE_C[0]:g}") for c in chosen3)
     assert np.ptp(u3[folds == 1]) < 0.05
 
@@ -173,9 +175,9 @@ def test_the_probe_fits_fractional_labels_and_skips_a_fold_too_small():
     X = rng.normal(size=(120, 8))
     q = 1 / (1 + np.exp(-2 * X[:, 0]))  # a fractional quality rising with the first coordinate
     folds = np.arange(120) % 3
-    u, _ = probe_cross_fitted(X, q, folds)
+    u, _ = probe_cross_fitted({"last": X}, q, folds)
     assert np.corrcoef(u, -X[:, 0])[0, 1] > 0.9
     y = np.zeros(120)
     y[:3] = 1  # three correct answers: no fold can be fitted
-    u, chosen = probe_cross_fitted(X, y, folds)
+    u, chosen = probe_cross_fitted({"last": X}, y, folds)
     assert np.isnan(u).all() and all("too few" in c for c in chosen)

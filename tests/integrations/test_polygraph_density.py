@@ -242,6 +242,28 @@ def test_embeddings_equal_lm_polygraphs_for_a_batch_of_one(density, family, inst
     assert not np.allclose(alone, want, atol=1e-4) and not np.allclose(longer, want, atol=1e-4)
 
 
+def test_layer_embeddings_are_each_layers_mean_state_from_one_forward(density):
+    import torch
+
+    model = whitebox("qwen2", True)
+    n_layers = model.model.config.num_hidden_layers
+    layers = density.probe_layers(n_layers)
+    assert layers[-1] == -1 and all(1 <= k <= n_layers for k in layers[:-1])
+    assert density.probe_layers(32) == [8, 16, 24, -1]
+    prompts = [density.prompt_token_ids(model.tokenizer, t, True) for t in TEXTS]
+    answers = [[5, 9, 11], [7], [4, 4]]
+    got = density.layer_embeddings(model.model, prompts, answers, layers, batch_size=3)
+    assert got.shape == (3, len(layers), model.model.config.hidden_size)
+    for i, (p, a) in enumerate(zip(prompts, answers, strict=True)):
+        with torch.no_grad():  # by hand: one sequence, the last answer token not fed
+            hs = model.model(input_ids=torch.tensor([p + a[:-1]]),
+                             output_hidden_states=True).hidden_states
+        for j, k in enumerate(layers):
+            np.testing.assert_allclose(got[i, j], hs[k][0].mean(0).numpy(), rtol=1e-5,
+                                       atol=1e-6)
+    np.testing.assert_allclose(got[:, -1], density.sequence_embeddings(
+        model.model, prompts, answers), rtol=1e-5, atol=1e-6)
+
 def test_a_batched_lm_polygraph_embedding_averages_its_padding_too(density):
     """In a batch, LM-Polygraph averages over the batch's left padding as well: the row with
     the longest prompt gets the batch-of-one value, a shorter one does not."""

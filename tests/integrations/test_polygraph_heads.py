@@ -77,30 +77,31 @@ def test_a_probe_of_other_answers_is_refused(heads, tmp_path):
         heads.heads_doc("tiny", ["triviaqa"], "triviaqa", seed=0, k=5)
 
 
-def test_features_fits_the_probe_from_cached_embeddings_and_again_when_answers_change(tmp_path):
+def test_features_fits_the_probe_from_cached_states_and_again_when_answers_change(tmp_path):
     spec = importlib.util.spec_from_file_location("polygraph_features",
                                                   ROOT / "scripts/polygraph/features.py")
     features = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(features)
     rng = np.random.default_rng(1)
     n, d = 80, 6
-    X = rng.normal(size=(n, d))
-    acc = (X[:, 0] + 0.3 * rng.normal(size=n) > 0).astype(float)
+    X = rng.normal(size=(n, 2, d))  # the label lives in the first layer's state
+    acc = (X[:, 0, 0] + 0.3 * rng.normal(size=n) > 0).astype(float)
     kept = {"dataset": "triviaqa", "model": "tiny", "quality_metrics": ["Accuracy"],
             "questions": [{"key": f"q{i}", "quality": {"Accuracy": a}} for i, a in enumerate(acc)]}
-    emb = tmp_path / "emb.jsonl"  # the first answer has no embedding (no features)
-    emb.write_text("".join(json.dumps({"key": f"q{i}", "embedding": list(X[i])}) + "\n"
-                           for i in range(1, n)))
+    cache = tmp_path / "layers.jsonl"  # the first answer has no states (no features)
+    cache.write_text("".join(json.dumps({"key": f"q{i}", "layers": [3, -1],
+                                         "states": X[i].tolist()}) + "\n" for i in range(1, n)))
     out = tmp_path / "probe.json"
-    features.cross_fit_probe(kept, emb, out, 5, 0)
+    features.cross_fit_probe(kept, cache, out, 5, 0)
     doc = json.loads(out.read_text())
-    u = doc["metrics"]["Accuracy"]["uncertainty"]
+    u, chosen = doc["metrics"]["Accuracy"]["uncertainty"], doc["metrics"]["Accuracy"]["chosen"]
     assert doc["keys"] == [q["key"] for q in kept["questions"]] and doc["rows"] == n - 1
-    assert u[0] is None and len(doc["metrics"]["Accuracy"]["chosen"]) == 5
-    assert np.corrcoef(np.array(u[1:]), -X[1:, 0])[0, 1] > 0.5  # learns the direction
+    assert "hidden_states[3, -1]" in doc["states"] and u[0] is None and len(chosen) == 5
+    assert all("hidden_states[3], C=" in c for c in chosen)  # the telling layer, every fold
+    assert np.corrcoef(np.array(u[1:]), -X[1:, 0, 0])[0, 1] > 0.5  # learns the direction
     out.write_text(json.dumps({**doc, "rows": -1}))  # the same answers: left as it is
-    features.cross_fit_probe(kept, emb, out, 5, 0)
+    features.cross_fit_probe(kept, cache, out, 5, 0)
     assert json.loads(out.read_text())["rows"] == -1
     kept["questions"] = kept["questions"][:-1]  # other answers: made again
-    features.cross_fit_probe(kept, emb, out, 5, 0)
+    features.cross_fit_probe(kept, cache, out, 5, 0)
     assert json.loads(out.read_text())["rows"] == n - 2

@@ -82,9 +82,9 @@ CONTROL = Head("MSP's own map (control)", ("nll",), ("platt",),
 
 
 #: not a head of isouq's but the supervised anchor a learned head is measured against, a probe
-#: on the answer's hidden state (SAPLMA, Azaria & Mitchell 2023, trains one on a layer's state):
-#: L2-regularised logistic regression on LM-Polygraph's decoder embedding of the answer (the
-#: one its Mahalanobis estimators read), cross-fitted on the heads' folds
+#: on the answer's hidden state (SAPLMA, Azaria & Mitchell 2023, trains one on a layer's state,
+#: a middle one telling most): L2-regularised logistic regression on the answer's mean hidden
+#: state at the layer the fold's inner cross-validation picks, cross-fitted on the heads' folds
 #: (:func:`probe_cross_fitted`)
 PROBE = "Hidden-state probe (anchor)"
 #: the probe's candidate inverse L2 strengths, chosen per fold by inner cross-validated log-loss
@@ -181,27 +181,28 @@ def _probe_fit(X: np.ndarray, y: np.ndarray, C: float):
     return correctness_model(C).fit(X2, y2, logistic__sample_weight=w)
 
 
-def probe_cross_fitted(X: np.ndarray, y: np.ndarray, folds: np.ndarray, *, seed: int = 0,
-                       inner: int = 3) -> tuple[np.ndarray, list[str]]:
+def probe_cross_fitted(states: Mapping[str, np.ndarray], y: np.ndarray, folds: np.ndarray, *,
+                       seed: int = 0, inner: int = 3) -> tuple[np.ndarray, list[str]]:
     """(n,) cross-fitted uncertainty 1 − P(correct) of the hidden-state probe (:data:`PROBE`)
-    and the strength chosen per fold.
+    and what it chose per fold.
 
-    In each outer fold k, the inverse L2 strength C (:data:`PROBE_C`) with the smallest log-loss
-    over ``inner`` seeded folds of the other folds' answers is refitted on all of them and
-    scores fold k.
+    In each outer fold k, the state (one of ``states``, e.g. the answer's mean hidden state at
+    a few layers) and the inverse L2 strength C (:data:`PROBE_C`) with the smallest log-loss
+    over ``inner`` seeded folds of the other folds' answers are refitted on all of them and
+    score fold k.
 
     Args:
-        X: (n, d) hidden states (float).
+        states: candidate name (a layer) -> (n, d) hidden states.
         y: (n,) labels, 0/1 or fractional (:func:`labels_for`; NaN: takes no part in a fit).
         folds: (n,) fold of each row (the heads' folds).
         seed: the inner folds' seed.
-        inner: inner folds for choosing C.
+        inner: inner folds for the choice.
 
     Returns:
         (uncertainty (n,), NaN for a fold whose training rows hold fewer than
-        ``calibration.MIN_PER_CLASS`` answers of a class; "fold k: C=…" per fold).
+        ``calibration.MIN_PER_CLASS`` answers of a class; "fold k: <state>, C=…" per fold).
     """
-    X = np.asarray(X, dtype=float)
+    states = {name: np.asarray(X, dtype=float) for name, X in states.items()}
     out = np.full(len(y), np.nan)
     chosen = []
     rng = np.random.default_rng(seed)
@@ -212,20 +213,22 @@ def probe_cross_fitted(X: np.ndarray, y: np.ndarray, folds: np.ndarray, *, seed:
             chosen.append(f"fold {k}: too few of a class to fit")
             continue
         part = rng.permutation(len(tr)) % inner
-        loss = []
-        for C in PROBE_C:
-            p = np.empty(len(tr))
-            for j in range(inner):
-                fit_on = tr[part != j]
-                if not _fits(y[fit_on]):
-                    p[part == j] = y[fit_on].mean()
-                    continue
-                p[part == j] = _probe_fit(X[fit_on], y[fit_on], C).predict_proba(
-                    X[tr[part == j]])[:, 1]
-            loss.append(soft_log_loss(y[tr], p))
-        C = PROBE_C[int(np.argmin(loss))]
+        loss = {}
+        for name, X in states.items():
+            for C in PROBE_C:
+                p = np.empty(len(tr))
+                for j in range(inner):
+                    fit_on = tr[part != j]
+                    if not _fits(y[fit_on]):
+                        p[part == j] = y[fit_on].mean()
+                        continue
+                    p[part == j] = _probe_fit(X[fit_on], y[fit_on], C).predict_proba(
+                        X[tr[part == j]])[:, 1]
+                loss[name, C] = soft_log_loss(y[tr], p)
+        name, C = min(loss, key=loss.get)
+        X = states[name]
         out[te] = 1.0 - _probe_fit(X[tr], y[tr], C).predict_proba(X[te])[:, 1]
-        chosen.append(f"fold {k}: C={C:g}")
+        chosen.append(f"fold {k}: {name}, C={C:g}")
     return out, chosen
 
 
