@@ -2054,7 +2054,8 @@ def _polygraph_ranks(root: Path) -> list[dict]:
 def _difference_interval(r: Mapping) -> tuple[float, float]:
     """The 95% interval of isouq's best minus the best LM-Polygraph estimator, from the report's
     ``difference [95% CI]`` cell (``-0.024 [-0.049, -0.004]``)."""
-    m = re.search(r"\[\s*([-−\d.]+)\s*,\s*([-−\d.]+)\s*\]", r["difference [95% CI]"])
+    num = r"[-−]?\d[\d.]*(?:e[-+]?\d+)?"  # as format_value writes it: 0.004, 2.92e-04
+    m = re.search(rf"\[\s*({num})\s*,\s*({num})\s*\]", r["difference [95% CI]"])
     if m is None:
         raise ValueError(f"{POLYGRAPH_REPORT}: no interval in {r['difference [95% CI]']!r}")
     return tuple(float(x.replace("−", "-")) for x in m.groups())

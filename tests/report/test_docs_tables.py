@@ -249,9 +249,11 @@ def test_polygraph_ranks_are_the_kept_files_ranked_again():
             assert cells[4] == "not rankable"
             continue
         assert cells[3] == r["isouq best"] and cells[6] == r["best LM-Polygraph"]
-        assert cells[4] == r["its PRR [95% CI]"].replace("-", "−")
+        # minus signs as −, an exponent's (2.92e-04) kept
+        assert cells[4] == dt._minus(r["its PRR [95% CI]"])
         assert cells[5] == f"{r['_rank']} of {r['_of']} [{r['rank 95% CI']}]"
-        assert cells[8] == r["difference [95% CI]"].replace("-", "−")
+        assert cells[8] == dt._minus(r["difference [95% CI]"])
+        assert cells[8].replace("e-", "e").count("-") == 0
 
 
 def _polygraph_file(folder: Path, dataset: str, cost: dict) -> None:
@@ -291,3 +293,10 @@ def test_polygraph_cost_groups_estimators_and_reads_every_kept_file(tmp_path):
     assert rows["SmolLM2 × TriviaQA"]["CSL"] == "< 0.002"
     with pytest.raises(FileNotFoundError, match="results/polygraph"):
         dt.render("polygraph_cost", tmp_path / "nowhere")
+
+
+@pytest.mark.parametrize("cell, want", [("-0.024 [-0.049, -0.004]", (-0.049, -0.004)),
+                                        ("-0.025 [-0.046, 2.92e-04]", (-0.046, 2.92e-04)),
+                                        ("0.1 [−1.5e-05, 0.3]", (-1.5e-05, 0.3))])
+def test_a_difference_interval_is_read_as_the_report_writes_it(cell, want):
+    assert dt._difference_interval({"difference [95% CI]": cell}) == pytest.approx(want)

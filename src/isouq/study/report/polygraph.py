@@ -451,9 +451,9 @@ def polygraph_section(found: Sequence[tuple[Path, Mapping]], taken: set[str], *,
         "PRR: LM-Polygraph's prediction-rejection area (higher is better), recomputed here with "
         "its formula to bootstrap it; 'PRR (LM-Polygraph)', normalized PRR, PRR@50% and ECE are "
         "LM-Polygraph's own numbers. ★ marks isouq's estimators, † a supervised anchor that is "
-        "neither side's (a logistic probe on the answer's hidden state, cross-fitted on the "
-        "heads' folds). The rank of isouq's best counts it among LM-Polygraph's estimators "
-        "only.",
+        "neither side's (a logistic probe on the answer's mean hidden state at a layer chosen "
+        "per fold, cross-fitted on the heads' folds). The rank of isouq's best counts it among "
+        "LM-Polygraph's estimators only.",
         "Cost: seconds per answer of the calculators each estimator needs beyond LM-Polygraph's "
         "shared greedy generation, plus its own, from the same run (log_time): total over "
         "answers, every process's first-batch warm-up included, and in brackets the median "
