@@ -2087,13 +2087,13 @@ def _v_polygraph_head_vs_msp(root: Path) -> str:
     """The learned block head (cross-fitted) against MSP and, beside it, the hidden-state probe,
     counted over the rankable settings of the kept report."""
     from isouq.study.analysis.learned_heads import PROBE
+    from isouq.study.report.polygraph import verdict_counts
 
     rows = _section(_json(root, POLYGRAPH_REPORT), "lm-polygraph-benchmark").get("heads", [])
 
     def counts(name: str) -> tuple[int, int, int, int]:
-        v = [r["verdict"] for r in rows if r["head"] == name and r["verdict"] != "not rankable"]
-        return (len(v), v.count("ahead of MSP beyond noise"), v.count("within noise of MSP"),
-                v.count("below MSP beyond noise"))
+        c = verdict_counts([r for r in rows if r["head"] == name])
+        return (sum(c), *c)
 
     n, ahead, within, below = counts(TRUST_HEAD)
     if not n:

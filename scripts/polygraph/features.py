@@ -13,8 +13,10 @@ its questions (the answer LM-Polygraph generated, scored as the plugin scores it
    again with its kept length (``density.answer_ids_from_text``); ``tokens`` says which, and
    ``matches_kept`` whether the recomputed epistemic equals the kept ``IsouqEpistemic`` (so the
    tokens are those LM-Polygraph generated);
-2. LM-Polygraph's ``embeddings_decoder`` of the pair (``density.sequence_embeddings``), kept in
-   the git-ignored cache ``.cache/polygraph_features/``.
+2. LM-Polygraph's ``embeddings_decoder`` of the pair, and from the same forward the pair's mean
+   hidden states at ``density.probe_layers`` (``density.layer_embeddings``, whose last layer is
+   the embedding), kept in the git-ignored cache ``.cache/polygraph_features/``
+   (``<dataset>__<model>.embeddings.jsonl``, ``.layers.jsonl``).
 
 Written, one row per question (``results/polygraph/features/<dataset>__<model>.jsonl``, the
 kept order), then, once every row is in: the folds (``density.assign_folds``, K folds seeded by
@@ -25,11 +27,9 @@ perplexities) in ``<dataset>__<model>.density.json``. And, on the rows written s
 partial runs too), the supervised anchor the learned heads are measured against
 (``learned_heads.probe_cross_fitted``: a logistic probe on the answer's mean hidden state at
 the layer its inner folds pick of ``density.probe_layers``, per quality metric, on the folds
-the heads use; the states cached as ``<dataset>__<model>.layers.jsonl``) in
-``<dataset>__<model>.probe.json``, made again when the kept answers change. Rows already
-written are skipped. Runs
-in .venv-polygraph (needs LM-Polygraph); the models are the exported folders of
-``export_models.py``.
+the heads use) in ``<dataset>__<model>.probe.json``, made again when the kept answers change.
+Rows already written are skipped. Runs in .venv-polygraph (needs LM-Polygraph); the models are
+the exported folders of ``export_models.py``.
 """
 
 from __future__ import annotations
@@ -76,15 +76,20 @@ def answer_ids(q: dict, tok) -> tuple[list[int] | None, str]:
 
 
 def score_rows(kept: dict, model, tok, instruct: bool, out: Path, emb_out: Path,
-               batch: int) -> None:
-    """Step 1 and 2 for the questions not yet written."""
+               layers_out: Path, batch: int) -> None:
+    """Step 1 and 2 for the questions not yet written, and from the same forward the answer's
+    mean hidden states at ``density.probe_layers`` for the probe (``layers_out``); a row is
+    written after its cached states, so a written row has them."""
     from isouq.integrations.polygraph import score_generations
     from isouq.runio import JsonlWriter, read_jsonl
 
     done = {r["key"] for r in read_jsonl(out)}
     style = "chat" if instruct else "plain"
     todo = [q for q in kept["questions"] if q["key"] not in done]
-    w, e = JsonlWriter(out), JsonlWriter(emb_out)
+    cfg = model.config
+    n_layers = getattr(cfg, "num_hidden_layers", None) or cfg.get_text_config().num_hidden_layers
+    layers = density.probe_layers(n_layers)  # ends with -1: LM-Polygraph's embedding
+    w, e, lw = JsonlWriter(out), JsonlWriter(emb_out), JsonlWriter(layers_out)
     for s in range(0, len(todo), batch):
         part = todo[s:s + batch]
         inputs = [prepare_data.prompt_text(q["question"], style) for q in part]
@@ -95,9 +100,9 @@ def score_rows(kept: dict, model, tok, instruct: bool, out: Path, emb_out: Path,
                                 instruct=instruct, blocks=True) if ok else {}
         sec = (time.perf_counter() - t0) / max(len(ok), 1)
         prompts = [density.prompt_token_ids(tok, inputs[i], instruct) for i in ok]
-        emb = density.sequence_embeddings(
+        states = density.layer_embeddings(
             model, prompts, [density.answer_ids_for_embedding(ids[i][0], tok) for i in ok],
-            batch_size=len(ok)) if ok else []
+            layers, batch_size=len(ok)) if ok else []
         for j, q in enumerate(part):
             row = {"key": q["key"], "tokens": ids[j][1]}
             if j not in ok:
@@ -113,8 +118,10 @@ def score_rows(kept: dict, model, tok, instruct: bool, out: Path, emb_out: Path,
                     "matches_kept": kept_epi is not None and abs(
                         scores["epistemic"] - kept_epi) <= 1e-3 * abs(kept_epi),
                     "seconds": round(sec, 4)}
+            e.write({"key": q["key"], "embedding": [float(x) for x in states[r][-1]]})
+            lw.write({"key": q["key"], "layers": layers,
+                      "states": [[float(x) for x in st] for st in states[r]]})
             w.write(row)
-            e.write({"key": q["key"], "embedding": [float(x) for x in emb[r]]})
         print(f"  {len(done) + s + len(part)} of {len(kept['questions'])}", flush=True)
 
 
@@ -144,36 +151,6 @@ def cross_fit_density(kept: dict, rows_path: Path, emb_path: Path, bg: np.ndarra
                           "documents": int(bg.shape[0])},
            "rows": len(have), "estimators": scores}
     out.write_text(dumps(doc, indent=1) + "\n", encoding="utf-8")
-
-
-def layer_rows(kept: dict, model, tok, instruct: bool, rows_path: Path, out: Path,
-               batch: int) -> None:
-    """Each written row's mean hidden states at ``density.probe_layers`` (one forward), for the
-    rows not yet in ``out``."""
-    from isouq.runio import JsonlWriter, read_jsonl
-
-    done = {r["key"] for r in read_jsonl(out)}
-    ok = {r["key"] for r in read_jsonl(rows_path) if "error" not in r}
-    todo = [q for q in kept["questions"] if q["key"] in ok and q["key"] not in done]
-    if not todo:
-        return
-    cfg = model.config
-    n_layers = getattr(cfg, "num_hidden_layers", None) or cfg.get_text_config().num_hidden_layers
-    layers = density.probe_layers(n_layers)
-    style = "chat" if instruct else "plain"
-    w = JsonlWriter(out)
-    t0 = time.perf_counter()
-    for s in range(0, len(todo), batch):
-        part = todo[s:s + batch]
-        prompts = [density.prompt_token_ids(tok, prepare_data.prompt_text(q["question"], style),
-                                            instruct) for q in part]
-        answers = [density.answer_ids_for_embedding(answer_ids(q, tok)[0], tok) for q in part]
-        states = density.layer_embeddings(model, prompts, answers, layers, batch_size=len(part))
-        for q, st in zip(part, states, strict=True):
-            w.write({"key": q["key"], "layers": layers,
-                     "states": [[float(x) for x in row] for row in st]})
-    print(f"  hidden states at {layers} of {n_layers} layers: {len(todo)} rows in "
-          f"{time.perf_counter() - t0:.0f} s", flush=True)
 
 
 def cross_fit_probe(kept: dict, layers_path: Path, out: Path, folds_k: int, seed: int) -> None:
@@ -241,9 +218,8 @@ def main(argv=None) -> int:
             name = f"{ds}__{model}"
             rows, emb = out / f"{name}.jsonl", CACHE / f"{name}.embeddings.jsonl"
             print(f"{name}: scores, blocks and embeddings ({kept['n_questions']} questions)")
-            score_rows(kept, lm, tok, instruct, rows, emb, a.batch)
             layers = CACHE / f"{name}.layers.jsonl"
-            layer_rows(kept, lm, tok, instruct, rows, layers, a.batch)
+            score_rows(kept, lm, tok, instruct, rows, emb, layers, a.batch)
             cross_fit_probe(kept, layers, out / f"{name}.probe.json", a.folds, a.seed)
             dens = out / f"{name}.density.json"
             if not kept.get("complete"):

@@ -255,9 +255,9 @@ def soft_log_loss(y: np.ndarray, p: np.ndarray) -> float:
     return float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p)))
 
 
-def _fit(est, kind: str, X: np.ndarray, y: np.ndarray):
-    """``est.fit`` on 0/1 labels, or on fractional ones through :func:`soft_rows` (weights to the
-    pipeline's last step)."""
+def fit_labels(est, X: np.ndarray, y: np.ndarray):
+    """``est.fit`` (a scikit-learn pipeline) on 0/1 labels, or on fractional ones through
+    :func:`soft_rows` (weights to the pipeline's last step); returns ``est``."""
     if not is_soft(y):
         return est.fit(X, y)
     X2, y2, w = soft_rows(X, y)
@@ -430,7 +430,7 @@ def fit_map(cols: Mapping[str, np.ndarray], y: np.ndarray, name: str, kind: str,
     est = _estimator(kind, y, seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        _fit(est, kind, X, y)
+        fit_labels(est, X, y)
     iso_x: tuple = ()
     iso_y: tuple = ()
     if kind == "mlp":
@@ -472,7 +472,7 @@ def cv_predict(cols: Mapping[str, np.ndarray], y: np.ndarray, name: str, kind: s
                                      method="predict_proba")[:, 1]
         out = np.full(len(y), np.nan)
         for tr, te in (cv or _cv(y, seed)).split(X, (np.asarray(y) >= 0.5).astype(int)):
-            est = _fit(_estimator(kind, y[tr], seed), kind, X[tr], y[tr])
+            est = fit_labels(_estimator(kind, y[tr], seed), X[tr], y[tr])
             out[te] = est.predict_proba(X[te])[:, 1]
         return out
 
@@ -871,4 +871,4 @@ def _isouq_version() -> str:
 
 
 __all__ = ["CalibrationError", "Calibrator", "FEATURE_SETS", "cross_fit",
-           "fit_map", "labels_of", "score_columns", "select_map"]
+           "fit_labels", "fit_map", "labels_of", "score_columns", "select_map"]

@@ -34,10 +34,10 @@ import numpy as np
 from ...calibration import (
     MAP_KINDS,
     MIN_PER_CLASS,
+    fit_labels,
     is_soft,
     select_map,
     soft_log_loss,
-    soft_rows,
 )
 from ...evaluation.classifier import correctness_model
 from ...evaluation.features import feature_sets, values
@@ -173,14 +173,6 @@ def transferred(head: Head, train_rows: Sequence[Mapping], y_train: np.ndarray,
     return 1.0 - m.predict(values(test_rows, m.features)), f"{m.kind} on {m.name}"
 
 
-def _probe_fit(X: np.ndarray, y: np.ndarray, C: float):
-    """``correctness_model(C)`` fitted on 0/1 labels, or on fractional ones as weighted rows."""
-    if not is_soft(y):
-        return correctness_model(C).fit(X, y.astype(int))
-    X2, y2, w = soft_rows(X, y)
-    return correctness_model(C).fit(X2, y2, logistic__sample_weight=w)
-
-
 def probe_cross_fitted(states: Mapping[str, np.ndarray], y: np.ndarray, folds: np.ndarray, *,
                        seed: int = 0, inner: int = 3) -> tuple[np.ndarray, list[str]]:
     """(n,) cross-fitted uncertainty 1 − P(correct) of the hidden-state probe (:data:`PROBE`)
@@ -222,12 +214,13 @@ def probe_cross_fitted(states: Mapping[str, np.ndarray], y: np.ndarray, folds: n
                     if not _fits(y[fit_on]):
                         p[part == j] = y[fit_on].mean()
                         continue
-                    p[part == j] = _probe_fit(X[fit_on], y[fit_on], C).predict_proba(
-                        X[tr[part == j]])[:, 1]
+                    m = fit_labels(correctness_model(C), X[fit_on], y[fit_on])
+                    p[part == j] = m.predict_proba(X[tr[part == j]])[:, 1]
                 loss[name, C] = soft_log_loss(y[tr], p)
         name, C = min(loss, key=loss.get)
         X = states[name]
-        out[te] = 1.0 - _probe_fit(X[tr], y[tr], C).predict_proba(X[te])[:, 1]
+        m = fit_labels(correctness_model(C), X[tr], y[tr])
+        out[te] = 1.0 - m.predict_proba(X[te])[:, 1]
         chosen.append(f"fold {k}: {name}, C={C:g}")
     return out, chosen
 

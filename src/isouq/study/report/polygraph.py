@@ -386,23 +386,32 @@ def head_rows(doc: Mapping, heads: Mapping, metric: str, *, n_bootstrap: int = 3
     return rows
 
 
+#: the verdicts of a head judged against MSP in a rankable setting: ahead, within noise, below
+HEAD_VERDICTS = ("ahead of MSP beyond noise", "within noise of MSP", "below MSP beyond noise")
+
+
+def verdict_counts(rows: Sequence[Mapping]) -> tuple[int, int, int]:
+    """(ahead, within noise, below) over heads-against-MSP rows (those not judged, in a setting
+    that cannot be ranked or without a fitted head, count in none)."""
+    said = [r["verdict"] for r in rows]
+    return tuple(said.count(v) for v in HEAD_VERDICTS)
+
+
 def heads_verdict(rows: Sequence[Mapping]) -> str:
     """The plain-words summary of the heads-against-MSP rows: per cross-fitted head (and the
     control), then per head transferred from the model's other dataset."""
     if not rows:
         return ""
-    verdicts = ("ahead of MSP beyond noise", "within noise of MSP", "below MSP beyond noise")
 
     def counts(name: str, mine: list) -> str:
-        c = {v: sum(r["verdict"] == v for r in mine) for v in verdicts}
+        ahead, within, below = verdict_counts(mine)
         return (f"{name}, over {len(mine)} rankable setting(s): ahead of MSP beyond noise (PRR) "
-                f"in {c[verdicts[0]]}, within noise in {c[verdicts[1]]}, below in "
-                f"{c[verdicts[2]]}.")
+                f"in {ahead}, within noise in {within}, below in {below}.")
 
     def judged(pick) -> dict[str, list]:
         out: dict[str, list] = {}
         for r in rows:
-            if pick(r["head"]) and r["verdict"] in verdicts:
+            if pick(r["head"]) and r["verdict"] in HEAD_VERDICTS:
                 out.setdefault(r["head"].split(" (trained on")[0], []).append(r)
         return out
 
