@@ -1462,15 +1462,18 @@ def _trust_answers(root: Path) -> str:
     [95% interval] of isouq's best single score, of its learned block head (cross-fitted) with its
     difference to MSP, of MSP, of the best LM-Polygraph estimator and of the supervised anchor
     (a probe on the hidden state, with its difference to MSP), with the seconds per answer each
-    costs beyond the shared greedy generation."""
-    from isouq.study.analysis.learned_heads import PROBE
+    costs beyond the shared greedy generation, and of the stacked head (isouq's scores, MSP and
+    the probe's logit)."""
+    from isouq.study.analysis.learned_heads import PROBE, STACKED
     from isouq.study.report.polygraph import ANCHOR_MARK, OURS_MARK
 
     sec = _section(_json(root, POLYGRAPH_REPORT), "lm-polygraph-benchmark")
-    heads = {(r["model"], r["dataset"], r["quality"]): r for r in sec.get("heads", [])
-             if r["head"] == TRUST_HEAD}
-    probes = {(r["model"], r["dataset"], r["quality"]): r for r in sec.get("heads", [])
-              if r["head"] == PROBE}
+
+    def head_rows(name: str) -> dict:
+        return {(r["model"], r["dataset"], r["quality"]): r for r in sec.get("heads", [])
+                if r["head"] == name}
+
+    heads, probes, stacks = head_rows(TRUST_HEAD), head_rows(PROBE), head_rows(STACKED.name)
     ranked = {(r["model"], r["dataset"], r["quality"]) for r in sec["ranks"]
               if "isouq best" in r and not str(r.get("verdict", "")).startswith("not rankable")}
     by: dict[tuple, list[dict]] = {}
@@ -1486,23 +1489,24 @@ def _trust_answers(root: Path) -> str:
         best_ours = max(singles, key=lambda r: _point(r["PRR [95% CI]"]))
         best_theirs = max(theirs, key=lambda r: _point(r["PRR [95% CI]"]))
         msp = named.get("MaximumSequenceProbability")
-        h, pr = heads.get(key), probes.get(key)
+        h, pr, st = heads.get(key), probes.get(key), stacks.get(key)
 
         def cost(r):
             return MISSING if r is None or r.get("s / answer") is None else sig(r["s / answer"])
 
+        def vs_msp(r):
+            return f"{_minus(r['PRR [95% CI]'])}; Δ {_minus(r['Δ PRR vs MSP'])}" if r else MISSING
+
         out.append([_setting(key[0], key[1]), key[2],
                     f"{best_ours['estimator'][2:]}: {_minus(best_ours['PRR [95% CI]'])}",
-                    (f"{_minus(h['PRR [95% CI]'])}; Δ {_minus(h['Δ PRR vs MSP'])}" if h
-                     else MISSING),
-                    _minus(msp["PRR [95% CI]"]) if msp else MISSING,
+                    vs_msp(h), _minus(msp["PRR [95% CI]"]) if msp else MISSING,
                     f"{best_theirs['estimator']}: {_minus(best_theirs['PRR [95% CI]'])}",
-                    (f"{_minus(pr['PRR [95% CI]'])}; Δ {_minus(pr['Δ PRR vs MSP'])}" if pr
-                     else MISSING),
+                    vs_msp(pr), vs_msp(st),
                     f"{cost(best_ours)} / {cost(msp)} / {cost(best_theirs)}"])
     return _grid(["model × dataset", "quality", "isouq's best single score",
                   f"learned head ({TRUST_HEAD}), Δ vs MSP", "MSP",
                   "best LM-Polygraph estimator", "hidden-state probe (anchor), Δ vs MSP",
+                  "isouq scores + MSP + probe (stacked), Δ vs MSP",
                   "s / answer (isouq / MSP / best)"], out)
 
 
@@ -2086,7 +2090,7 @@ def _v_polygraph_standing(root: Path) -> str:
 def _v_polygraph_head_vs_msp(root: Path) -> str:
     """The learned block head (cross-fitted) against MSP and, beside it, the hidden-state probe,
     counted over the rankable settings of the kept report."""
-    from isouq.study.analysis.learned_heads import PROBE
+    from isouq.study.analysis.learned_heads import PROBE, STACKED
     from isouq.study.report.polygraph import verdict_counts
 
     rows = _section(_json(root, POLYGRAPH_REPORT), "lm-polygraph-benchmark").get("heads", [])
@@ -2105,6 +2109,10 @@ def _v_polygraph_head_vs_msp(root: Path) -> str:
     if pn:
         out += (f"; a supervised probe on the hidden state, fitted on the same answers, is ahead "
                 f"in {pa}, within noise in {pw} and below in {pb}")
+    sn, sa, sw, sb = counts(STACKED.name)
+    if sn:
+        out += (f"; the probe's logit stacked under isouq's scores and MSP, ahead in {sa}, "
+                f"within noise in {sw} and below in {sb}")
     return out
 
 

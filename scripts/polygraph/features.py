@@ -27,7 +27,8 @@ perplexities) in ``<dataset>__<model>.density.json``. And, on the rows written s
 partial runs too), the supervised anchor the learned heads are measured against
 (``learned_heads.probe_cross_fitted``: a logistic probe on the answer's mean hidden state at
 the layer its inner folds pick of ``density.probe_layers``, per quality metric, on the folds
-the heads use) in ``<dataset>__<model>.probe.json``, made again when the kept answers change.
+the heads use) in ``<dataset>__<model>.probe.json``, with each fold's probe logits for the
+stacked head (``ProbeFit.fold_logits``), made again when the kept answers change.
 Rows already written are skipped. Runs in .venv-polygraph (needs LM-Polygraph); the models are
 the exported folders of ``export_models.py``.
 """
@@ -153,6 +154,10 @@ def cross_fit_density(kept: dict, rows_path: Path, emb_path: Path, bg: np.ndarra
     out.write_text(dumps(doc, indent=1) + "\n", encoding="utf-8")
 
 
+def _nulls(x: np.ndarray) -> list:
+    return [None if np.isnan(v) else float(v) for v in x]
+
+
 def cross_fit_probe(kept: dict, layers_path: Path, out: Path, folds_k: int, seed: int) -> None:
     """The hidden-state probe, per quality metric, cross-fitted on the heads' folds (an answer
     without hidden states gets null); skipped when ``out`` holds these answers already."""
@@ -168,24 +173,29 @@ def cross_fit_probe(kept: dict, layers_path: Path, out: Path, folds_k: int, seed
             "(density.layer_embeddings), the layer chosen per fold")
     if out.exists():
         old = json.loads(out.read_text(encoding="utf-8"))
-        if old.get("keys") == keys and old.get("states") == what:
+        if (old.get("keys") == keys and old.get("states") == what
+                and "folds" in old):
             return
     have = np.array([k in got for k in keys])
     states = {f"hidden_states[{k}]": np.asarray([got[key]["states"][j] for key in keys
                                                  if key in got], dtype=np.float32)
               for j, k in enumerate(layers)}
-    folds = density.assign_folds(len(keys), folds_k, seed)[have]
+    all_folds = density.assign_folds(len(keys), folds_k, seed)
+    folds = all_folds[have]
     doc = {"kind": "isouq-polygraph-probe", "dataset": kept["dataset"], "model": kept["model"],
            "estimator": PROBE, "k": folds_k, "seed": seed, "states": what,
-           "keys": keys, "rows": int(have.sum()), "metrics": {}}
+           "keys": keys, "folds": [int(f) for f in all_folds],
+           "rows": int(have.sum()), "metrics": {}}
     for metric in kept["quality_metrics"]:
         t0 = time.perf_counter()
         q = np.array([kept["questions"][i]["quality"].get(metric, np.nan)
                       for i in np.flatnonzero(have)], dtype=float)
         u = np.full(len(keys), np.nan)
-        u[have], chosen = probe_cross_fitted(states, labels_for(q, metric), folds, seed=seed)
-        doc["metrics"][metric] = {"uncertainty": [None if np.isnan(v) else float(v) for v in u],
-                                  "chosen": chosen}
+        logits = np.full((len(np.unique(folds)), len(keys)), np.nan)
+        u[have], chosen, logits[:, have] = probe_cross_fitted(states, labels_for(q, metric),
+                                                              folds, seed=seed)
+        doc["metrics"][metric] = {"uncertainty": _nulls(u), "chosen": chosen,
+                                  "fold_logits": [_nulls(row) for row in logits]}
         print(f"  probe, {metric}: {time.perf_counter() - t0:.1f} s", flush=True)
     out.write_text(dumps(doc) + "\n", encoding="utf-8")
 

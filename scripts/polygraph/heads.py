@@ -17,7 +17,8 @@ each head's uncertainty per metric, the maps chosen, the control (``learned_head
 MSP's own map cross-fitted, what cross-fitting costs), the cross-fitted values of LM-Polygraph's
 own train-split estimators (MD, RMD, RDE, PPL-MD) copied from the ``.density.json``, and per
 metric the supervised anchor (``learned_heads.PROBE``, a probe on the answer's hidden state)
-copied from the ``.probe.json``. An answer without features (its tokens could not be rebuilt)
+copied from the ``.probe.json`` and the stacked head (``learned_heads.STACKED``: isouq's scores,
+MSP's quantity and the probe's logit) fitted on the probe's per-fold logits there. An answer without features (its tokens could not be rebuilt)
 gets null. Runs in the main venv.
 """
 
@@ -59,6 +60,27 @@ def _list(x: np.ndarray) -> list:
     return [None if not np.isfinite(v) else float(v) for v in x]
 
 
+def stacked(rows: list[dict], y: np.ndarray, folds: np.ndarray, probe: dict, metric: str,
+            seed: int) -> tuple[np.ndarray, list[str]]:
+    """(n,) the stacked head's cross-fitted uncertainty (``learned_heads.STACKED``, NaN for an
+    answer without features or hidden states) and its choice per fold, from the probe file's
+    per-fold logits; refused when the probe was cross-fitted on other folds."""
+    from isouq.errors import DataError
+    from isouq.study.analysis.learned_heads import STACKED, stacked_cross_fitted
+
+    if probe.get("folds") != [int(f) for f in folds]:
+        raise DataError("the probe file was cross-fitted on other folds than the heads'; run "
+                        "scripts/polygraph/features.py again")
+    logits = np.array([[np.nan if v is None else v for v in row]
+                       for row in probe["metrics"][metric]["fold_logits"]], dtype=float)
+    ok = np.array([bool(r) for r in rows]) & ~np.isnan(logits).all(axis=0)
+    u = np.full(len(rows), np.nan)
+    mine = [rows[i] for i in np.flatnonzero(ok)]
+    u[ok], chosen = stacked_cross_fitted(STACKED, mine, y[ok], folds[ok], logits[:, ok],
+                                         seed=seed)
+    return u, chosen
+
+
 def heads_doc(model: str, datasets: list[str], dataset: str, seed: int, k: int) -> dict | None:
     """The heads file of one model × dataset (None when its results or features are missing)."""
     from isouq.study.analysis.learned_heads import (
@@ -66,6 +88,7 @@ def heads_doc(model: str, datasets: list[str], dataset: str, seed: int, k: int) 
         HEADS,
         LABEL_THRESHOLD,
         PROBE,
+        STACKED,
         cross_fitted,
         labels_for,
         transferred,
@@ -107,6 +130,8 @@ def heads_doc(model: str, datasets: list[str], dataset: str, seed: int, k: int) 
         if probe is not None and metric in probe["metrics"]:
             got["anchors"][PROBE] = probe["metrics"][metric]["uncertainty"]
             got["chosen"][PROBE] = probe["metrics"][metric]["chosen"]
+            u, got["chosen"][STACKED.name] = stacked(rows, y, folds, probe, metric, seed)
+            got["anchors"][STACKED.name] = _list(u)
         u = np.full(len(rows), np.nan)
         u[have], _ = cross_fitted(CONTROL, sub, y[have], folds[have], seed=seed)
         got["control"][CONTROL.name] = _list(u)

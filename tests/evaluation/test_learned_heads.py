@@ -14,9 +14,12 @@ from isouq.study.analysis.learned_heads import (
     HEADS,
     LABEL_THRESHOLD,
     PROBE_C,
+    PROBE_COLUMN,
+    STACKED,
     binary_labels,
     cross_fitted,
     probe_cross_fitted,
+    stacked_cross_fitted,
     transferred,
 )
 
@@ -156,16 +159,16 @@ def test_the_hidden_state_probe_learns_a_direction_and_never_sees_a_rows_label()
     folds = np.arange(n) % 4
     noise = rng.normal(size=(n, d))
     states = {"layer 2": noise, "layer 4": X}  # the label lives in one layer's state
-    u, chosen = probe_cross_fitted(states, y, folds)
+    u, chosen, _ = probe_cross_fitted(states, y, folds)
     assert len(chosen) == 4 and all(c.split(": ")[1].startswith("layer 4, C=") for c in chosen)
     assert np.isfinite(u).all() and auroc(y, -u) > 0.75  # the label is linear in the state
     flipped = y.copy()
     flipped[folds == 0] = 1 - flipped[folds == 0]  # fold 0's own labels: its scores stay
-    u2, _ = probe_cross_fitted(states, flipped, folds)
+    u2, _, _ = probe_cross_fitted(states, flipped, folds)
     np.testing.assert_allclose(u2[folds == 0], u[folds == 0])
     assert not np.allclose(u2[folds != 0], u[folds != 0])
     # pure noise: the inner folds pick the strongest penalty, P(correct) near the base rate
-    u3, chosen3 = probe_cross_fitted({"layer 2": noise}, y, folds)
+    u3, chosen3, _ = probe_cross_fitted({"layer 2": noise}, y, folds)
     assert all(c.endswith(f"C={PROBE_C[0]:g}") for c in chosen3)
     assert np.ptp(u3[folds == 1]) < 0.05
 
@@ -175,9 +178,31 @@ def test_the_probe_fits_fractional_labels_and_skips_a_fold_too_small():
     X = rng.normal(size=(120, 8))
     q = 1 / (1 + np.exp(-2 * X[:, 0]))  # a fractional quality rising with the first coordinate
     folds = np.arange(120) % 3
-    u, _ = probe_cross_fitted({"last": X}, q, folds)
+    u, _, _ = probe_cross_fitted({"last": X}, q, folds)
     assert np.corrcoef(u, -X[:, 0])[0, 1] > 0.9
     y = np.zeros(120)
     y[:3] = 1  # three correct answers: no fold can be fitted
-    u, chosen = probe_cross_fitted({"last": X}, y, folds)
+    u, chosen, _ = probe_cross_fitted({"last": X}, y, folds)
     assert np.isnan(u).all() and all("too few" in c for c in chosen)
+
+
+def test_the_stacked_head_reads_the_probe_where_the_state_tells_and_never_sees_a_rows_label():
+    rows, _, folds = rows_and_labels(n=160, seed=5)  # the scores say nothing of these labels
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(160, 12))
+    y = (X[:, 0] + 0.3 * rng.normal(size=160) > 0).astype(float)
+    fit = probe_cross_fitted({"layer": X}, y, folds)
+    # a fold's own answers carry the logit of the probe that scored them
+    for i, k in enumerate(np.unique(folds)):
+        np.testing.assert_allclose(1 / (1 + np.exp(-fit.fold_logits[i][folds == k])),
+                                   1 - fit.uncertainty[folds == k], rtol=1e-6)
+    u, chosen = stacked_cross_fitted(STACKED, rows, y, folds, fit.fold_logits)
+    assert len(chosen) == 4 and all(PROBE_COLUMN in c for c in chosen)
+    plain, _ = cross_fitted(HEADS["isouq scores + MSP"], rows, y, folds)
+    assert auroc(y, -u) > 0.85 > 0.65 > auroc(y, -plain)
+    flipped = y.copy()
+    flipped[folds == 0] = 1 - flipped[folds == 0]  # fold 0's own labels: its values stay
+    fit2 = probe_cross_fitted({"layer": X}, flipped, folds)
+    u2, _ = stacked_cross_fitted(STACKED, rows, flipped, folds, fit2.fold_logits)
+    np.testing.assert_allclose(u2[folds == 0], u[folds == 0])
+    assert not np.allclose(u2[folds != 0], u[folds != 0])

@@ -1,6 +1,7 @@
 """scripts/polygraph/heads.py: the heads file of one model × dataset from the kept results and
-features, with the hidden-state probe (features.py's ``.probe.json``) copied per metric, and a
-probe of other answers refused. Needs no LM-Polygraph: the kept files are written here."""
+features, with the hidden-state probe (features.py's ``.probe.json``) copied per metric and the
+stacked head fitted on its per-fold logits, and a probe of other answers or folds refused.
+Needs no LM-Polygraph: the kept files are written here."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 
 from isouq.errors import DataError
-from isouq.study.analysis.learned_heads import PROBE
+from isouq.study.analysis.learned_heads import PROBE, PROBE_COLUMN, STACKED
 
 ROOT = Path(__file__).resolve().parents[2]
 BLOCKS = ("model.layers.0", "model.layers.1")
@@ -28,8 +29,9 @@ def heads(tmp_path, monkeypatch):
     return mod
 
 
-def _kept(tmp_path: Path, n: int = 60, seed: int = 0) -> dict:
-    """A kept benchmark file, its features rows and a probe file (one answer without features)."""
+def _kept(tmp_path: Path, heads, n: int = 60, seed: int = 0) -> dict:
+    """A kept benchmark file, its features rows and a probe file (one answer without features;
+    the probe's logits telling the correct answers)."""
     rng = np.random.default_rng(seed)
     acc = (rng.random(n) < 0.4).astype(float)
     keys = [f"q{i}" for i in range(n)]
@@ -49,32 +51,43 @@ def _kept(tmp_path: Path, n: int = 60, seed: int = 0) -> dict:
             for k, a in zip(keys[1:], acc[1:], strict=True)]
     rows.insert(0, {"key": keys[0], "error": "its text does not tokenize into its kept length"})
     (feats / "triviaqa__tiny.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    probe = {"keys": keys, "metrics": {m: {"uncertainty": [None, *map(float, rng.random(n - 1))],
-                                           "chosen": ["fold 0: C=0.01"]}
-                                       for m in kept["quality_metrics"]}}
+    folds = heads.folds_of(kept, None, 5, 0)
+    logits = [[None, *map(float, 3 * acc[1:] - 1.5 + rng.normal(size=n - 1))] for _ in range(5)]
+    probe = {"keys": keys, "folds": [int(f) for f in folds],
+             "metrics": {m: {"uncertainty": [None, *map(float, rng.random(n - 1))],
+                             "chosen": ["fold 0: C=0.01"], "fold_logits": logits}
+                         for m in kept["quality_metrics"]}}
     (feats / "triviaqa__tiny.probe.json").write_text(json.dumps(probe))
     return probe
 
 
 def test_the_heads_file_holds_each_head_and_the_probe_per_metric(heads, tmp_path):
-    probe = _kept(tmp_path)
+    probe = _kept(tmp_path, heads)
     doc = heads.heads_doc("tiny", ["triviaqa", "truthfulqa"], "triviaqa", seed=0, k=5)
     assert doc["rows_with_features"] == 59 and doc["folds"] == {"k": 5, "from": "seed"}
+    acc = [q["quality"]["Accuracy"] for q in json.loads(
+        (tmp_path / "polygraph__triviaqa__tiny.json").read_text())["questions"]]
     for metric in ("Accuracy", "Rouge_rougeL"):
         m = doc["metrics"][metric]
         assert m["anchors"][PROBE] == probe["metrics"][metric]["uncertainty"]
+        stack = np.array(m["anchors"][STACKED.name][1:])
+        assert m["anchors"][STACKED.name][0] is None and np.isfinite(stack).all()
+        assert len(m["chosen"][STACKED.name]) == 5 and any(
+            PROBE_COLUMN in c for c in m["chosen"][STACKED.name])
+        assert np.corrcoef(stack, -np.array(acc[1:]))[0, 1] > 0.5
         block = m["cross_fitted"]["isouq block head"]
         assert block[0] is None and all(v is not None for v in block[1:])
         assert not m["transfer"]  # no features of the other dataset
 
 
-def test_a_probe_of_other_answers_is_refused(heads, tmp_path):
-    _kept(tmp_path)
+def test_a_probe_of_other_answers_or_folds_is_refused(heads, tmp_path):
+    _kept(tmp_path, heads)
     path = tmp_path / "features" / "triviaqa__tiny.probe.json"
     probe = json.loads(path.read_text())
-    path.write_text(json.dumps({**probe, "keys": probe["keys"][:-1]}))
-    with pytest.raises(DataError, match="run scripts/polygraph/features.py again"):
-        heads.heads_doc("tiny", ["triviaqa"], "triviaqa", seed=0, k=5)
+    for other in ({"keys": probe["keys"][:-1]}, {"folds": probe["folds"][::-1]}):
+        path.write_text(json.dumps({**probe, **other}))
+        with pytest.raises(DataError, match="run scripts/polygraph/features.py again"):
+            heads.heads_doc("tiny", ["triviaqa"], "triviaqa", seed=0, k=5)
 
 
 def test_features_fits_the_probe_from_cached_states_and_again_when_answers_change(tmp_path):
@@ -98,6 +111,13 @@ def test_features_fits_the_probe_from_cached_states_and_again_when_answers_chang
     assert doc["keys"] == [q["key"] for q in kept["questions"]] and doc["rows"] == n - 1
     assert "hidden_states[3, -1]" in doc["states"] and u[0] is None and len(chosen) == 5
     assert all("hidden_states[3], C=" in c for c in chosen)  # the telling layer, every fold
+    logits = np.array(doc["metrics"]["Accuracy"]["fold_logits"], dtype=float)  # None -> nan
+    assert logits.shape == (5, n) and np.isnan(logits[:, 0]).all()
+    assert np.isfinite(logits[:, 1:]).all()  # out of fold on training answers, else the probe's
+    for i, k in enumerate(range(5)):
+        mine = np.flatnonzero(np.array(doc["folds"]) == k)[1 if k == 0 else 0:]
+        np.testing.assert_allclose(1 / (1 + np.exp(-logits[i, mine])),
+                                   1 - np.array(u, dtype=float)[mine])
     assert np.corrcoef(np.array(u[1:]), -X[1:, 0, 0])[0, 1] > 0.5  # learns the direction
     out.write_text(json.dumps({**doc, "rows": -1}))  # the same answers: left as it is
     features.cross_fit_probe(kept, cache, out, 5, 0)

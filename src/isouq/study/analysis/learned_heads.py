@@ -20,7 +20,8 @@ scores the answers of another dataset of the same model. :data:`CONTROL`, cross-
 the heads, shows what cross-fitting itself costs: each fold's values come from another map, and
 pooled they no longer rank quite as one map would. The supervised anchor,
 :func:`probe_cross_fitted` (:data:`PROBE`), learns P(correct) from the answer's hidden state
-instead, on the same folds. Rows (``evaluation.features``) are answer rows: ``scores`` and
+instead, on the same folds; :func:`stacked_cross_fitted` (:data:`STACKED`) puts the probe's
+logit under isouq's head as one more feature, to measure what the hidden state adds to it. Rows (``evaluation.features``) are answer rows: ``scores`` and
 ``blocks``.
 """
 
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -89,6 +91,17 @@ CONTROL = Head("MSP's own map (control)", ("nll",), ("platt",),
 PROBE = "Hidden-state probe (anchor)"
 #: the probe's candidate inverse L2 strengths, chosen per fold by inner cross-validated log-loss
 PROBE_C = (1e-4, 1e-3, 1e-2, 1e-1, 1.0)
+#: the probe's logit P(correct) as a column of the stacked head
+PROBE_COLUMN = "hidden_probe"
+
+#: not a head ``isouq calibrate`` fits yet (it reads the hidden state, which isouq's rows do not
+#: carry) but what stacking the probe under isouq's head gives: the features of
+#: ``isouq scores + MSP`` and the probe's logit, cross-fitted (:func:`stacked_cross_fitted`);
+#: judged beside the anchor, counted as neither side's
+STACKED = Head("isouq scores + MSP + hidden-state probe (stacked)",
+               HEADS["isouq scores + MSP"].features, MAP_KINDS,
+               "p̄, −log p(answer), isouq's scores and the hidden-state probe's logit (out of "
+               "fold on the training answers): isouq calibrate's selection over them")
 
 
 def binary_labels(quality: np.ndarray, metric: str) -> np.ndarray:
@@ -173,10 +186,52 @@ def transferred(head: Head, train_rows: Sequence[Mapping], y_train: np.ndarray,
     return 1.0 - m.predict(values(test_rows, m.features)), f"{m.kind} on {m.name}"
 
 
+class ProbeFit(NamedTuple):
+    """What :func:`probe_cross_fitted` gives: the anchor's uncertainty, what each fold chose,
+    and per fold the probe's logit of every answer, the feature the stacked head reads."""
+
+    #: (n,) 1 − P(correct), NaN for a fold too small to fit
+    uncertainty: np.ndarray
+    #: "fold k: <state>, C=…" per fold
+    chosen: list[str]
+    #: (K, n) logit P(correct) as fold k's stacked head sees it: of its training answers from
+    #: the inner folds that chose the probe (out of fold), of its own answers from the probe
+    #: refitted on all its training answers; NaN for an answer in neither (no label) or a fold
+    #: too small to fit
+    fold_logits: np.ndarray
+
+
+def _logit(p: np.ndarray) -> np.ndarray:
+    p = np.clip(p, 1e-6, 1.0 - 1e-6)
+    return np.log(p / (1.0 - p))
+
+
+def _probe_fold(states: Mapping[str, np.ndarray], y: np.ndarray, tr: np.ndarray,
+                te: np.ndarray, part: np.ndarray) -> tuple[str, float, np.ndarray, np.ndarray]:
+    """One outer fold of the probe: the state and C with the smallest log-loss over the inner
+    folds ``part`` of the training answers ``tr``, their out-of-fold P(correct) on ``tr``, and
+    the P(correct) of the probe refitted on all of ``tr`` for the answers ``te``."""
+    loss, oof = {}, {}
+    for name, X in states.items():
+        for C in PROBE_C:
+            p = np.empty(len(tr))
+            for j in np.unique(part):
+                fit_on = tr[part != j]
+                if not _fits(y[fit_on]):
+                    p[part == j] = y[fit_on].mean()
+                    continue
+                m = fit_labels(correctness_model(C), X[fit_on], y[fit_on])
+                p[part == j] = m.predict_proba(X[tr[part == j]])[:, 1]
+            loss[name, C], oof[name, C] = soft_log_loss(y[tr], p), p
+    name, C = min(loss, key=loss.get)
+    m = fit_labels(correctness_model(C), states[name][tr], y[tr])
+    return name, C, oof[name, C], m.predict_proba(states[name][te])[:, 1]
+
+
 def probe_cross_fitted(states: Mapping[str, np.ndarray], y: np.ndarray, folds: np.ndarray, *,
-                       seed: int = 0, inner: int = 3) -> tuple[np.ndarray, list[str]]:
-    """(n,) cross-fitted uncertainty 1 − P(correct) of the hidden-state probe (:data:`PROBE`)
-    and what it chose per fold.
+                       seed: int = 0, inner: int = 3) -> ProbeFit:
+    """Cross-fitted uncertainty 1 − P(correct) of the hidden-state probe (:data:`PROBE`), what
+    it chose per fold, and the per-fold logits the stacked head reads (:data:`STACKED`).
 
     In each outer fold k, the state (one of ``states``, e.g. the answer's mean hidden state at
     a few layers) and the inverse L2 strength C (:data:`PROBE_C`) with the smallest log-loss
@@ -191,39 +246,73 @@ def probe_cross_fitted(states: Mapping[str, np.ndarray], y: np.ndarray, folds: n
         inner: inner folds for the choice.
 
     Returns:
-        (uncertainty (n,), NaN for a fold whose training rows hold fewer than
-        ``calibration.MIN_PER_CLASS`` answers of a class; "fold k: <state>, C=…" per fold).
+        :class:`ProbeFit` (its uncertainty NaN for a fold whose training rows hold fewer than
+        ``calibration.MIN_PER_CLASS`` answers of a class).
     """
     states = {name: np.asarray(X, dtype=float) for name, X in states.items()}
+    ks = np.unique(folds)
     out = np.full(len(y), np.nan)
+    logits = np.full((len(ks), len(y)), np.nan)
     chosen = []
     rng = np.random.default_rng(seed)
-    for k in np.unique(folds):
+    for i, k in enumerate(ks):
         tr = np.flatnonzero((folds != k) & ~np.isnan(y))
         te = folds == k
         if not _fits(y[tr]):
             chosen.append(f"fold {k}: too few of a class to fit")
             continue
         part = rng.permutation(len(tr)) % inner
-        loss = {}
-        for name, X in states.items():
-            for C in PROBE_C:
-                p = np.empty(len(tr))
-                for j in range(inner):
-                    fit_on = tr[part != j]
-                    if not _fits(y[fit_on]):
-                        p[part == j] = y[fit_on].mean()
-                        continue
-                    m = fit_labels(correctness_model(C), X[fit_on], y[fit_on])
-                    p[part == j] = m.predict_proba(X[tr[part == j]])[:, 1]
-                loss[name, C] = soft_log_loss(y[tr], p)
-        name, C = min(loss, key=loss.get)
-        X = states[name]
-        m = fit_labels(correctness_model(C), X[tr], y[tr])
-        out[te] = 1.0 - m.predict_proba(X[te])[:, 1]
+        name, C, p_tr, p_te = _probe_fold(states, y, tr, te, part)
+        out[te] = 1.0 - p_te
+        logits[i, tr], logits[i, te] = _logit(p_tr), _logit(p_te)
         chosen.append(f"fold {k}: {name}, C={C:g}")
+    return ProbeFit(out, chosen, logits)
+
+
+def stacked_cross_fitted(head: Head, rows: Sequence[Mapping], y: np.ndarray,
+                         folds: np.ndarray, fold_logits: np.ndarray, *,
+                         seed: int = 0) -> tuple[np.ndarray, list[str]]:
+    """(n,) cross-fitted uncertainty 1 − P(correct) of ``head`` with the hidden-state probe's
+    logit as one more feature (stacking), and the map chosen per fold.
+
+    Fold k's head is selected and fitted on its training answers, their probe logits out of
+    fold (``fold_logits[k]``, :func:`probe_cross_fitted`), and scores fold k with the logits of
+    the probe fitted on all its training answers: no answer is scored by a head or a probe that
+    saw its label. The candidates: ``head``'s sets, each also with the probe, and the probe
+    alone.
+
+    Args:
+        head: the head whose features the stack reads beside the probe (:data:`STACKED`).
+        rows: n answer rows (``scores``, ``blocks``).
+        y: (n,) labels, 0/1 or fractional (NaN: the row takes no part in a fit).
+        folds: (n,) fold of each row, the folds the probe was cross-fitted on.
+        fold_logits: (K, n) :attr:`ProbeFit.fold_logits`, row i for the i-th fold in sorted
+            order.
+
+    Returns:
+        (uncertainty (n,), NaN for a fold too small to fit; "fold k: kind on set" per fold).
+    """
+    sets, cols_needed = _sets(head, rows)
+    sets = {**sets, **{f"{name} & {PROBE_COLUMN}": (*cols, PROBE_COLUMN)
+                       for name, cols in sets.items()}, PROBE_COLUMN: (PROBE_COLUMN,)}
+    cols = values(rows, cols_needed)
+    logits = np.asarray(fold_logits, dtype=float)
+    out = np.full(len(rows), np.nan)
+    chosen = []
+    for i, k in enumerate(np.unique(folds)):
+        tr = (folds != k) & ~np.isnan(y) & ~np.isnan(logits[i])
+        te = folds == k
+        if not _fits(y[tr]) or np.isnan(logits[i][te]).any():
+            chosen.append(f"fold {k}: too few of a class to fit")
+            continue
+        here = {**cols, PROBE_COLUMN: logits[i]}
+        m, _ = select_map({c: v[tr] for c, v in here.items()}, _labels(y[tr]), seed=seed,
+                          sets=sets, kinds=head.kinds)
+        out[te] = 1.0 - m.predict({c: v[te] for c, v in here.items()})
+        chosen.append(f"fold {k}: {m.kind} on {m.name}")
     return out, chosen
 
 
-__all__ = ["CONTROL", "HEADS", "LABEL_THRESHOLD", "PROBE", "PROBE_C", "Head", "binary_labels",
-           "cross_fitted", "labels_for", "probe_cross_fitted", "transferred"]
+__all__ = ["CONTROL", "HEADS", "LABEL_THRESHOLD", "PROBE", "PROBE_C", "PROBE_COLUMN", "STACKED",
+           "Head", "ProbeFit", "binary_labels", "cross_fitted", "labels_for",
+           "probe_cross_fitted", "stacked_cross_fitted", "transferred"]

@@ -13,8 +13,9 @@ estimators) and LM-Polygraph's own train-split estimators cross-fitted on the sa
 (MahalanobisDistanceSeq, RelativeMahalanobisDistanceSeq, RDESeq, PPLMDSeq: counted as
 LM-Polygraph's), the heads transferred from the model's other dataset, and a control (MSP's own
 map cross-fitted as the heads are: what cross-fitting itself costs) and a supervised anchor (a
-probe on the answer's hidden state, ``learned_heads.PROBE``: ranked beside the estimators, marked
-†, counted as neither side's); the table "learned P(correct) against MSP" compares each head, the
+probe on the answer's hidden state, ``learned_heads.PROBE``, and the probe's logit stacked under
+isouq's head, ``learned_heads.STACKED``: ranked beside the estimators, marked †, counted as
+neither side's); the table "learned P(correct) against MSP" compares each head, the
 control and the anchor with MaximumSequenceProbability on the same answers.
 
 The section recomputes PRR with LM-Polygraph's formula
