@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from isouq.runio import latest_by_key, markdown_grid, read_jsonl
+from isouq.study.report.polygraph import REFERENCE_HEAD
 
 OPEN = re.compile(r"^\s*<!--\s*table:\s*(?P<name>[A-Za-z0-9_.-]+)\s*-->\s*$")
 CLOSE = re.compile(r"^\s*<!--\s*/table\s*-->\s*$")
@@ -1405,8 +1406,9 @@ def _blocks_cost(root: Path) -> str:
 TRUST_SPAN_SCORES = {"span aleatoric": "aleatoric", "span epistemic": "epistemic",
                      "span epistemic_log": "epistemic_log", "span 1 − p̄": "1 − p̄",
                      "span 1 − min p": "1 − min p"}
-#: the learned head the trust page shows (the most the harness gives it to read)
-TRUST_HEAD = "isouq block head"
+#: the learned head the trust page shows (the most the harness gives it to read), the one the
+#: report holds the supervised anchors against
+TRUST_HEAD = REFERENCE_HEAD
 
 
 @register("trust_sentences", QA_LONG)

@@ -18,8 +18,8 @@ MSP's own map cross-fitted, what cross-fitting costs), the cross-fitted values o
 own train-split estimators (MD, RMD, RDE, PPL-MD) copied from the ``.density.json``, and per
 metric the supervised anchor (``learned_heads.PROBE``, a probe on the answer's hidden state)
 copied from the ``.probe.json`` and the stacked head (``learned_heads.STACKED``: isouq's scores,
-MSP's quantity and the probe's logit) fitted on the probe's per-fold logits there. An answer without features (its tokens could not be rebuilt)
-gets null. Runs in the main venv.
+MSP's quantity and the probe's logit) fitted on the probe's per-fold logits there. An answer
+without features (its tokens could not be rebuilt) gets null. Runs in the main venv.
 """
 
 from __future__ import annotations

@@ -193,6 +193,14 @@ def test_a_supervised_anchor_is_ranked_and_judged_but_is_neither_sides(tmp_path)
     rows = {(r["quality"], r["head"]): r for r in tables["heads"]}
     assert rows[("ROUGE-L", PROBE)]["verdict"] == "ahead of MSP beyond noise"
     assert any("† a supervised anchor" in n for n in sec.notes)
+    # held against the block head on the same answers too: it knows them all, the head not
+    anchor = rows[("ROUGE-L", PROBE)]
+    assert anchor["vs isouq block head"] == "ahead of isouq block head beyond noise"
+    assert float(anchor["Δ PRR vs isouq block head"].split()[0]) > 0
+    assert "vs isouq block head" not in rows[("ROUGE-L", "isouq block head")]
+    said = next(n for n in sec.notes if n.startswith("Learned P(correct)"))
+    assert (f"Against isouq block head on the same answers (PRR): {PROBE}, over 2: ahead beyond "
+            "noise in 2, within noise in 0, below in 0.") in said
 
 
 def test_heads_verdict_counts_cross_fitted_and_transferred_heads_apart():

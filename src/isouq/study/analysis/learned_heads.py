@@ -21,8 +21,8 @@ the heads, shows what cross-fitting itself costs: each fold's values come from a
 pooled they no longer rank quite as one map would. The supervised anchor,
 :func:`probe_cross_fitted` (:data:`PROBE`), learns P(correct) from the answer's hidden state
 instead, on the same folds; :func:`stacked_cross_fitted` (:data:`STACKED`) puts the probe's
-logit under isouq's head as one more feature, to measure what the hidden state adds to it. Rows (``evaluation.features``) are answer rows: ``scores`` and
-``blocks``.
+logit under isouq's head as one more feature, to measure what the hidden state adds to it.
+Rows (``evaluation.features``) are answer rows: ``scores`` and ``blocks``.
 """
 
 from __future__ import annotations

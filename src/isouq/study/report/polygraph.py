@@ -85,6 +85,9 @@ def _matrix(doc: Mapping, estimators: Sequence[str]) -> np.ndarray:
 
 
 MSP = "MaximumSequenceProbability"
+#: the learned head the supervised anchors are also held against, on the same answers: isouq's
+#: head that reads the most (its scores, MSP's quantity and the block profile)
+REFERENCE_HEAD = "isouq block head"
 #: the marks of isouq's estimators and of one that is neither isouq's nor LM-Polygraph's (a
 #: supervised anchor) in the tables
 OURS_MARK, ANCHOR_MARK = "★ ", "† "
@@ -355,9 +358,13 @@ def head_rows(doc: Mapping, heads: Mapping, metric: str, *, n_bootstrap: int = 3
         return (both(u, np.flatnonzero(~missing)),
                 np.array([both(u, i[~missing[i]]) for i in idx]))
 
+    def values(vals) -> np.ndarray:
+        return np.array([np.nan if v is None else v for v in vals], dtype=float)
+
+    ref = m.get("cross_fitted", {}).get(REFERENCE_HEAD)
     rows = []
     for name, vals in cols.items():
-        u = np.array([np.nan if v is None else v for v in vals], dtype=float)
+        u = values(vals)
         empty = np.isnan(u).all()
         if empty:
             u = np.zeros(n)  # no head: a constant, whose row says so below
@@ -377,25 +384,43 @@ def head_rows(doc: Mapping, heads: Mapping, metric: str, *, n_bootstrap: int = 3
                "Δ AUROC vs MSP": _pm(a - a_msp, *_ci(da))}
         if st["degenerate"] or empty:
             row["verdict"] = "not rankable" if st["degenerate"] else "no head could be fitted"
-        elif lo > 0:
-            row["verdict"] = "ahead of MSP beyond noise"
-        elif hi < 0:
-            row["verdict"] = "below MSP beyond noise"
         else:
-            row["verdict"] = "within noise of MSP"
+            row["verdict"] = _sign(lo, hi, "MSP")
+        if name in m.get("anchors", {}) and ref is not None and not empty:
+            r = values(ref)
+            both_have = missing | np.isnan(r)
+            (p_a, _), b_a = judged(u, both_have)
+            (p_r, _), b_r = judged(r, both_have)
+            lo_r, hi_r = _ci(b_a[:, 0] - b_r[:, 0])
+            row[f"Δ PRR vs {REFERENCE_HEAD}"] = _pm(p_a - p_r, lo_r, hi_r)
+            if not st["degenerate"]:
+                row[f"vs {REFERENCE_HEAD}"] = _sign(lo_r, hi_r, REFERENCE_HEAD)
         rows.append(row)
     return rows
 
 
+def _verdicts(other: str) -> tuple[str, str, str]:
+    """The verdicts of an estimator held against ``other``: ahead, within noise, below."""
+    return (f"ahead of {other} beyond noise", f"within noise of {other}",
+            f"below {other} beyond noise")
+
+
+def _sign(lo: float, hi: float, other: str) -> str:
+    """The verdict of a difference's 95% interval against ``other``."""
+    ahead, within, below = _verdicts(other)
+    return ahead if lo > 0 else below if hi < 0 else within
+
+
 #: the verdicts of a head judged against MSP in a rankable setting: ahead, within noise, below
-HEAD_VERDICTS = ("ahead of MSP beyond noise", "within noise of MSP", "below MSP beyond noise")
+HEAD_VERDICTS = _verdicts("MSP")
 
 
-def verdict_counts(rows: Sequence[Mapping]) -> tuple[int, int, int]:
-    """(ahead, within noise, below) over heads-against-MSP rows (those not judged, in a setting
-    that cannot be ranked or without a fitted head, count in none)."""
-    said = [r["verdict"] for r in rows]
-    return tuple(said.count(v) for v in HEAD_VERDICTS)
+def verdict_counts(rows: Sequence[Mapping], other: str = "MSP") -> tuple[int, int, int]:
+    """(ahead, within noise, below) over heads-against-MSP rows, or against ``other`` (the
+    rows' ``vs <other>``); those not judged (a setting that cannot be ranked, no fitted head)
+    count in none."""
+    said = [r.get("verdict" if other == "MSP" else f"vs {other}") for r in rows]
+    return tuple(said.count(v) for v in _verdicts(other))
 
 
 def heads_verdict(rows: Sequence[Mapping]) -> str:
@@ -422,6 +447,14 @@ def heads_verdict(rows: Sequence[Mapping]) -> str:
     if moved:
         parts.append("Trained on the model's other dataset instead: " + " ".join(
             counts(h, m) for h, m in moved.items()))
+    against: dict[str, list] = {}
+    for r in rows:
+        if r.get(f"vs {REFERENCE_HEAD}"):
+            against.setdefault(r["head"], []).append(r)
+    if against:
+        parts.append(f"Against {REFERENCE_HEAD} on the same answers (PRR): " + " ".join(
+            "{}, over {}: ahead beyond noise in {}, within noise in {}, below in {}.".format(
+                h, len(v), *verdict_counts(v, REFERENCE_HEAD)) for h, v in against.items()))
     return "Learned P(correct) against MaximumSequenceProbability: " + " ".join(parts)
 
 
@@ -462,8 +495,9 @@ def polygraph_section(found: Sequence[tuple[Path, Mapping]], taken: set[str], *,
         "its formula to bootstrap it; 'PRR (LM-Polygraph)', normalized PRR, PRR@50% and ECE are "
         "LM-Polygraph's own numbers. ★ marks isouq's estimators, † a supervised anchor that is "
         "neither side's (a logistic probe on the answer's mean hidden state at a layer chosen "
-        "per fold, cross-fitted on the heads' folds). The rank of isouq's best counts it among "
-        "LM-Polygraph's estimators only.",
+        "per fold, cross-fitted on the heads' folds; and that probe's logit stacked under "
+        "isouq's scores + MSP head, which isouq calibrate does not fit yet). The rank of "
+        "isouq's best counts it among LM-Polygraph's estimators only.",
         "Cost: seconds per answer of the calculators each estimator needs beyond LM-Polygraph's "
         "shared greedy generation, plus its own, from the same run (log_time): total over "
         "answers, every process's first-batch warm-up included, and in brackets the median "
