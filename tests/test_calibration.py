@@ -436,6 +436,58 @@ def test_a_head_on_the_block_profile_learns_it_and_guards_its_model(tmp_path):
         Calibrator.fit(synth_rows(60), features=["mean_prob", "blocks"])
 
 
+def hidden_rows(n=160, seed=4, d=12):
+    """Rows with hidden states at two depths; the label lives in the deeper one's direction."""
+    rng = np.random.default_rng(seed)
+    rows = synth_rows(n, seed=seed)
+    for r in rows:
+        h = rng.normal(size=(2, d))
+        r["hidden"] = {"hidden_states[2]": list(h[0]), "hidden_states[4]": list(h[1])}
+        r["scores"]["seq_logprob"] = float(np.log(r["scores"]["mean_prob"]) * 5)
+        r["correct"] = bool(h[1, 0] - h[1, 1] + 0.3 * rng.normal() > 0)
+    return rows
+
+
+def test_a_head_with_the_hidden_state_probe_stacks_it_and_guards_its_states(tmp_path):
+    """``--features ... hidden``: each set with and without the probe's logit (out of fold on
+    the rows it is fitted on), the probe on the telling depth, kept as numbers in the file; the
+    same P(correct) after a reload; with a threshold, the held-out rows scored by the probe
+    fitted on the others; rows without (or with other) states are one line naming the fix."""
+    from sklearn.metrics import roc_auc_score
+
+    from isouq.evaluation.features import PROBE_COLUMN
+
+    rows = hidden_rows()
+    y = np.array([int(r["correct"]) for r in rows])
+    cal = Calibrator.fit(rows, features=["mean_prob", "nll", "hidden"])
+    names = {r["features"] for r in cal.doc["selection"]}
+    assert names == {"mean_prob", "nll", "mean_prob & nll", "mean_prob & hidden",
+                     "nll & hidden", "mean_prob & nll & hidden", "hidden"}
+    assert PROBE_COLUMN in cal.map.features and cal.needs_hidden
+    assert cal.hidden_state == "hidden_states[4]" and "a probe on hidden_states[4]" in (
+        cal.describe())
+    assert roc_auc_score(y, cal.predict(rows)) > 0.85  # the state carries the signal
+    back = Calibrator.load(cal.save(tmp_path / "c.json"))
+    assert back.doc["format_version"] == 3 and back.doc["hidden_probe"]["state"] == (
+        "hidden_states[4]")
+    np.testing.assert_allclose(back.predict(rows), cal.predict(rows), rtol=1e-12)
+    fresh = hidden_rows(seed=9)  # other answers: the probe generalizes
+    assert roc_auc_score([int(r["correct"]) for r in fresh], back.predict(fresh)) > 0.85
+    with pytest.raises(CalibrationError, match="probe reads hidden_states\\[4\\].*--hidden"):
+        back.predict([{**r, "hidden": {"hidden_states[7]": r["hidden"]["hidden_states[4]"]}}
+                      for r in rows[:3]])
+    with pytest.raises(InputError, match="no hidden states.*--hidden"):
+        back.predict([{k: v for k, v in r.items() if k != "hidden"} for r in rows[:3]])
+    with pytest.raises(InputError, match="width"):
+        back.predict([{**r, "hidden": {k: v[:5] for k, v in r["hidden"].items()}}
+                      for r in rows[:3]])
+    with pytest.raises(InputError, match="no hidden states"):
+        Calibrator.fit(synth_rows(60), features=["mean_prob", "hidden"])
+    risky = Calibrator.fit(rows, features=["nll", "hidden"], max_risk=0.3)
+    assert risky.doc["split"]["fit_rows"] == 80 and risky.needs_hidden
+    assert risky.threshold is not None and risky.doc["risk_control"]["alpha"] == 0.3
+
+
 def test_nll_is_the_negated_log_probability_on_a_log_scale(tmp_path):
     """``nll`` = −seq_logprob, entering the map as log(−Σ log pₜ): the Platt map on it is
     scikit-learn's logistic regression on that column; a calibration on it predicts the same

@@ -52,13 +52,21 @@ from sklearn.calibration import CalibratedClassifierCV
 from .answer_row import scores_of
 from .errors import DataError, InputError
 from .evaluation import features as feats_
-from .evaluation.features import BLOCK, FEATURES, is_log
+from .evaluation.features import BLOCK, FEATURES, HIDDEN, PROBE_COLUMN, is_log
+from .evaluation.fractional import (
+    MIN_PER_CLASS,
+    fit_labels,
+    is_soft,
+    soft_log_loss,
+)
 from .evaluation.rows import GRADIENT_METHODS, LOG_FEATURES, METHODS, log_shift
+from .probe import FittedProbe, stack_logits
 
 FORMAT = "isouq-calibration"
-FORMAT_VERSION = 2
-#: the versions this isouq reads (1: maps on the scores only)
-READS_VERSIONS = (1, 2)
+FORMAT_VERSION = 3
+#: the versions this isouq reads (1: maps on the scores only; 2: also the block profile; 3: also
+#: the hidden-state probe)
+READS_VERSIONS = (1, 2, 3)
 #: the scores a calibration may use (epistemic_log is derived from epistemic and mean_prob)
 SCORES: tuple[str, ...] = ("epistemic", "aleatoric", "mean_prob", "epistemic_log")
 #: scores that span orders of magnitude: used as log(x) (log(x + shift) when the fit rows hold 0)
@@ -93,7 +101,6 @@ MLP_MAX_ITER = 200
 LABEL_FIELDS: dict[str, str] = {"judge": "correct", "lexical": "lexical_correct"}
 LABELS: tuple[str, ...] = ("hand", "judge", "lexical")
 MIN_ROWS = 20
-MIN_PER_CLASS = 5
 MAX_FOLDS = 5
 WEIGHT_SUFFIXES: tuple[str, ...] = (".safetensors", ".gguf", ".bin", ".pt", ".pth")
 
@@ -229,41 +236,6 @@ def check_complete(cols: Mapping[str, np.ndarray], rows: Sequence[Mapping] | Non
 
 
 # ---------------------------------------------------------------- one fitted map
-def is_soft(y: np.ndarray) -> bool:
-    """Whether the labels are fractional (a quality in [0, 1] such as ROUGE-L) rather than 0/1."""
-    y = np.asarray(y, dtype=float)
-    return bool(((y > 0) & (y < 1)).any())
-
-
-def soft_rows(X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Fractional labels q as weighted 0/1 rows: each row twice, labelled 1 with weight q and 0
-    with weight 1 − q (rows of weight 0 dropped); a logistic model fitted on them by weighted
-    log-loss estimates E[q | x] (the fractional logit)."""
-    y = np.asarray(y, dtype=float)
-    X2 = np.concatenate([X, X])
-    y2 = np.r_[np.ones(len(y)), np.zeros(len(y))]
-    w = np.r_[y, 1.0 - y]
-    keep = w > 0
-    return X2[keep], y2[keep].astype(int), w[keep]
-
-
-def soft_log_loss(y: np.ndarray, p: np.ndarray) -> float:
-    """Mean −[q log p + (1 − q) log(1 − p)] over rows (the log-loss of fractional labels; equal
-    to scikit-learn's log_loss for 0/1 labels)."""
-    p = np.clip(np.asarray(p, dtype=float), 1e-15, 1 - 1e-15)
-    y = np.asarray(y, dtype=float)
-    return float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p)))
-
-
-def fit_labels(est, X: np.ndarray, y: np.ndarray):
-    """``est.fit`` (a scikit-learn pipeline) on 0/1 labels, or on fractional ones through
-    :func:`soft_rows` (weights to the pipeline's last step); returns ``est``."""
-    if not is_soft(y):
-        return est.fit(X, y)
-    X2, y2, w = soft_rows(X, y)
-    return est.fit(X2, y2, **{f"{est.steps[-1][0]}__sample_weight": w})
-
-
 def _cv(y: np.ndarray, seed: int, max_folds: int = MAX_FOLDS):
     from sklearn.model_selection import KFold, StratifiedKFold
 
@@ -368,7 +340,8 @@ class FittedMap:
         hidden = tuple((tuple(tuple(map(float, r)) for r in layer["weights"]),
                         tuple(map(float, layer["bias"]))) for layer in d.get("hidden", ()))
         widths = [d_feats, *(len(b) for _, b in hidden)]
-        known = all(f in FEATURES or f.startswith(BLOCK) for f in d["features"])
+        known = all(f in FEATURES or f.startswith(BLOCK) or f == PROBE_COLUMN
+                    for f in d["features"])
         if d["kind"] not in MAP_KINDS or not known or any(
                 len(d[k]) != d_feats for k in ("mean", "scale")) or (
                 len(d["coef"]) != widths[-1]) or any(
@@ -501,8 +474,8 @@ def select_map(cols: Mapping[str, np.ndarray], y: np.ndarray, *, seed: int = 0,
     Args:
         cols: column -> (n,) raw values.
         y: (n,) 0/1 labels, or fractional ones in [0, 1] (a quality such as ROUGE-L: the maps
-            then estimate its expectation, fitted by weighted log-loss, :func:`soft_rows`; no
-            isotonic map).
+            then estimate its expectation, fitted by weighted log-loss,
+            ``evaluation.fractional.soft_rows``; no isotonic map).
         seed: the folds' and the networks' seed.
         sets: the candidate feature sets, name -> columns (default :data:`FEATURE_SETS`).
         kinds: the candidate maps (:data:`MAP_KINDS`).
@@ -590,6 +563,11 @@ class Calibrator:
     def __init__(self, doc: Mapping):
         self.doc = dict(doc)
         self.map = FittedMap.from_dict(self.doc["map"])
+        probe = self.doc.get("hidden_probe")
+        self.probe = FittedProbe.from_dict(probe) if probe else None
+        if (PROBE_COLUMN in self.map.features) != (self.probe is not None):
+            raise DataError("the map and its hidden-state probe do not go together; re-create "
+                            "the calibration file with isouq calibrate")
 
     # ------------------------------------------------ fitting
     @classmethod
@@ -640,19 +618,35 @@ class Calibrator:
         rows = [r for r in rows if r.get("model") in (None, model)]
         rows, y = labels_of(rows, labels, gold_rows)
         sets = None
+        states = None
         if features is None:
             cols = score_columns(rows, SCORES[:3])
             check_complete(cols, rows)
             cols = score_columns(rows)
         else:
             sets = feats_.feature_sets(features, rows)
-            cols = feats_.values(rows, dict.fromkeys(c for f in sets.values() for c in f))
+            cols = feats_.values(rows, [c for c in dict.fromkeys(
+                c for f in sets.values() for c in f) if c != PROBE_COLUMN])
             check_complete(cols, rows)
+            if HIDDEN in feats_.check_features(features):
+                states = feats_.hidden_states(rows)
         check_labels(y, f"model {model!r}")
+
+        def select(idx: np.ndarray):
+            """The map selected on rows ``idx`` (with ``hidden``: the probe's logit out of fold
+            as one more column), its table, its columns there, and the probe (or None)."""
+            here = {k: v[idx] for k, v in cols.items()}
+            fitted_probe = None
+            if states is not None:
+                here[PROBE_COLUMN], fitted_probe = stack_logits(
+                    {k: v[idx] for k, v in states.items()}, y[idx], seed=seed)
+            fitted, table = select_map(here, y[idx], seed=seed, sets=sets)
+            return fitted, table, here, fitted_probe
+
         risk = None
         split = None
         if max_risk is None:
-            fitted, table = select_map(cols, y, seed=seed, sets=sets)
+            fitted, table, _, probe = select(np.arange(y.size))
         else:
             from sklearn.model_selection import train_test_split
 
@@ -663,11 +657,13 @@ class Calibrator:
                                                  stratify=y, random_state=seed)
             check_labels(y[fit_idx], f"model {model!r}, the {len(fit_idx)} rows the map is "
                                      "fitted on (the others set the threshold)")
-            fitted, table = select_map({k: v[fit_idx] for k, v in cols.items()}, y[fit_idx],
-                                       seed=seed, sets=sets)
-            grid = threshold_grid(fitted.predict({k: v[fit_idx] for k, v in cols.items()}),
-                                  len(risk_idx), alpha=max_risk, delta=delta)
-            p_risk = fitted.predict({k: v[risk_idx] for k, v in cols.items()})
+            fitted, table, on_fit, probe = select(fit_idx)
+            grid = threshold_grid(fitted.predict(on_fit), len(risk_idx), alpha=max_risk,
+                                  delta=delta)
+            on_risk = {k: v[risk_idx] for k, v in cols.items()}
+            if probe is not None:  # the risk rows' logits from the probe fitted on the others
+                on_risk[PROBE_COLUMN] = probe.logit(states[probe.state][risk_idx])
+            p_risk = fitted.predict(on_risk)
             risk = learn_then_test(p_risk, y[risk_idx], grid, alpha=max_risk, delta=delta)
             risk = {**risk.to_dict(), "grid": [float(x) for x in grid]}
             split = {"fit_rows": len(fit_idx), "risk_rows": len(risk_idx),
@@ -687,6 +683,7 @@ class Calibrator:
             "feature_set": None if features is None else list(feats_.check_features(features)),
             "blocks": [c[len(BLOCK):] for c in fitted.features if c.startswith(BLOCK)],
             "map": fitted.to_dict(), "selection": table, "risk_control": risk,
+            "hidden_probe": (probe.to_dict() if PROBE_COLUMN in fitted.features else None),
             "split": split, "seed": seed, "sources": [dict(s) for s in sources],
         }
         return cls(doc)
@@ -716,6 +713,17 @@ class Calibrator:
         """Whether the answers must be scored with their block profile (``blocks=True``)."""
         return bool(self.block_names)
 
+    @property
+    def hidden_state(self) -> str | None:
+        """The hidden state the map's probe reads (e.g. ``hidden_states[12]``); None: it reads
+        none."""
+        return None if self.probe is None else self.probe.state
+
+    @property
+    def needs_hidden(self) -> bool:
+        """Whether the answers must be scored with their hidden states (``hidden=True``)."""
+        return self.probe is not None
+
     def check_blocks(self, names: Sequence[str] | None) -> None:
         """CalibrationError unless a model's blocks ``names`` are those the map reads (a head
         trained on one model's profile and used on another's)."""
@@ -742,7 +750,15 @@ class Calibrator:
                 else list(scores))
         if self.needs_blocks:
             self.check_blocks(feats_.block_names(rows))
-        cols = feats_.values(rows, self.map.features)
+        cols = feats_.values(rows, [f for f in self.map.features if f != PROBE_COLUMN])
+        if self.probe is not None:
+            states = feats_.hidden_states(rows)
+            if self.probe.state not in states:
+                raise CalibrationError(
+                    f"the calibration's probe reads {self.probe.state} of {self.model!r}, but "
+                    f"the answers carry {', '.join(states)}: score them with this model's "
+                    "hidden states (isouq score --hidden), or calibrate the rows you have")
+            cols[PROBE_COLUMN] = self.probe.logit(states[self.probe.state])
         return self.map.predict(cols)
 
     def withheld(self, p_correct: np.ndarray) -> np.ndarray | None:
@@ -788,7 +804,8 @@ class Calibrator:
         halves = (f": map on {split['fit_rows']}, threshold on {split['risk_rows']}"
                   if split else "")
         line = (f"P(ok) = calibrated P(correct) for {self.model} ({self.map.kind} on "
-                f"{self.map.name}{' (the block profile)' if self.needs_blocks else ''}; "
+                f"{self.map.name}{' (the block profile)' if self.needs_blocks else ''}"
+                f"{f' (a probe on {self.hidden_state})' if self.needs_hidden else ''}; "
                 f"{lab['source']} labels, {lab['n']} answers"
                 f"{f' of {of}' if of else ''}{halves})")
         rc = self.doc.get("risk_control")

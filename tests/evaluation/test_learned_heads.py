@@ -9,12 +9,12 @@ import pytest
 
 from isouq.evaluation.auroc import auroc
 from isouq.evaluation.classifier import fit_predict
+from isouq.evaluation.features import HIDDEN
+from isouq.probe import PROBE_C
 from isouq.study.analysis.learned_heads import (
     CONTROL,
     HEADS,
     LABEL_THRESHOLD,
-    PROBE_C,
-    PROBE_COLUMN,
     STACKED,
     binary_labels,
     cross_fitted,
@@ -89,8 +89,9 @@ def test_fractional_labels_fit_the_expected_quality():
     logistic regression fitted on those weighted rows directly."""
     from sklearn.linear_model import LogisticRegression
 
-    from isouq.calibration import fit_map, is_soft, soft_log_loss, soft_rows
+    from isouq.calibration import fit_map
     from isouq.evaluation.features import values
+    from isouq.evaluation.fractional import is_soft, soft_log_loss, soft_rows
     from isouq.study.analysis.learned_heads import labels_for
 
     rows, y, folds = rows_and_labels(seed=3)
@@ -197,7 +198,7 @@ def test_the_stacked_head_reads_the_probe_where_the_state_tells_and_never_sees_a
         np.testing.assert_allclose(1 / (1 + np.exp(-fit.fold_logits[i][folds == k])),
                                    1 - fit.uncertainty[folds == k], rtol=1e-6)
     u, chosen = stacked_cross_fitted(STACKED, rows, y, folds, fit.fold_logits)
-    assert len(chosen) == 4 and all(PROBE_COLUMN in c for c in chosen)
+    assert len(chosen) == 4 and all(c.endswith(f"& {HIDDEN}") or c.endswith(f" {HIDDEN}") for c in chosen)
     plain, _ = cross_fitted(HEADS["isouq scores + MSP"], rows, y, folds)
     assert auroc(y, -u) > 0.85 > 0.65 > auroc(y, -plain)
     flipped = y.copy()

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from isouq.errors import DataError
-from isouq.study.analysis.learned_heads import PROBE, PROBE_COLUMN, STACKED
+from isouq.evaluation.features import HIDDEN
+from isouq.study.analysis.learned_heads import PROBE, STACKED
 
 ROOT = Path(__file__).resolve().parents[2]
 BLOCKS = ("model.layers.0", "model.layers.1")
@@ -73,7 +74,7 @@ def test_the_heads_file_holds_each_head_and_the_probe_per_metric(heads, tmp_path
         stack = np.array(m["anchors"][STACKED.name][1:])
         assert m["anchors"][STACKED.name][0] is None and np.isfinite(stack).all()
         assert len(m["chosen"][STACKED.name]) == 5 and any(
-            PROBE_COLUMN in c for c in m["chosen"][STACKED.name])
+            HIDDEN in c for c in m["chosen"][STACKED.name])
         assert np.corrcoef(stack, -np.array(acc[1:]))[0, 1] > 0.5
         block = m["cross_fitted"]["isouq block head"]
         assert block[0] is None and all(v is not None for v in block[1:])

@@ -22,6 +22,11 @@ from ..errors import InputError
 
 #: the prefix of a block column: ``block:<module path>``
 BLOCK = "block:"
+#: the column of the hidden-state probe's logit, which the feature ``hidden`` adds to a head
+#: (``isouq.probe``: fitted on the answers' states, not read from a row)
+PROBE_COLUMN = "hidden_probe"
+#: the feature that stacks the probe under a head
+HIDDEN = "hidden"
 
 
 @dataclass(frozen=True)
@@ -47,6 +52,9 @@ FEATURES: dict[str, Feature] = {f.name: f for f in (
     Feature("normalized_epistemic", True, "‖∇θ p̄‖² / ‖θ*‖², on a log scale"),
     Feature("blocks", True, "‖∇θ_b p̄‖² of each block of the model (score with --blocks), "
                             "one column per block, on a log scale", per_block=True),
+    Feature(HIDDEN, False, "the answer's mean hidden state at a few depths (score with "
+                           "--hidden): a logistic probe on it, its logit stacked under the "
+                           "other features (isouq.probe)"),
 )}
 
 
@@ -90,7 +98,7 @@ def columns_of(features: Sequence[str], rows: Sequence[Mapping]) -> tuple[str, .
         if FEATURES[f].per_block:
             out += [BLOCK + b for b in block_names(rows)]
         else:
-            out.append(f)
+            out.append(PROBE_COLUMN if f == HIDDEN else f)
     return tuple(out)
 
 
@@ -159,16 +167,45 @@ def _derived(scores: Mapping) -> float:
 def feature_sets(features: Sequence[str], rows: Sequence[Mapping]) -> dict[str, tuple[str, ...]]:
     """The candidate column sets of a head asked to use ``features``: each score alone, all of
     them together, and with ``blocks`` also the scores without the profile (so that selection
-    can tell whether the profile helps). Named by their features joined with " & "."""
+    can tell whether the profile helps); with ``hidden``, each of those sets also with the
+    probe's logit (:data:`PROBE_COLUMN`), and the logit alone. Named by their features joined
+    with " & "."""
     features = check_features(features)
-    scalars = [f for f in features if not FEATURES[f].per_block]
+    rest = [f for f in features if f != HIDDEN]
+    scalars = [f for f in rest if not FEATURES[f].per_block]
     sets: dict[str, tuple[str, ...]] = {f: (f,) for f in scalars}
-    for group in (features, scalars):
+    for group in (rest, scalars):
         cols = columns_of(group, rows) if group else ()
         if cols and cols not in sets.values():
             sets[" & ".join(group)] = cols
+    if HIDDEN in features:
+        sets = {**sets, **{f"{name} & {HIDDEN}": (*cols, PROBE_COLUMN)
+                           for name, cols in sets.items()}, HIDDEN: (PROBE_COLUMN,)}
     return sets
 
 
-__all__ = ["BLOCK", "FEATURES", "Feature", "block_names", "check_features", "columns_of",
-           "feature_sets", "is_log", "rows_of_columns", "values"]
+def hidden_states(rows: Sequence[Mapping]) -> dict[str, np.ndarray]:
+    """The rows' hidden states (``hidden`` of ``isouq score --hidden``): state name (e.g.
+    ``hidden_states[12]``) -> (n, d) array; InputError when a row has none or other states
+    than the first row."""
+    names = None
+    for r in rows:
+        h = r.get(HIDDEN)
+        if not isinstance(h, Mapping) or not h:
+            raise InputError(f"row {r.get('key')!r} has no hidden states; score the answers "
+                             "with them (isouq score --hidden) to use the feature 'hidden'")
+        if names is None:
+            names = tuple(h)
+        elif tuple(h) != names:
+            raise InputError(f"row {r.get('key')!r} has other hidden states than the first row; "
+                             "a probe reads the states of one model: score every row with it")
+    try:
+        return {n: np.asarray([r[HIDDEN][n] for r in rows], dtype=float) for n in names or ()}
+    except ValueError as e:
+        raise InputError(f"the rows' hidden states differ in width ({e}); score every row with "
+                         "one model") from e
+
+
+__all__ = ["BLOCK", "FEATURES", "HIDDEN", "PROBE_COLUMN", "Feature", "block_names",
+           "check_features", "columns_of", "feature_sets", "hidden_states", "is_log",
+           "rows_of_columns", "values"]

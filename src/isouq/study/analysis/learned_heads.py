@@ -5,7 +5,7 @@ A head is what ``isouq calibrate --features ...`` fits (``isouq.calibration.sele
 candidate feature sets × maps, chosen by cross-validated log-loss), on the answers of one
 model × dataset, labelled by LM-Polygraph's quality of each answer (:func:`labels_for`):
 accuracy as its 0/1, ROUGE-L as a fractional label (the head then estimates the expected
-ROUGE-L, fitted by weighted log-loss: ``calibration.soft_rows``). The heads (:data:`HEADS`):
+ROUGE-L, fitted by weighted log-loss: ``evaluation.fractional.soft_rows``). The heads (:data:`HEADS`):
 
 - ``isouq combined (paper)``: the paper's combined estimate, a logistic regression over log
   epistemic and aleatoric;
@@ -32,17 +32,16 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
+from scipy.special import expit
 
 from ...calibration import (
     MAP_KINDS,
     MIN_PER_CLASS,
-    fit_labels,
     is_soft,
     select_map,
-    soft_log_loss,
 )
-from ...evaluation.classifier import correctness_model
-from ...evaluation.features import feature_sets, values
+from ...evaluation.features import HIDDEN, PROBE_COLUMN, feature_sets, values
+from ...probe import INNER_FOLDS, stack_logits
 
 #: ROUGE-L at or above this counts as a correct answer where a 0/1 label is needed (AUROC)
 LABEL_THRESHOLD = 0.5
@@ -89,17 +88,13 @@ CONTROL = Head("MSP's own map (control)", ("nll",), ("platt",),
 #: state at the layer the fold's inner cross-validation picks, cross-fitted on the heads' folds
 #: (:func:`probe_cross_fitted`)
 PROBE = "Hidden-state probe (anchor)"
-#: the probe's candidate inverse L2 strengths, chosen per fold by inner cross-validated log-loss
-PROBE_C = (1e-4, 1e-3, 1e-2, 1e-1, 1.0)
-#: the probe's logit P(correct) as a column of the stacked head
-PROBE_COLUMN = "hidden_probe"
 
 #: not a head ``isouq calibrate`` fits yet (it reads the hidden state, which isouq's rows do not
 #: carry) but what stacking the probe under isouq's head gives: the features of
 #: ``isouq scores + MSP`` and the probe's logit, cross-fitted (:func:`stacked_cross_fitted`);
 #: judged beside the anchor, counted as neither side's
 STACKED = Head("isouq scores + MSP + hidden-state probe (stacked)",
-               HEADS["isouq scores + MSP"].features, MAP_KINDS,
+               (*HEADS["isouq scores + MSP"].features, HIDDEN), MAP_KINDS,
                "p̄, −log p(answer), isouq's scores and the hidden-state probe's logit (out of "
                "fold on the training answers): isouq calibrate's selection over them")
 
@@ -201,42 +196,15 @@ class ProbeFit(NamedTuple):
     fold_logits: np.ndarray
 
 
-def _logit(p: np.ndarray) -> np.ndarray:
-    p = np.clip(p, 1e-6, 1.0 - 1e-6)
-    return np.log(p / (1.0 - p))
-
-
-def _probe_fold(states: Mapping[str, np.ndarray], y: np.ndarray, tr: np.ndarray,
-                te: np.ndarray, part: np.ndarray) -> tuple[str, float, np.ndarray, np.ndarray]:
-    """One outer fold of the probe: the state and C with the smallest log-loss over the inner
-    folds ``part`` of the training answers ``tr``, their out-of-fold P(correct) on ``tr``, and
-    the P(correct) of the probe refitted on all of ``tr`` for the answers ``te``."""
-    loss, oof = {}, {}
-    for name, X in states.items():
-        for C in PROBE_C:
-            p = np.empty(len(tr))
-            for j in np.unique(part):
-                fit_on = tr[part != j]
-                if not _fits(y[fit_on]):
-                    p[part == j] = y[fit_on].mean()
-                    continue
-                m = fit_labels(correctness_model(C), X[fit_on], y[fit_on])
-                p[part == j] = m.predict_proba(X[tr[part == j]])[:, 1]
-            loss[name, C], oof[name, C] = soft_log_loss(y[tr], p), p
-    name, C = min(loss, key=loss.get)
-    m = fit_labels(correctness_model(C), states[name][tr], y[tr])
-    return name, C, oof[name, C], m.predict_proba(states[name][te])[:, 1]
-
-
 def probe_cross_fitted(states: Mapping[str, np.ndarray], y: np.ndarray, folds: np.ndarray, *,
-                       seed: int = 0, inner: int = 3) -> ProbeFit:
+                       seed: int = 0, inner: int = INNER_FOLDS) -> ProbeFit:
     """Cross-fitted uncertainty 1 − P(correct) of the hidden-state probe (:data:`PROBE`), what
     it chose per fold, and the per-fold logits the stacked head reads (:data:`STACKED`).
 
     In each outer fold k, the state (one of ``states``, e.g. the answer's mean hidden state at
-    a few layers) and the inverse L2 strength C (:data:`PROBE_C`) with the smallest log-loss
-    over ``inner`` seeded folds of the other folds' answers are refitted on all of them and
-    score fold k.
+    a few layers) and the inverse L2 strength C (``isouq.probe.PROBE_C``) with the smallest
+    log-loss over ``inner`` seeded folds of the other folds' answers are refitted on all of
+    them and score fold k (``isouq.probe.stack_logits``).
 
     Args:
         states: candidate name (a layer) -> (n, d) hidden states.
@@ -261,11 +229,11 @@ def probe_cross_fitted(states: Mapping[str, np.ndarray], y: np.ndarray, folds: n
         if not _fits(y[tr]):
             chosen.append(f"fold {k}: too few of a class to fit")
             continue
-        part = rng.permutation(len(tr)) % inner
-        name, C, p_tr, p_te = _probe_fold(states, y, tr, te, part)
-        out[te] = 1.0 - p_te
-        logits[i, tr], logits[i, te] = _logit(p_tr), _logit(p_te)
-        chosen.append(f"fold {k}: {name}, C={C:g}")
+        logits[i, tr], probe = stack_logits({n: X[tr] for n, X in states.items()}, y[tr],
+                                            rng=rng, inner=inner)
+        logits[i, te] = probe.logit(states[probe.state][te])
+        out[te] = 1.0 - expit(logits[i, te])
+        chosen.append(f"fold {k}: {probe.state}, C={probe.C:g}")
     return ProbeFit(out, chosen, logits)
 
 
@@ -278,11 +246,12 @@ def stacked_cross_fitted(head: Head, rows: Sequence[Mapping], y: np.ndarray,
     Fold k's head is selected and fitted on its training answers, their probe logits out of
     fold (``fold_logits[k]``, :func:`probe_cross_fitted`), and scores fold k with the logits of
     the probe fitted on all its training answers: no answer is scored by a head or a probe that
-    saw its label. The candidates: ``head``'s sets, each also with the probe, and the probe
-    alone.
+    saw its label. The candidates: ``head``'s sets (``evaluation.features.feature_sets``: with
+    the feature ``hidden``, each set of the others also with the probe's logit, and the logit
+    alone), as ``isouq calibrate --features ... hidden`` selects.
 
     Args:
-        head: the head whose features the stack reads beside the probe (:data:`STACKED`).
+        head: a head whose features include ``hidden`` (:data:`STACKED`).
         rows: n answer rows (``scores``, ``blocks``).
         y: (n,) labels, 0/1 or fractional (NaN: the row takes no part in a fit).
         folds: (n,) fold of each row, the folds the probe was cross-fitted on.
@@ -293,9 +262,7 @@ def stacked_cross_fitted(head: Head, rows: Sequence[Mapping], y: np.ndarray,
         (uncertainty (n,), NaN for a fold too small to fit; "fold k: kind on set" per fold).
     """
     sets, cols_needed = _sets(head, rows)
-    sets = {**sets, **{f"{name} & {PROBE_COLUMN}": (*cols, PROBE_COLUMN)
-                       for name, cols in sets.items()}, PROBE_COLUMN: (PROBE_COLUMN,)}
-    cols = values(rows, cols_needed)
+    cols = values(rows, [c for c in cols_needed if c != PROBE_COLUMN])
     logits = np.asarray(fold_logits, dtype=float)
     out = np.full(len(rows), np.nan)
     chosen = []
@@ -313,6 +280,6 @@ def stacked_cross_fitted(head: Head, rows: Sequence[Mapping], y: np.ndarray,
     return out, chosen
 
 
-__all__ = ["CONTROL", "HEADS", "LABEL_THRESHOLD", "PROBE", "PROBE_C", "PROBE_COLUMN", "STACKED",
-           "Head", "ProbeFit", "binary_labels", "cross_fitted", "labels_for",
-           "probe_cross_fitted", "stacked_cross_fitted", "transferred"]
+__all__ = ["CONTROL", "HEADS", "LABEL_THRESHOLD", "PROBE", "STACKED", "Head", "ProbeFit",
+           "binary_labels", "cross_fitted", "labels_for", "probe_cross_fitted",
+           "stacked_cross_fitted", "transferred"]
