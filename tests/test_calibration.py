@@ -567,3 +567,52 @@ def test_score_blocks_and_a_block_head_in_score_and_ask(model_dir, tmp_path, cap
                  str(model_dir), "--calibration", str(bad)]) == 2
     err = capsys.readouterr().err
     assert "this model's blocks" in err and "Traceback" not in err
+
+
+def test_score_hidden_and_a_probe_head_in_score_and_ask(model_dir, tmp_path, capsys):
+    """``isouq score --hidden`` writes each answer's mean hidden states; a calibration whose
+    probe reads them makes ``score`` and ``ask`` compute them (not shown by ask) and use them;
+    a probe on states this model does not have is refused in one line."""
+    qs = ["what is the capital of france", "who wrote hamlet"]
+    inp = tmp_path / "in.jsonl"
+    inp.write_text("".join(json.dumps({"id": f"q{i}", "question": q, "answer": "paris"}) + "\n"
+                           for i, q in enumerate(qs)))
+    plain = tmp_path / "plain.jsonl"
+    assert main(["score", str(inp), "--out", str(plain), "--model", str(model_dir),
+                 "--hidden"]) == 0
+    scored = [json.loads(line) for line in plain.read_text().splitlines()]
+    names = list(scored[0]["hidden"])
+    assert names[-1] == "hidden_states[-1]" and all(list(r["hidden"]) == names for r in scored)
+    width = len(scored[0]["hidden"][names[-1]])
+    rng = np.random.default_rng(0)
+    rows = synth_rows(120)
+    for r in rows:  # the label in one coordinate of the deepest state before the final norm
+        r["hidden"] = {n: list(rng.normal(size=width)) for n in names}
+        r["correct"] = bool(r["hidden"][names[-2]][0] > 0)
+    cal = Calibrator.fit(rows, features=["mean_prob", "hidden"])
+    assert cal.needs_hidden
+    cal.doc["model"] = {"name": str(model_dir), "sha256": {}}
+    path = cal.save(tmp_path / "cal.json")
+    out = tmp_path / "scores.jsonl"
+    capsys.readouterr()
+    assert main(["score", str(inp), "--out", str(out), "--model", str(model_dir),
+                 "--calibration", str(path)]) == 0
+    got = [json.loads(line) for line in out.read_text().splitlines()]
+    assert all(list(r["hidden"]) == names for r in got)
+    assert [r["p_correct"] for r in got] == pytest.approx(list(cal.predict(got)))
+    assert main(["ask", "--model", str(model_dir), "--max-new-tokens", "4", "--calibration",
+                 str(path), "--json", *qs]) == 0
+    asked = [json.loads(line) for line in capsys.readouterr().out.splitlines()
+             if line.startswith("{")]
+    assert len(asked) == 2 and all("hidden" not in r and 0 <= r["p_correct"] <= 1
+                                   for r in asked)
+    for r in rows:
+        r["hidden"] = {"hidden_states[40]": r["hidden"][names[-2]]}
+    other = Calibrator.fit(rows, features=["hidden"])
+    other.doc["model"] = {"name": str(model_dir), "sha256": {}}
+    bad = other.save(tmp_path / "other.json")
+    assert main(["score", str(inp), "--out", str(tmp_path / "o.jsonl"), "--model",
+                 str(model_dir), "--calibration", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "probe reads hidden_states[40]" in err and "Traceback" not in err
+    assert "--hidden" in err and not (tmp_path / "o.jsonl").exists()  # refused before scoring

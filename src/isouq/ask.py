@@ -66,7 +66,8 @@ def answer_and_score(model, tokenizer, questions: Sequence[str], *,
                      baselines: Sequence[str] = (), judge=None, k: int = 10,
                      k_p_true: int = 5, temperature: float = 1.0, seed: int = 0,
                      max_new_tokens: int = 50, batch_size: int = 16,
-                     spans: str | None = None, params=None, blocks: bool = False) -> list[dict]:
+                     spans: str | None = None, params=None, blocks: bool = False,
+                     hidden: bool = False) -> list[dict]:
     """Greedy answer and its uncertainty for each question.
 
     The gradient scores come from one backward pass per batch; each baseline of ``baselines``
@@ -87,6 +88,8 @@ def answer_and_score(model, tokenizer, questions: Sequence[str], *,
         params: the parameters the gradient scores cover (``isouq.params``; None: all).
         blocks: each row also gets its block profile (``blocks``: ‖∇θ_b p̄‖² per block of
             the model, from the same backward).
+        hidden: each row also gets its mean hidden states (``hidden``, ``isouq.hidden``: what
+            a calibration's hidden-state probe reads), from one more forward.
 
     Returns:
         N answer rows (``isouq.answer_row``): key (the question's place), question, answer,
@@ -117,7 +120,7 @@ def answer_and_score(model, tokenizer, questions: Sequence[str], *,
     batch = AnswerBatch(model, tokenizer, questions, prompts, [g.text for g in gens],
                         [g.token_ids for g in gens], sample=sample, entailment=judge,
                         k_p_true=k_p_true, seed=seed, batch_size=batch_size, params=params,
-                        blocks=blocks)
+                        blocks=blocks, hidden=hidden)
     got = run_methods(batch, ["gradient", *baselines])
     rows = []
     for i, (q, g, m) in enumerate(zip(questions, gens, got, strict=True)):
@@ -218,6 +221,10 @@ def ask(questions: Sequence[str], *, model: str, load: dict | None = None,
             from .params import select_params
 
             calibration.check_blocks(block_map(lm, tuple(select_params(lm, params))).names)
+        if calibration.needs_hidden:  # the states the probe reads: this model's?
+            from .hidden import model_states
+
+            calibration.check_hidden(model_states(lm))
     judge = None
     if "semantic_entropy" in baselines:
         from .study.qa.baselines.semantic_entropy import entailment_judge
@@ -227,11 +234,14 @@ def ask(questions: Sequence[str], *, model: str, load: dict | None = None,
                                  batch_size=options.get("batch_size", 16))
     rows = answer_and_score(lm, tok, questions, baselines=baselines, judge=judge,
                             params=params, blocks=calibration is not None
-                            and calibration.needs_blocks, **options)
+                            and calibration.needs_blocks, hidden=calibration is not None
+                            and calibration.needs_hidden, **options)
     if ref is not None:
         add_percentiles(rows, ref)
     if calibration is not None:
         calibration.annotate(rows)
+        for r in rows:  # what the probe read, not an answer's score: not shown
+            r.pop("hidden", None)
     return Asked(rows, ref, calibration)
 
 

@@ -724,6 +724,21 @@ class Calibrator:
         """Whether the answers must be scored with their hidden states (``hidden=True``)."""
         return self.probe is not None
 
+    def check_hidden(self, states: Mapping[str, int]) -> None:
+        """CalibrationError unless the model's hidden states ``states`` ({name: width},
+        ``isouq.hidden.model_states``) hold the one the probe reads, at its width (a probe
+        trained on one model's states and used on another's)."""
+        if self.probe is None:
+            return
+        width = states.get(self.probe.state)
+        if width != len(self.probe.coef):
+            have = ", ".join(f"{n} ({w})" for n, w in states.items())
+            raise CalibrationError(
+                f"the calibration's probe reads {self.probe.state} ({len(self.probe.coef)} "
+                f"wide) of {self.model!r}, but this model's states are {have}: calibrate this "
+                "model's rows scored with --hidden (`isouq calibrate ROWS --features ... "
+                "hidden`)")
+
     def check_blocks(self, names: Sequence[str] | None) -> None:
         """CalibrationError unless a model's blocks ``names`` are those the map reads (a head
         trained on one model's profile and used on another's)."""

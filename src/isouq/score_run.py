@@ -181,6 +181,8 @@ class ScoreRun:
             without this setting.
         blocks: each row also gets its block profile, ``blocks`` {module path: ‖∇θ_b p̄‖²}
             (``isouq.blocks``), from the same backward. Recorded in the settings.
+        hidden: each row also gets its mean hidden states, ``hidden`` {state name: d floats}
+            (``isouq.hidden``), from one more forward per batch. Recorded in the settings.
         batch_size, max_tokens_per_batch, bucket: how rows are grouped into batches
             (:func:`plan_batches`).
         memory_budget: bytes the process may use: batches are cut so that the predicted peak
@@ -209,6 +211,7 @@ class ScoreRun:
     params: Any = None
     spans: str | None = None
     blocks: bool = False
+    hidden: bool = False
     batch_size: int = 16
     max_tokens_per_batch: int | None = None
     bucket: bool = True
@@ -235,6 +238,8 @@ class ScoreRun:
             self.settings["spans"] = self.spans
         if self.blocks:  # likewise
             self.settings["blocks"] = True
+        if self.hidden:  # likewise
+            self.settings["hidden"] = True
         self.settings_sha = content_sha(self.settings)
         self.path = (shard_path(self.out, self.env.rank, self.env.world) if self.env.world > 1
                      else self.out)
@@ -388,6 +393,7 @@ class ScoreRun:
                                   [it.answer for it in items], batch_size=len(items),
                                   method=self.method, params=self.params,
                                   encoded=[it.encoded for it in items], blocks=self.blocks,
+                                  hidden=self.hidden,
                                   **({"spans": spans} if spans is not None else {}))
         except (IsouqError, RuntimeError, ValueError, IndexError) as e:
             if len(items) == 1 or not retry:
@@ -421,6 +427,7 @@ class ScoreRun:
                 "method": self.method,
                 **({"spans": res.row_spans(j)} if it.spans is not None else {}),
                 **({"blocks": res.row_blocks(j)} if self.blocks else {}),
+                **({"hidden": res.row_hidden(j)} if self.hidden else {}),
             })
             self.counts["written"] += 1
 
@@ -483,7 +490,7 @@ def score_file(input: str | Path, out: str | Path, *, model: str, load: dict | N
                limit: int | None = None, on_error: str = "skip",
                memory_budget: str | int | None = None, calibration=None,
                spans: str | None = None, shard: str | None = None,
-               blocks: bool = False) -> list[str]:
+               blocks: bool = False, hidden: bool = False) -> list[str]:
     """``isouq score``: check everything a user can get wrong, then load the model and score
     the file's rows into ``out`` (resumable; under torchrun each rank its share).
 
@@ -505,6 +512,8 @@ def score_file(input: str | Path, out: str | Path, *, model: str, load: dict | N
             (``distributed.shard_model``); each rank still scores its own rows, in lockstep.
         blocks: each row also gets its block profile (:class:`ScoreRun`); implied by a
             calibration that reads it.
+        hidden: each row also gets its mean hidden states (:class:`ScoreRun`); implied by a
+            calibration whose probe reads them.
 
     Returns:
         The lines that say what was done.
@@ -528,10 +537,15 @@ def score_file(input: str | Path, out: str | Path, *, model: str, load: dict | N
     if spans is not None and spans not in SPLITTERS:
         raise InputError(f"--spans {spans} is not one of {', '.join(SPLITTERS)}")
     blocks = blocks or (calibration is not None and calibration.needs_blocks)
+    hidden = hidden or (calibration is not None and calibration.needs_hidden)
+    if hidden and shard is not None:
+        raise InputError("--hidden (or a calibration whose probe reads the hidden states) runs "
+                         "one more forward outside the ranks' lockstep: score without --shard")
     check_settings(out, {**run_settings(model=model, method=method, params=params, dtype=dtype,
                                         options=options),
                          "params": params, **({"spans": spans} if spans is not None else {}),
-                         **({"blocks": True} if blocks else {})})
+                         **({"blocks": True} if blocks else {}),
+                         **({"hidden": True} if hidden else {})})
     if isinstance(memory_budget, str):
         from .memory_plan import parse_bytes
 
@@ -563,11 +577,16 @@ def score_file(input: str | Path, out: str | Path, *, model: str, load: dict | N
             calibration.check_model(model, files)
             if calibration.needs_blocks and params not in ("last-layer", "last_layer"):
                 calibration.check_blocks(names)
+            if calibration.needs_hidden:  # a probe on another model's states: one line now
+                from .hidden import model_states
+
+                calibration.check_hidden(model_states(lm))
         runner = ScoreRun(
             lm, tok, Path(out), settings=run_settings(model=model, method=method, params=params,
                                                       dtype=dtype, model_files=files,
                                                       options=options),
-            method=method, params=params, spans=spans, blocks=blocks, batch_size=batch_size,
+            method=method, params=params, spans=spans, blocks=blocks, hidden=hidden,
+            batch_size=batch_size,
             max_tokens_per_batch=max_tokens_per_batch, bucket=bucket,
             memory_budget=memory_budget, on_error=on_error, env=env,
             lockstep=shard is not None, prune=limit is None,

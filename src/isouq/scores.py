@@ -116,6 +116,8 @@ class SequenceScores:
     blocks: optional (N, B) breakdown of ‖g‖² by block of the model (``isouq.blocks``: the
     embeddings, each layer of its stack, the final norm, the head), columns in ``block_names``
     order (module paths); each row sums to ``epistemic``.
+    hidden: optional {state name: (N, d) array}, each answer's mean hidden state at the probe's
+    depths (``isouq.hidden``), when requested.
 
     ``KEYS`` are the scores of one answer (or one span of it) as an answer row holds them,
     listed here once: :meth:`row_scores`, span scores, the server's ``uncertainty``, the QA
@@ -138,6 +140,7 @@ class SequenceScores:
     blocks: torch.Tensor | None = None
     block_names: tuple[str, ...] | None = None
     seq_logprob: torch.Tensor | None = None
+    hidden: dict | None = None
 
     @property
     def normalized_epistemic(self) -> torch.Tensor:
@@ -153,6 +156,12 @@ class SequenceScores:
         """Answer ``i``'s scores as an answer row holds them (``isouq.answer_row``): the
         :attr:`KEYS`, as floats."""
         return {k: float(getattr(self, k)[i]) for k in self.KEYS}
+
+    def row_hidden(self, i: int) -> dict[str, list[float]] | None:
+        """Answer ``i``'s mean hidden states {state name: d floats} (None without them)."""
+        if self.hidden is None:
+            return None
+        return {name: [float(v) for v in X[i]] for name, X in self.hidden.items()}
 
     def row_blocks(self, i: int) -> dict[str, float] | None:
         """Answer ``i``'s block profile {block module path: ‖∇θ_b p̄‖²} (None without blocks)."""

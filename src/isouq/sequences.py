@@ -27,6 +27,7 @@ from .covariance import Covariance, Identity
 from .engines import engine_name
 from .errors import InputError
 from .ghost.weights import is_sharded, placement
+from .hidden import mean_hidden_states
 from .params import ParamSpec, param_info, select_params
 from .passes import Batch, collate, input_device, score_encoded, summarize, token_probs
 from .prepare import Limits, check_fit, context_window, encode_checked, resolve_one
@@ -58,6 +59,7 @@ def score_sequences(
     covariance="identity",
     per_param: bool = False,
     blocks: bool = False,
+    hidden: bool = False,
     padding_side: Literal["right", "left"] = "left",
     progress: bool = False,
     spans=None,
@@ -88,6 +90,10 @@ def score_sequences(
             ``model.embed_tokens``, ``model.layers.3``, ``lm_head``; ``isouq.blocks``), from
             the same backward; each row sums to ``epistemic`` (with spans: the whole answers'
             profile). The identity covariance only.
+        hidden: also return each answer's mean hidden state at the probe's depths
+            (``SequenceScores.hidden``, ``isouq.hidden.mean_hidden_states``: what
+            ``isouq calibrate --features ... hidden`` reads), from one more forward pass without
+            gradients per batch. Not with a sharded model.
         padding_side: ``"left"`` or ``"right"``; padding never changes a score.
         progress: show a progress bar.
         spans: also score parts of each answer (``isouq.spans``): ``"sentences"``, ``"lines"``,
@@ -140,6 +146,10 @@ def score_sequences(
     sel = select_params(model, params, run_forward=lambda: token_probs(model, first))
     check_engine(method, sel)
     sharded = is_sharded(model)
+    if sharded and hidden:
+        raise InputError("hidden=True runs one more forward per batch outside the scores' "
+                         "lockstep, which a model sharded with FSDP2 cannot: score the hidden "
+                         "states with the model unsharded")
     if sharded and (method != "ghost" or spans is not None):
         raise InputError(
             "a model sharded with FSDP2 runs collectives in every forward and backward, so every "
@@ -151,8 +161,12 @@ def score_sequences(
                    blocks=block_map(model, tuple(sel)) if blocks else None)
     if spans is not None:
         resolved = spans_of(tokenizer, answers, spans, enc)
-        return score_spans(model, enc, resolved, sel, info, strategy=span_strategy, **options)
-    return score_encoded(model, enc, sel, info, lockstep=sharded, **options)
+        res = score_spans(model, enc, resolved, sel, info, strategy=span_strategy, **options)
+    else:
+        res = score_encoded(model, enc, sel, info, lockstep=sharded, **options)
+    if hidden:
+        res.hidden = mean_hidden_states(model, enc, pad=pad, batch_size=batch_size)
+    return res
 
 
 def prepared_pairs(model: nn.Module, tokenizer, prompts: Sequence, answers: Sequence,

@@ -187,3 +187,31 @@ def test_block_profiles_and_a_learned_p_correct_in_the_manager(tiny_llama_dir, t
     got = est({"model": model, "input_texts": texts, "greedy_tokens": greedy})
     want = 1 - Calibrator.load(path).predict(pg.stats_rows(stats, len(texts)))
     np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_hidden_states_and_a_probe_p_correct_in_the_manager(tiny_llama_dir, tmp_path):
+    """The calculator with ``hidden`` writes each answer's mean hidden states; IsouqPCorrect of
+    a calibration whose probe reads them computes them itself (calculator: false) and gives
+    1 − P(correct) as the calibration gives it on the same rows."""
+    from isouq.calibration import Calibrator
+
+    model = whitebox(tiny_llama_dir, False)
+    texts = [f"question {q} answer" for q in QUESTIONS]
+    hf, tok, instruct = pg.unwrap(model)
+    greedy = [tok("the cat sat", add_special_tokens=False)["input_ids"]] * len(texts)
+    stats = pg.load_stat_calculator({"hidden": True})({"greedy_tokens": greedy}, texts, model)
+    states = stats["isouq_hidden"][0]
+    assert list(states)[-1] == "hidden_states[-1]" and len(stats["isouq_hidden"]) == len(texts)
+    rng = np.random.default_rng(0)
+    rows = []
+    for i in range(80):
+        h = {n: list(rng.normal(size=len(v))) for n, v in states.items()}
+        rows.append({"key": f"k{i}", "model": "m", "hidden": h,
+                     "correct": bool(h["hidden_states[-1]"][0] > 0),
+                     "scores": {"mean_prob": float(rng.uniform(0.1, 0.9))}})
+    path = Calibrator.fit(rows, features=["mean_prob", "hidden"]).save(tmp_path / "c.json")
+    est = pg.load_estimator({"score": "p_correct", "calibration": str(path)})
+    assert est.needs_hidden
+    got = est({"model": model, "input_texts": texts, "greedy_tokens": greedy})
+    want = 1 - Calibrator.load(path).predict(pg.stats_rows(stats, len(texts)))
+    np.testing.assert_allclose(got, want, rtol=1e-6)

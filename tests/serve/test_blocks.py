@@ -71,3 +71,32 @@ def test_a_request_asks_for_the_block_profile_with_blocks_true(lm, route, body):
     assert "blocks" not in plain
     assert u["headline_by"] == plain["headline_by"] == "mean_prob"
     assert bad.status_code == 422 and "blocks" in bad.text
+
+
+def probe_calibration(states: dict, seed=0) -> Calibrator:
+    """A calibration whose probe reads ``states`` ({name: (d,) one answer's state}), fitted on
+    rows whose states are those widths and whose label lives in the first coordinate."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i in range(80):
+        h = {n: list(rng.normal(size=len(v))) for n, v in states.items()}
+        rows.append({"key": f"k{i}", "model": "tiny", "hidden": h,
+                     "correct": bool(h[next(iter(h))][0] > 0),
+                     "scores": {"mean_prob": float(rng.uniform(0.1, 0.9))}})
+    return Calibrator.fit(rows, features=["mean_prob", "hidden"])
+
+
+def test_a_probe_head_gets_the_hidden_states_and_never_shows_them(lm):
+    plain = isouq.score_sequences(*lm, ["the cat sat on"], ["the mat"], hidden=True)
+    cal = probe_calibration(plain.row_hidden(0))
+    assert cal.needs_hidden
+    engine = Engine(*lm, ServeSettings(), calibration=cal)
+    engine.warm_up()
+    (job,) = engine.run([ScoreJob([Pair("the mat", prompt="the cat sat on")])])
+    u = job.result[0]["uncertainty"]
+    assert "hidden" not in u and u["headline_by"] == "p_correct"
+    want = cal.predict([{"scores": plain.row_scores(0), "hidden": plain.row_hidden(0)}])[0]
+    assert u["p_correct"] == pytest.approx(want, rel=1e-5)
+    other = probe_calibration({"hidden_states[9]": plain.row_hidden(0)["hidden_states[-1]"]})
+    with pytest.raises(CalibrationError, match="probe reads hidden_states\\[9\\].*--hidden"):
+        Engine(*lm, ServeSettings(), calibration=other).warm_up()

@@ -65,6 +65,11 @@ def add_to(sub: argparse._SubParsersAction) -> None:
                         "model (embeddings, each layer, final norm, head), from the same "
                         "backward (a `blocks` object per row; implied by a --calibration that "
                         "reads it)")
+    p.add_argument("--hidden", action="store_true",
+                   help="also write each answer's mean hidden state at a quarter, half and "
+                        "three quarters of the model's depth and its final-norm output, from one "
+                        "more forward (a `hidden` object per row, what `isouq calibrate "
+                        "--features ... hidden` reads; implied by a --calibration that reads it)")
     p.set_defaults(func=cmd_score)
 
     p = sub.add_parser("merge", help="merge the per-rank shards of a torchrun `score` run")
@@ -90,7 +95,7 @@ def cmd_score(args: argparse.Namespace) -> int:
                            bucket=not args.no_bucketing, limit=args.limit,
                            on_error=args.on_error, memory_budget=args.memory_budget,
                            calibration=calibration_of(args), spans=args.spans,
-                           shard=args.shard, blocks=args.blocks):
+                           shard=args.shard, blocks=args.blocks, hidden=args.hidden):
         print(line)
     if args.html is not None:
         from ..distributed import dist_env

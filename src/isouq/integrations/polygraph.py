@@ -127,15 +127,16 @@ def load_estimator(config=None):
 
 def load_stat_calculator(config=None, environment=None):
     """LM-Polygraph's hook for a stat calculator built by module path (``builder``):
-    ``cfg: {batch_size: int, blocks: bool}`` (answers per backward, default the whole batch;
-    also the block profiles, ``isouq_blocks``)."""
+    ``cfg: {batch_size: int, blocks: bool, hidden: bool}`` (answers per backward, default the
+    whole batch; also the block profiles, ``isouq_blocks``; also the answers' mean hidden
+    states, ``isouq_hidden``)."""
     classes = _classes()
     cfg = _plain(config)
     cfg.pop("obj", None)
-    unknown = set(cfg) - {"batch_size", "blocks"}
+    unknown = set(cfg) - {"batch_size", "blocks", "hidden"}
     if unknown:
         raise InputError(f"unknown option(s) {sorted(unknown)} for {CALCULATOR}; use "
-                         "batch_size, blocks")
+                         "batch_size, blocks, hidden")
     return getattr(classes, CALCULATOR)(**cfg)
 
 

@@ -13,6 +13,7 @@ from .polygraph_stats import (
     BLOCK_STATS,
     CALCULATOR,
     EXTRA,
+    HIDDEN_STATS,
     STATS,
     WHAT,
     polygraph_stats,
@@ -28,19 +29,21 @@ from lm_polygraph.stat_calculators.stat_calculator import StatCalculator  # noqa
 class IsouqScoresCalculator(StatCalculator):
     """isouq's scores of the greedy generations: every answer of the batch from one backward
     pass (``batch_size``: answers per backward; default the whole batch); with ``blocks``,
-    also each answer's block profile (``isouq_blocks``, ``isouq_block_names``)."""
+    also each answer's block profile (``isouq_blocks``, ``isouq_block_names``); with ``hidden``,
+    each answer's mean hidden states (``isouq_hidden``, one more forward)."""
 
     @staticmethod
     def meta_info():
-        return [*STATS, *BLOCK_STATS], ["greedy_tokens"]
+        return [*STATS, *BLOCK_STATS, *HIDDEN_STATS], ["greedy_tokens"]
 
-    def __init__(self, batch_size: int | None = None, blocks: bool = False):
+    def __init__(self, batch_size: int | None = None, blocks: bool = False,
+                 hidden: bool = False):
         super().__init__()
-        self.batch_size, self.blocks = batch_size, bool(blocks)
+        self.batch_size, self.blocks, self.hidden = batch_size, bool(blocks), bool(hidden)
 
     def __call__(self, dependencies, texts, model, max_new_tokens: int = 100, **kwargs):
         return polygraph_stats(model, texts, dependencies["greedy_tokens"], self.batch_size,
-                               blocks=self.blocks)
+                               blocks=self.blocks, hidden=self.hidden)
 
     def __repr__(self):
         return CALCULATOR
@@ -57,6 +60,8 @@ class IsouqEstimator(Estimator):
     score = ""
     #: whether it needs the block profiles in the batch's stats
     needs_blocks = False
+    #: whether it needs the answers' hidden states in the batch's stats
+    needs_hidden = False
 
     def __init__(self, calculator: bool = False, batch_size: int | None = None):
         if not self.score:
@@ -65,6 +70,7 @@ class IsouqEstimator(Estimator):
                             "IsouqNormalizedEpistemic, IsouqPCorrect")
         reads = [f"isouq_{self.score}"] if self.score != "p_correct" else ["isouq_epistemic"]
         reads += ["isouq_blocks"] if self.needs_blocks else []
+        reads += ["isouq_hidden"] if self.needs_hidden else []
         deps = reads if calculator else ["greedy_tokens"]
         super().__init__(deps, "sequence")
         self.calculator, self.batch_size = bool(calculator), batch_size
@@ -74,8 +80,9 @@ class IsouqEstimator(Estimator):
 
     def _stats(self, stats: Mapping) -> Mapping:
         """The batch's stats with isouq's in them (computed once per batch when missing)."""
-        missing = "isouq_epistemic" not in stats or (self.needs_blocks
-                                                     and "isouq_blocks" not in stats)
+        missing = ("isouq_epistemic" not in stats
+                   or (self.needs_blocks and "isouq_blocks" not in stats)
+                   or (self.needs_hidden and "isouq_hidden" not in stats))
         if missing:
             for k in ("model", "input_texts", "greedy_tokens"):
                 if k not in stats:
@@ -83,7 +90,7 @@ class IsouqEstimator(Estimator):
                                      "through LM-Polygraph's UEManager")
             stats.update(polygraph_stats(stats["model"], stats["input_texts"],
                                          stats["greedy_tokens"], self.batch_size,
-                                         blocks=self.needs_blocks))
+                                         blocks=self.needs_blocks, hidden=self.needs_hidden))
         return stats
 
     def __call__(self, stats: Mapping) -> np.ndarray:
@@ -117,7 +124,7 @@ class IsouqNormalizedEpistemic(IsouqEstimator):
 class IsouqPCorrect(IsouqEstimator):
     """1 − P(correct) of the greedy answer, P(correct) from a calibration of ``isouq calibrate``
     for this model (``calibration``: its file; a map on the block profile makes the stats carry
-    the profiles)."""
+    the profiles, one with a hidden-state probe the hidden states)."""
 
     score = "p_correct"
 
@@ -127,6 +134,7 @@ class IsouqPCorrect(IsouqEstimator):
 
         self.calibration = Calibrator.load(calibration)
         self.needs_blocks = self.calibration.needs_blocks
+        self.needs_hidden = self.calibration.needs_hidden
         super().__init__(calculator=calculator, batch_size=batch_size)
 
     def __str__(self):
@@ -137,6 +145,9 @@ class IsouqPCorrect(IsouqEstimator):
         if self.needs_blocks and "isouq_blocks" not in stats:
             raise InputError(f"{self} reads the block profile; register IsouqScoresCalculator "
                              "with cfg {blocks: true}, or use calculator: false")
+        if self.needs_hidden and "isouq_hidden" not in stats:
+            raise InputError(f"{self} reads the hidden states; register IsouqScoresCalculator "
+                             "with cfg {hidden: true}, or use calculator: false")
         n = len(stats["isouq_epistemic"])
         return 1.0 - self.calibration.predict(stats_rows(stats, n))
 

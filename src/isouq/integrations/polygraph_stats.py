@@ -28,6 +28,8 @@ CALCULATOR = "IsouqScoresCalculator"
 STATS = tuple(f"isouq_{k}" for k in (*SequenceScores.KEYS, "n_tokens", "seconds"))
 #: what it adds with ``blocks``: (N, B) profiles and their block names
 BLOCK_STATS = ("isouq_blocks", "isouq_block_names")
+#: each answer's mean hidden states {state name: d floats}, what a calibration's probe reads
+HIDDEN_STATS = ("isouq_hidden",)
 
 
 # --------------------------------------------------------------------------- isouq side
@@ -51,12 +53,13 @@ def lm_polygraph_prompts(input_texts: Sequence, instruct: bool) -> list:
 def score_generations(model: torch.nn.Module, tokenizer, input_texts: Sequence,
                       greedy_tokens: Sequence[Sequence[int]], *, instruct: bool = False,
                       prompt_ids: Sequence[Sequence[int]] | None = None,
-                      batch_size: int | None = None, blocks: bool = False
-                      ) -> dict[str, np.ndarray]:
+                      batch_size: int | None = None, blocks: bool = False,
+                      hidden: bool = False) -> dict[str, np.ndarray]:
     """isouq's scores of LM-Polygraph generations: (input text, greedy token ids) pairs in,
     the scores of ``SequenceScores.KEYS`` with ``"n_tokens"`` and ``"seconds"`` out, one value
     per answer (``seconds``: the batch's wall time shared equally); with ``blocks`` also
-    ``"blocks"`` (N, B) and ``"block_names"`` (B,).
+    ``"blocks"`` (N, B) and ``"block_names"`` (B,); with ``hidden`` also ``"hidden"`` (N,) of
+    {state name: d floats} (``score_sequences(hidden=True)``).
 
     ``model``/``tokenizer``: the Hugging Face causal LM and tokenizer. ``instruct``: the inputs
     were rendered with the chat template (LM-Polygraph's ``instruct``). ``prompt_ids``: the
@@ -82,13 +85,16 @@ def score_generations(model: torch.nn.Module, tokenizer, input_texts: Sequence,
                     "LM-Polygraph and isouq add alike")
     t0 = time.perf_counter()
     s = score_sequences(model, tokenizer, prompts, answers,
-                        batch_size=batch_size or max(len(answers), 1), blocks=blocks)
+                        batch_size=batch_size or max(len(answers), 1), blocks=blocks,
+                        hidden=hidden)
     sec = (time.perf_counter() - t0) / max(len(answers), 1)
     out = {k: getattr(s, k).double().numpy() for k in SequenceScores.KEYS}
     out |= {"n_tokens": s.n_tokens.numpy(), "seconds": np.full(len(answers), sec)}
     if blocks:
         out |= {"blocks": s.blocks.double().numpy(),
                 "block_names": np.array([list(s.block_names)] * len(answers), dtype=object)}
+    if hidden:
+        out["hidden"] = np.array([s.row_hidden(i) for i in range(len(answers))], dtype=object)
     return out
 
 
@@ -125,23 +131,26 @@ def lm_polygraph_prompt_ids(model, input_texts: Sequence) -> list[list[int]]:
 
 
 def polygraph_stats(model, input_texts: Sequence, greedy_tokens: Sequence,
-                    batch_size: int | None = None, blocks: bool = False
+                    batch_size: int | None = None, blocks: bool = False, hidden: bool = False
                     ) -> dict[str, np.ndarray]:
     """The calculator's stats (``isouq_*``) for one LM-Polygraph batch."""
     hf, tok, instruct = unwrap(model)
     scores = score_generations(hf, tok, input_texts, greedy_tokens, instruct=instruct,
                                prompt_ids=lm_polygraph_prompt_ids(model, input_texts),
-                               batch_size=batch_size, blocks=blocks)
+                               batch_size=batch_size, blocks=blocks, hidden=hidden)
     return {f"isouq_{k}": v for k, v in scores.items()}
 
 
 def stats_rows(stats: Mapping, n: int) -> list[dict]:
-    """The batch's isouq stats as answer rows (``scores``, and ``blocks`` when the stats hold
-    the profiles), as a calibration reads them."""
+    """The batch's isouq stats as answer rows (``scores``, and ``blocks`` or ``hidden`` when
+    the stats hold the profiles or the hidden states), as a calibration reads them."""
     rows = [{"scores": {k: float(stats[f"isouq_{k}"][i]) for k in SequenceScores.KEYS
                         if f"isouq_{k}" in stats}} for i in range(n)]
     if "isouq_blocks" in stats:
         for i, r in enumerate(rows):
             r["blocks"] = dict(zip(stats["isouq_block_names"][i],
                                    map(float, stats["isouq_blocks"][i]), strict=True))
+    if "isouq_hidden" in stats:
+        for i, r in enumerate(rows):
+            r["hidden"] = stats["isouq_hidden"][i]
     return rows

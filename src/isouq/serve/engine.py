@@ -169,10 +169,13 @@ class Engine:
         prompt = "Hello"
         needs = self.calibration is not None and self.calibration.needs_blocks
         res = score_sequences(self.model, self.tokenizer, [prompt], [" Hello"],
-                              batch_size=1, params=self.settings.params, blocks=needs)
+                              batch_size=1, params=self.settings.params, blocks=needs,
+                              hidden=self.needs_hidden)
         self.params_info = res.params
         if needs:  # a head on another model's blocks: refused at start, in one line
             self.calibration.check_blocks(res.block_names)
+        if self.needs_hidden:  # a probe on another model's states: likewise
+            self.calibration.check_hidden({n: len(v) for n, v in res.row_hidden(0).items()})
         if self.pass_tokens is None:
             self.pass_tokens = self.measure_pass_tokens()
 
@@ -304,7 +307,7 @@ class Engine:
                           for g in _distinct(choices)]
         shown = [jobs[it.source].blocks for it in items]
         blocks = any(shown) or (self.calibration is not None and self.calibration.needs_blocks)
-        scores = self._score_all(items, outcomes, blocks=blocks)
+        scores = self._score_all(items, outcomes, blocks=blocks)  # hidden: as the probe needs
         t3 = time.perf_counter()
         # 4. P(correct), then each job's answer
         calibrated = self._calibrate(scores, shown)
@@ -407,7 +410,7 @@ class Engine:
                                   [it.answer for it in part], batch_size=len(idx),
                                   params=self.settings.params,
                                   encoded=[it.encoded for it in part],
-                                  blocks=blocks,
+                                  blocks=blocks, hidden=self.needs_hidden,
                                   **({"spans": spans} if spans is not None else {}))
             self.params_info = res.params
             for r, (i, it) in enumerate(zip(idx, part, strict=True)):
@@ -416,7 +419,15 @@ class Engine:
                     out[i]["spans"] = res.row_spans(r)
                 if blocks:
                     out[i]["blocks"] = res.row_blocks(r)
+                if self.needs_hidden:
+                    out[i]["hidden"] = res.row_hidden(r)
         return out
+
+    @property
+    def needs_hidden(self) -> bool:
+        """Whether the calibration's probe reads the answers' hidden states (scored with one
+        more forward per pass, never shown)."""
+        return self.calibration is not None and self.calibration.needs_hidden
 
     def _calibrate(self, scores: list[dict | None],
                    shown: list[bool] | None = None) -> list[dict | None]:
@@ -426,8 +437,8 @@ class Engine:
         ok = [i for i, s in enumerate(scores) if s is not None]
         p = w = None
         if self.calibration is not None and ok:
-            p = self.calibration.predict([{"scores": scores[i], "blocks": scores[i].get("blocks")}
-                                          for i in ok])
+            p = self.calibration.predict([{"scores": scores[i], "blocks": scores[i].get("blocks"),
+                                           "hidden": scores[i].get("hidden")} for i in ok])
             w = self.calibration.withheld(p)
         out: list[dict | None] = [None] * len(scores)
         for r, i in enumerate(ok):

@@ -37,6 +37,8 @@ class AnswerBatch:
         params: the parameters the gradient method scores (``isouq.params``; None: all).
         blocks: the gradient method also gives each answer's block profile (``extra``
             ``blocks``: {module path: ‖∇θ_b p̄‖²}, ``isouq.blocks``).
+        hidden: the gradient method also gives each answer's mean hidden states (``extra``
+            ``hidden``: {state name: d floats}, ``isouq.hidden``).
     """
 
     model: object
@@ -52,6 +54,7 @@ class AnswerBatch:
     batch_size: int = 8
     params: object = None
     blocks: bool = False
+    hidden: bool = False
     _sampled: list[Sampled] | None = field(default=None, repr=False)
 
     def __len__(self) -> int:
@@ -113,11 +116,12 @@ def gradient(batch: AnswerBatch) -> list[MethodOutput]:
     t0 = time.perf_counter()
     res = score_sequences(batch.model, batch.tokenizer, [batch.prompts[i] for i in scored],
                           [batch.answer_ids[i] for i in scored], batch_size=batch.batch_size,
-                          params=batch.params, blocks=batch.blocks)
+                          params=batch.params, blocks=batch.blocks, hidden=batch.hidden)
     share = (time.perf_counter() - t0) / len(scored)
     for j, i in enumerate(scored):
         out[i] = MethodOutput(res.row_scores(j), share, {"gradient": 1},
-                              {"blocks": res.row_blocks(j)} if batch.blocks else {})
+                              {**({"blocks": res.row_blocks(j)} if batch.blocks else {}),
+                               **({"hidden": res.row_hidden(j)} if batch.hidden else {})})
     return out
 
 
