@@ -17,9 +17,11 @@ each head's uncertainty per metric, the maps chosen, the control (``learned_head
 MSP's own map cross-fitted, what cross-fitting costs), the cross-fitted values of LM-Polygraph's
 own train-split estimators (MD, RMD, RDE, PPL-MD) copied from the ``.density.json``, and per
 metric the supervised anchor (``learned_heads.PROBE``, a probe on the answer's hidden state)
-copied from the ``.probe.json`` and the stacked head (``learned_heads.STACKED``: isouq's scores,
-MSP's quantity and the probe's logit) fitted on the probe's per-fold logits there. An answer
-without features (its tokens could not be rebuilt) gets null. Runs in the main venv.
+copied from the ``.probe.json``; and beside the heads, the stacked head
+(``learned_heads.STACKED``: isouq's scores, MSP's quantity and the probe's logit, what
+``isouq calibrate --features ... hidden`` fits), cross-fitted on the probe's per-fold logits
+there (not transferred: that would need the other dataset's probe). An answer without features
+(its tokens could not be rebuilt) gets null. Runs in the main venv.
 """
 
 from __future__ import annotations
@@ -131,7 +133,7 @@ def heads_doc(model: str, datasets: list[str], dataset: str, seed: int, k: int) 
             got["anchors"][PROBE] = probe["metrics"][metric]["uncertainty"]
             got["chosen"][PROBE] = probe["metrics"][metric]["chosen"]
             u, got["chosen"][STACKED.name] = stacked(rows, y, folds, probe, metric, seed)
-            got["anchors"][STACKED.name] = _list(u)
+            got["cross_fitted"][STACKED.name] = _list(u)
         u = np.full(len(rows), np.nan)
         u[have], _ = cross_fitted(CONTROL, sub, y[have], folds[have], seed=seed)
         got["control"][CONTROL.name] = _list(u)

@@ -71,8 +71,8 @@ def test_the_heads_file_holds_each_head_and_the_probe_per_metric(heads, tmp_path
     for metric in ("Accuracy", "Rouge_rougeL"):
         m = doc["metrics"][metric]
         assert m["anchors"][PROBE] == probe["metrics"][metric]["uncertainty"]
-        stack = np.array(m["anchors"][STACKED.name][1:])
-        assert m["anchors"][STACKED.name][0] is None and np.isfinite(stack).all()
+        stack = np.array(m["cross_fitted"][STACKED.name][1:])  # isouq's: calibrate fits it
+        assert m["cross_fitted"][STACKED.name][0] is None and np.isfinite(stack).all()
         assert len(m["chosen"][STACKED.name]) == 5 and any(
             HIDDEN in c for c in m["chosen"][STACKED.name])
         assert np.corrcoef(stack, -np.array(acc[1:]))[0, 1] > 0.5

@@ -20,8 +20,8 @@ scores the answers of another dataset of the same model. :data:`CONTROL`, cross-
 the heads, shows what cross-fitting itself costs: each fold's values come from another map, and
 pooled they no longer rank quite as one map would. The supervised anchor,
 :func:`probe_cross_fitted` (:data:`PROBE`), learns P(correct) from the answer's hidden state
-instead, on the same folds; :func:`stacked_cross_fitted` (:data:`STACKED`) puts the probe's
-logit under isouq's head as one more feature, to measure what the hidden state adds to it.
+instead, on the same folds; :func:`stacked_cross_fitted` (:data:`STACKED`, isouq's head with
+``hidden`` among its features) puts the probe's logit under isouq's head as one more feature.
 Rows (``evaluation.features``) are answer rows: ``scores`` and ``blocks``.
 """
 
@@ -89,10 +89,10 @@ CONTROL = Head("MSP's own map (control)", ("nll",), ("platt",),
 #: (:func:`probe_cross_fitted`)
 PROBE = "Hidden-state probe (anchor)"
 
-#: not a head ``isouq calibrate`` fits yet (it reads the hidden state, which isouq's rows do not
-#: carry) but what stacking the probe under isouq's head gives: the features of
-#: ``isouq scores + MSP`` and the probe's logit, cross-fitted (:func:`stacked_cross_fitted`);
-#: judged beside the anchor, counted as neither side's
+#: the probe stacked under isouq's head, what ``isouq calibrate --features mean_prob nll
+#: epistemic epistemic_log aleatoric hidden`` fits: the features of ``isouq scores + MSP`` and
+#: the probe's logit, cross-fitted on the probe's per-fold logits (:func:`stacked_cross_fitted`);
+#: one more forward per answer beside the backward (the hidden states)
 STACKED = Head("isouq scores + MSP + hidden-state probe (stacked)",
                (*HEADS["isouq scores + MSP"].features, HIDDEN), MAP_KINDS,
                "p̄, −log p(answer), isouq's scores and the hidden-state probe's logit (out of "

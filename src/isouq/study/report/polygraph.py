@@ -13,9 +13,8 @@ estimators) and LM-Polygraph's own train-split estimators cross-fitted on the sa
 (MahalanobisDistanceSeq, RelativeMahalanobisDistanceSeq, RDESeq, PPLMDSeq: counted as
 LM-Polygraph's), the heads transferred from the model's other dataset, and a control (MSP's own
 map cross-fitted as the heads are: what cross-fitting itself costs) and a supervised anchor (a
-probe on the answer's hidden state, ``learned_heads.PROBE``, and the probe's logit stacked under
-isouq's head, ``learned_heads.STACKED``: ranked beside the estimators, marked †, counted as
-neither side's); the table "learned P(correct) against MSP" compares each head, the
+probe on the answer's hidden state, ``learned_heads.PROBE``: ranked beside the estimators,
+marked †, counted as neither side's); the table "learned P(correct) against MSP" compares each head, the
 control and the anchor with MaximumSequenceProbability on the same answers.
 
 The section recomputes PRR with LM-Polygraph's formula
@@ -85,8 +84,9 @@ def _matrix(doc: Mapping, estimators: Sequence[str]) -> np.ndarray:
 
 
 MSP = "MaximumSequenceProbability"
-#: the learned head the supervised anchors are also held against, on the same answers: isouq's
-#: head that reads the most (its scores, MSP's quantity and the block profile)
+#: the learned head the other cross-fitted heads and the supervised anchor are also held
+#: against, on the same answers: isouq's head on its one backward (its scores, MSP's quantity
+#: and the block profile)
 REFERENCE_HEAD = "isouq block head"
 #: the marks of isouq's estimators and of one that is neither isouq's nor LM-Polygraph's (a
 #: supervised anchor) in the tables
@@ -386,7 +386,8 @@ def head_rows(doc: Mapping, heads: Mapping, metric: str, *, n_bootstrap: int = 3
             row["verdict"] = "not rankable" if st["degenerate"] else "no head could be fitted"
         else:
             row["verdict"] = _sign(lo, hi, "MSP")
-        if name in m.get("anchors", {}) and ref is not None and not empty:
+        judged_too = name in m.get("anchors", {}) or name in m.get("cross_fitted", {})
+        if judged_too and name != REFERENCE_HEAD and ref is not None and not empty:
             r = values(ref)
             both_have = missing | np.isnan(r)
             (p_a, _), b_a = judged(u, both_have)
@@ -495,9 +496,8 @@ def polygraph_section(found: Sequence[tuple[Path, Mapping]], taken: set[str], *,
         "its formula to bootstrap it; 'PRR (LM-Polygraph)', normalized PRR, PRR@50% and ECE are "
         "LM-Polygraph's own numbers. ★ marks isouq's estimators, † a supervised anchor that is "
         "neither side's (a logistic probe on the answer's mean hidden state at a layer chosen "
-        "per fold, cross-fitted on the heads' folds; and that probe's logit stacked under "
-        "isouq's scores + MSP head, which isouq calibrate does not fit yet). The rank of "
-        "isouq's best counts it among LM-Polygraph's estimators only.",
+        "per fold, cross-fitted on the heads' folds). The rank of isouq's best counts it among "
+        "LM-Polygraph's estimators only.",
         "Cost: seconds per answer of the calculators each estimator needs beyond LM-Polygraph's "
         "shared greedy generation, plus its own, from the same run (log_time): total over "
         "answers, every process's first-batch warm-up included, and in brackets the median "
