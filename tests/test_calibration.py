@@ -526,45 +526,61 @@ def test_cli_calibrate_features_the_rows_lack_is_one_line(tmp_path, capsys):
     assert not (tmp_path / "c" / "calibration.json").exists()
 
 
+QUESTIONS = ["what is the capital of france", "who wrote hamlet"]
+
+
+def _questions(tmp_path):
+    inp = tmp_path / "in.jsonl"
+    inp.write_text("".join(json.dumps({"id": f"q{i}", "question": q, "answer": "paris"}) + "\n"
+                           for i, q in enumerate(QUESTIONS)))
+    return inp
+
+
+def _score(inp, out, model_dir, *flags) -> tuple[int, list[dict]]:
+    """``isouq score`` of the questions file: (exit code, the rows written)."""
+    code = main(["score", str(inp), "--out", str(out), "--model", str(model_dir), *flags])
+    rows = ([json.loads(line) for line in out.read_text().splitlines()] if out.exists()
+            else [])
+    return code, rows
+
+
+def _for(cal, model_dir, path):
+    """The calibration saved as one of ``model_dir``'s."""
+    cal.doc["model"] = {"name": str(model_dir), "sha256": {}}
+    return cal.save(path)
+
+
+def _ask(model_dir, path, capsys) -> list[dict]:
+    capsys.readouterr()
+    assert main(["ask", "--model", str(model_dir), "--max-new-tokens", "4", "--calibration",
+                 str(path), "--json", *QUESTIONS]) == 0
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines()
+            if line.startswith("{")]
+
+
 def test_score_blocks_and_a_block_head_in_score_and_ask(model_dir, tmp_path, capsys):
     """``isouq score --blocks`` writes each answer's profile (summing to its epistemic); a
     calibration that reads the profile makes ``score`` and ``ask`` score it and use it; a head
     trained on other blocks is refused in one line."""
-    qs = ["what is the capital of france", "who wrote hamlet"]
-    inp = tmp_path / "in.jsonl"
-    inp.write_text("".join(json.dumps({"id": f"q{i}", "question": q, "answer": "paris"}) + "\n"
-                           for i, q in enumerate(qs)))
-    plain = tmp_path / "plain.jsonl"
-    assert main(["score", str(inp), "--out", str(plain), "--model", str(model_dir),
-                 "--blocks"]) == 0
-    scored = [json.loads(line) for line in plain.read_text().splitlines()]
+    inp = _questions(tmp_path)
+    code, scored = _score(inp, tmp_path / "plain.jsonl", model_dir, "--blocks")
+    assert code == 0
     for r in scored:
         assert sum(r["blocks"].values()) == pytest.approx(r["scores"]["epistemic"], rel=1e-5)
     names = tuple(scored[0]["blocks"])
     assert names[0] == "model.embed_tokens" and "model.layers.0" in names
-    rows = block_rows(blocks=names)
-    cal = Calibrator.fit(rows, features=["mean_prob", "blocks"])
-    cal.doc["model"] = {"name": str(model_dir), "sha256": {}}
-    path = cal.save(tmp_path / "cal.json")
-    out = tmp_path / "scores.jsonl"
-    capsys.readouterr()
-    assert main(["score", str(inp), "--out", str(out), "--model", str(model_dir),
-                 "--calibration", str(path)]) == 0
-    got = [json.loads(line) for line in out.read_text().splitlines()]
-    assert all(tuple(r["blocks"]) == names for r in got)
+    cal = Calibrator.fit(block_rows(blocks=names), features=["mean_prob", "blocks"])
+    path = _for(cal, model_dir, tmp_path / "cal.json")
+    code, got = _score(inp, tmp_path / "scores.jsonl", model_dir, "--calibration", str(path))
+    assert code == 0 and all(tuple(r["blocks"]) == names for r in got)
     assert [r["p_correct"] for r in got] == pytest.approx(list(cal.predict(got)))
-    assert main(["ask", "--model", str(model_dir), "--max-new-tokens", "4", "--calibration",
-                 str(path), "--json", *qs]) == 0
-    asked = [json.loads(line) for line in capsys.readouterr().out.splitlines()
-             if line.startswith("{")]
+    asked = _ask(model_dir, path, capsys)
     assert [r["p_correct"] for r in asked] == pytest.approx(list(cal.predict(asked)),
                                                             nan_ok=True)
     other = Calibrator.fit(block_rows(blocks=("transformer.wte", "transformer.h.0")),
                            features=["blocks"])
-    other.doc["model"] = {"name": str(model_dir), "sha256": {}}
-    bad = other.save(tmp_path / "other.json")
-    assert main(["score", str(inp), "--out", str(tmp_path / "o.jsonl"), "--model",
-                 str(model_dir), "--calibration", str(bad)]) == 2
+    bad = _for(other, model_dir, tmp_path / "other.json")
+    assert _score(inp, tmp_path / "o.jsonl", model_dir, "--calibration", str(bad))[0] == 2
     err = capsys.readouterr().err
     assert "this model's blocks" in err and "Traceback" not in err
 
@@ -572,15 +588,10 @@ def test_score_blocks_and_a_block_head_in_score_and_ask(model_dir, tmp_path, cap
 def test_score_hidden_and_a_probe_head_in_score_and_ask(model_dir, tmp_path, capsys):
     """``isouq score --hidden`` writes each answer's mean hidden states; a calibration whose
     probe reads them makes ``score`` and ``ask`` compute them (not shown by ask) and use them;
-    a probe on states this model does not have is refused in one line."""
-    qs = ["what is the capital of france", "who wrote hamlet"]
-    inp = tmp_path / "in.jsonl"
-    inp.write_text("".join(json.dumps({"id": f"q{i}", "question": q, "answer": "paris"}) + "\n"
-                           for i, q in enumerate(qs)))
-    plain = tmp_path / "plain.jsonl"
-    assert main(["score", str(inp), "--out", str(plain), "--model", str(model_dir),
-                 "--hidden"]) == 0
-    scored = [json.loads(line) for line in plain.read_text().splitlines()]
+    a probe on states this model does not have is refused in one line before any scoring."""
+    inp = _questions(tmp_path)
+    code, scored = _score(inp, tmp_path / "plain.jsonl", model_dir, "--hidden")
+    assert code == 0
     names = list(scored[0]["hidden"])
     assert names[-1] == "hidden_states[-1]" and all(list(r["hidden"]) == names for r in scored)
     width = len(scored[0]["hidden"][names[-1]])
@@ -591,28 +602,17 @@ def test_score_hidden_and_a_probe_head_in_score_and_ask(model_dir, tmp_path, cap
         r["correct"] = bool(r["hidden"][names[-2]][0] > 0)
     cal = Calibrator.fit(rows, features=["mean_prob", "hidden"])
     assert cal.needs_hidden
-    cal.doc["model"] = {"name": str(model_dir), "sha256": {}}
-    path = cal.save(tmp_path / "cal.json")
-    out = tmp_path / "scores.jsonl"
-    capsys.readouterr()
-    assert main(["score", str(inp), "--out", str(out), "--model", str(model_dir),
-                 "--calibration", str(path)]) == 0
-    got = [json.loads(line) for line in out.read_text().splitlines()]
-    assert all(list(r["hidden"]) == names for r in got)
+    path = _for(cal, model_dir, tmp_path / "cal.json")
+    code, got = _score(inp, tmp_path / "scores.jsonl", model_dir, "--calibration", str(path))
+    assert code == 0 and all(list(r["hidden"]) == names for r in got)
     assert [r["p_correct"] for r in got] == pytest.approx(list(cal.predict(got)))
-    assert main(["ask", "--model", str(model_dir), "--max-new-tokens", "4", "--calibration",
-                 str(path), "--json", *qs]) == 0
-    asked = [json.loads(line) for line in capsys.readouterr().out.splitlines()
-             if line.startswith("{")]
+    asked = _ask(model_dir, path, capsys)
     assert len(asked) == 2 and all("hidden" not in r and 0 <= r["p_correct"] <= 1
                                    for r in asked)
     for r in rows:
         r["hidden"] = {"hidden_states[40]": r["hidden"][names[-2]]}
-    other = Calibrator.fit(rows, features=["hidden"])
-    other.doc["model"] = {"name": str(model_dir), "sha256": {}}
-    bad = other.save(tmp_path / "other.json")
-    assert main(["score", str(inp), "--out", str(tmp_path / "o.jsonl"), "--model",
-                 str(model_dir), "--calibration", str(bad)]) == 2
+    bad = _for(Calibrator.fit(rows, features=["hidden"]), model_dir, tmp_path / "other.json")
+    assert _score(inp, tmp_path / "o.jsonl", model_dir, "--calibration", str(bad))[0] == 2
     err = capsys.readouterr().err
     assert "probe reads hidden_states[40]" in err and "Traceback" not in err
     assert "--hidden" in err and not (tmp_path / "o.jsonl").exists()  # refused before scoring

@@ -2113,8 +2113,9 @@ def _v_polygraph_head_vs_msp(root: Path) -> str:
                 f"in {pa}, within noise in {pw} and below in {pb}")
     sn, sa, sw, sb = counts(STACKED.name)
     if sn:
-        out += (f"; the probe's logit stacked under isouq's scores and MSP, ahead in {sa}, "
-                f"within noise in {sw} and below in {sb}")
+        out += (f"; and isouq's head with that probe stacked under its scores and MSP "
+                f"(`isouq calibrate --features ... hidden`) is ahead in {sa}, within noise in "
+                f"{sw} and below in {sb}")
     return out
 
 

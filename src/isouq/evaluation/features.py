@@ -73,21 +73,27 @@ def is_log(column: str) -> bool:
     return column.startswith(BLOCK) or (column in FEATURES and FEATURES[column].log)
 
 
+def _names(rows: Sequence[Mapping], field: str, what: str, flag: str) -> tuple[str, ...]:
+    """The keys of each row's ``field`` mapping, the same in every row; InputError when a row
+    has none (naming the ``isouq score`` flag that writes them) or other keys than the first."""
+    names = None
+    for r in rows:
+        got = r.get(field)
+        if not isinstance(got, Mapping) or not got:
+            raise InputError(f"row {r.get('key')!r} has no {what}; score the answers with "
+                             f"them (isouq score {flag}) to use the feature {field!r}")
+        if names is None:
+            names = tuple(got)
+        elif tuple(got) != names:
+            raise InputError(f"row {r.get('key')!r} has other {what} than the first row; a "
+                             "head reads those of one model: score every row with it")
+    return names or ()
+
+
 def block_names(rows: Sequence[Mapping]) -> tuple[str, ...]:
     """The block names of the rows' profiles (``blocks`` of ``isouq score --blocks``), the same
     in every row; InputError when a row has none or other blocks."""
-    names = None
-    for r in rows:
-        b = r.get("blocks")
-        if not isinstance(b, Mapping) or not b:
-            raise InputError(f"row {r.get('key')!r} has no block profile; score the answers "
-                             "with blocks (isouq score --blocks) to use the feature 'blocks'")
-        if names is None:
-            names = tuple(b)
-        elif tuple(b) != names:
-            raise InputError(f"row {r.get('key')!r} has other blocks than the first row; "
-                             "a head reads the profile of one model: score every row with it")
-    return names or ()
+    return _names(rows, "blocks", "block profile", "--blocks")
 
 
 def columns_of(features: Sequence[str], rows: Sequence[Mapping]) -> tuple[str, ...]:
@@ -188,19 +194,9 @@ def hidden_states(rows: Sequence[Mapping]) -> dict[str, np.ndarray]:
     """The rows' hidden states (``hidden`` of ``isouq score --hidden``): state name (e.g.
     ``hidden_states[12]``) -> (n, d) array; InputError when a row has none or other states
     than the first row."""
-    names = None
-    for r in rows:
-        h = r.get(HIDDEN)
-        if not isinstance(h, Mapping) or not h:
-            raise InputError(f"row {r.get('key')!r} has no hidden states; score the answers "
-                             "with them (isouq score --hidden) to use the feature 'hidden'")
-        if names is None:
-            names = tuple(h)
-        elif tuple(h) != names:
-            raise InputError(f"row {r.get('key')!r} has other hidden states than the first row; "
-                             "a probe reads the states of one model: score every row with it")
+    names = _names(rows, HIDDEN, "hidden states", "--hidden")
     try:
-        return {n: np.asarray([r[HIDDEN][n] for r in rows], dtype=float) for n in names or ()}
+        return {n: np.asarray([r[HIDDEN][n] for r in rows], dtype=float) for n in names}
     except ValueError as e:
         raise InputError(f"the rows' hidden states differ in width ({e}); score every row with "
                          "one model") from e
