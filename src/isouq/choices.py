@@ -32,7 +32,7 @@ DEFAULT_JUDGE_MODEL = "qwen2.5-coder-1.5b"
 #: what a learned P(correct) may read (``evaluation.features.FEATURES``: ``isouq calibrate
 #: --features``): the answer's scores and its block profile
 FEATURE_NAMES: tuple[str, ...] = ("mean_prob", "seq_logprob", "nll", "aleatoric", "epistemic",
-                                  "epistemic_log", "normalized_epistemic", "blocks")
+                                  "epistemic_log", "normalized_epistemic", "blocks", "hidden")
 
 #: parameter priors of the toy networks' reference posteriors (``models.toy.PRIORS``):
 #: N(0, I/λ), or weights' variance 1/(λ·fan_in) and biases' 1/λ

@@ -26,6 +26,7 @@ class ScriptedCalibration:
 
     threshold = 0.5
     needs_blocks = False
+    needs_hidden = False
 
     def __init__(self):
         self.calls = 0

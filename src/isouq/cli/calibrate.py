@@ -33,11 +33,13 @@ def add_to(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--features", nargs="+", default=None, metavar="NAME",
                    choices=list(FEATURE_NAMES),
                    help="what P(correct) may read: " + ", ".join(FEATURE_NAMES) + " (blocks: "
-                        "the block profile of `isouq score --blocks`; the squared norms on a "
-                        "log scale); candidates: each alone, all together, and the scores "
-                        "without blocks, each as a logistic regression, its isotonic "
-                        "recalibration or a small neural network, chosen by cross-validated "
-                        "log-loss (default: the scores' standard sets)")
+                        "the block profile of `isouq score --blocks`; hidden: a probe on the "
+                        "hidden states of `isouq score --hidden`, its logit stacked under the "
+                        "others; the squared norms on a log scale); candidates: each alone, all "
+                        "together, and the scores without blocks (with hidden: each also with "
+                        "the probe, and the probe alone), each as a logistic regression, its "
+                        "isotonic recalibration or a small neural network, chosen by "
+                        "cross-validated log-loss (default: the scores' standard sets)")
     p.set_defaults(func=cmd_calibrate)
 
 
