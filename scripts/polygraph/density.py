@@ -293,7 +293,7 @@ def sequence_embeddings(model, prompt_ids: Sequence[Sequence[int]],
     over those positions (LM-Polygraph's ``get_embeddings_from_output``, ``level="sequence"``:
     the prompt pass's states and each generation step's state, concatenated and averaged; the
     last generated token is never fed). An empty answer gives the prompt's mean (LM-Polygraph's
-    one-step case). bfloat16 states become float16, as in LM-Polygraph.
+    one-step case).
 
     Args:
         model: a Hugging Face causal LM (eval mode; load it as the benchmark did, e.g. float32
@@ -304,64 +304,37 @@ def sequence_embeddings(model, prompt_ids: Sequence[Sequence[int]],
         batch_size: pairs per forward (right padding, masked; a batch of one is the exact case).
 
     Returns:
-        (n, d) numpy array in the model's dtype (float32 for a float32 model).
+        (n, d) float32 numpy array.
     """
     return layer_embeddings(model, prompt_ids, answer_ids, [hidden_layer],
                             batch_size=batch_size)[:, 0]
 
 
-def probe_layers(n_layers: int) -> list[int]:
-    """The ``hidden_states`` indices a hidden-state probe chooses among: a quarter, half and three
-    quarters of the way up the ``n_layers`` decoder layers, and the final-norm output (-1, the
-    one LM-Polygraph's embedding reads). SAPLMA found a middle layer's state the most telling."""
-    return [*dict.fromkeys(max(1, round(n_layers * f)) for f in (0.25, 0.5, 0.75)), -1]
-
-
 def layer_embeddings(model, prompt_ids: Sequence[Sequence[int]],
                      answer_ids: Sequence[Sequence[int]], layers: Sequence[int], *,
                      batch_size: int = 1):
-    """:func:`sequence_embeddings` at several layers from one forward per batch.
+    """:func:`sequence_embeddings` at several layers from one forward per batch: isouq's own
+    ``isouq.hidden.mean_hidden_states`` (what ``isouq score --hidden`` writes and a
+    calibration's probe reads), on the pairs' token ids.
 
     Args:
         model, prompt_ids, answer_ids, batch_size: as :func:`sequence_embeddings`.
         layers: indices into ``hidden_states`` (0: the token embeddings; -1: the final-norm
-            output).
+            output); the probe's are ``isouq.hidden.probe_layers``.
 
     Returns:
-        (n, len(layers), d) numpy array in the model's dtype (bfloat16 as float16).
+        (n, len(layers), d) float32 numpy array.
     """
-    import torch
+    from isouq.hidden import mean_hidden_states, state_name
+    from isouq.tokens import Encoded
 
     if len(prompt_ids) != len(answer_ids):
         raise InputError(f"{len(prompt_ids)} prompts but {len(answer_ids)} answers; give one "
                          "answer per prompt")
-    if batch_size < 1:
-        raise InputError(f"batch_size={batch_size}; use 1 or more")
-    seqs = [list(map(int, p)) + list(map(int, a))[:-1]
-            for p, a in zip(prompt_ids, answer_ids, strict=True)]
-    if any(len(s) == 0 for s in seqs):
-        raise InputError("a pair with an empty prompt: LM-Polygraph always feeds prompt tokens; "
-                         "pass prompt_token_ids(...) of the prompt")
-    device = next(model.parameters()).device
-    out = []
-    with torch.no_grad():
-        for start in range(0, len(seqs), batch_size):
-            chunk = seqs[start:start + batch_size]
-            width = max(len(s) for s in chunk)
-            ids = torch.zeros((len(chunk), width), dtype=torch.long)
-            mask = torch.zeros((len(chunk), width), dtype=torch.long)
-            for i, s in enumerate(chunk):
-                ids[i, :len(s)] = torch.tensor(s)
-                mask[i, :len(s)] = 1
-            res = model(input_ids=ids.to(device), attention_mask=mask.to(device),
-                        output_hidden_states=True, use_cache=False)
-            for i, s in enumerate(chunk):
-                e = torch.stack([res.hidden_states[k][i, :len(s)].mean(axis=0)
-                                 for k in layers]).cpu().detach()
-                if e.dtype == torch.bfloat16:
-                    e = e.to(torch.float16)  # as LM-Polygraph: numpy has no bfloat16
-                out.append(e.numpy())
-    return np.stack(out)
+    enc = [Encoded(prompt=[int(t) for t in p], answer=[int(t) for t in a])
+           for p, a in zip(prompt_ids, answer_ids, strict=True)]
+    got = mean_hidden_states(model, enc, pad=0, batch_size=batch_size, layers=layers)
+    return np.stack([got[state_name(k)] for k in layers], axis=1)
 
 
 def background_texts(n: int = BACKGROUND_SIZE, seed: int = 0, min_chars: int = 200) -> list[str]:

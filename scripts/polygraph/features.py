@@ -14,7 +14,7 @@ its questions (the answer LM-Polygraph generated, scored as the plugin scores it
    ``matches_kept`` whether the recomputed epistemic equals the kept ``IsouqEpistemic`` (so the
    tokens are those LM-Polygraph generated);
 2. LM-Polygraph's ``embeddings_decoder`` of the pair, and from the same forward the pair's mean
-   hidden states at ``density.probe_layers`` (``density.layer_embeddings``, whose last layer is
+   hidden states at ``isouq.hidden.probe_layers`` (``density.layer_embeddings``, whose last layer is
    the embedding), kept in the git-ignored cache ``.cache/polygraph_features/``
    (``<dataset>__<model>.embeddings.jsonl``, ``.layers.jsonl``).
 
@@ -26,7 +26,7 @@ train-split estimators cross-fitted on them (``density.cross_fitted``: MD, RMD a
 perplexities) in ``<dataset>__<model>.density.json``. And, on the rows written so far (the
 partial runs too), the supervised anchor the learned heads are measured against
 (``learned_heads.probe_cross_fitted``: a logistic probe on the answer's mean hidden state at
-the layer its inner folds pick of ``density.probe_layers``, per quality metric, on the folds
+the layer its inner folds pick of ``isouq.hidden.probe_layers``, per quality metric, on the folds
 the heads use) in ``<dataset>__<model>.probe.json``, with each fold's probe logits for the
 stacked head (``ProbeFit.fold_logits``), made again when the kept answers change.
 Rows already written are skipped. Runs in .venv-polygraph (needs LM-Polygraph); the models are
@@ -79,8 +79,9 @@ def answer_ids(q: dict, tok) -> tuple[list[int] | None, str]:
 def score_rows(kept: dict, model, tok, instruct: bool, out: Path, emb_out: Path,
                layers_out: Path, batch: int) -> None:
     """Step 1 and 2 for the questions not yet written, and from the same forward the answer's
-    mean hidden states at ``density.probe_layers`` for the probe (``layers_out``); a row is
+    mean hidden states at ``isouq.hidden.probe_layers`` for the probe (``layers_out``); a row is
     written after its cached states, so a written row has them."""
+    from isouq.hidden import probe_layers
     from isouq.integrations.polygraph import score_generations
     from isouq.runio import JsonlWriter, read_jsonl
 
@@ -89,7 +90,7 @@ def score_rows(kept: dict, model, tok, instruct: bool, out: Path, emb_out: Path,
     todo = [q for q in kept["questions"] if q["key"] not in done]
     cfg = model.config
     n_layers = getattr(cfg, "num_hidden_layers", None) or cfg.get_text_config().num_hidden_layers
-    layers = density.probe_layers(n_layers)  # ends with -1: LM-Polygraph's embedding
+    layers = probe_layers(n_layers)  # ends with -1: LM-Polygraph's embedding
     w, e, lw = JsonlWriter(out), JsonlWriter(emb_out), JsonlWriter(layers_out)
     for s in range(0, len(todo), batch):
         part = todo[s:s + batch]

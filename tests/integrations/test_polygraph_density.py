@@ -247,9 +247,11 @@ def test_layer_embeddings_are_each_layers_mean_state_from_one_forward(density):
 
     model = whitebox("qwen2", True)
     n_layers = model.model.config.num_hidden_layers
-    layers = density.probe_layers(n_layers)
+    from isouq.hidden import probe_layers
+
+    layers = probe_layers(n_layers)
     assert layers[-1] == -1 and all(1 <= k <= n_layers for k in layers[:-1])
-    assert density.probe_layers(32) == [8, 16, 24, -1]
+    assert probe_layers(32) == [8, 16, 24, -1]
     prompts = [density.prompt_token_ids(model.tokenizer, t, True) for t in TEXTS]
     answers = [[5, 9, 11], [7], [4, 4]]
     got = density.layer_embeddings(model.model, prompts, answers, layers, batch_size=3)
