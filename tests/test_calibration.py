@@ -488,6 +488,30 @@ def test_a_head_with_the_hidden_state_probe_stacks_it_and_guards_its_states(tmp_
     assert risky.threshold is not None and risky.doc["risk_control"]["alpha"] == 0.3
 
 
+def test_cli_calibrate_with_the_hidden_state_probe_crossfits_it_too(tmp_path, capsys):
+    """``isouq calibrate --features ... hidden`` end to end: the file keeps the probe, and the
+    out-of-fold P(correct) of crossfit.jsonl comes from a probe stacked on each training part
+    (it tells the answers the states tell); rows without states are one line."""
+    from sklearn.metrics import roc_auc_score
+
+    rows = [{**r, "model": "m"} for r in hidden_rows()]
+    path = _write_run(tmp_path, rows)
+    out = tmp_path / "cal"
+    assert main(["calibrate", str(path), "--out", str(out), "--features", "mean_prob", "nll",
+                 "hidden"]) == 0
+    cal = Calibrator.load(out / "calibration.json")
+    assert cal.needs_hidden and cal.hidden_state == "hidden_states[4]"
+    crossed = [json.loads(line) for line in (out / "crossfit.jsonl").read_text().splitlines()]
+    assert roc_auc_score([int(r["correct"]) for r in crossed],
+                         [r["p_correct"] for r in crossed]) > 0.85
+    plain = _write_run(tmp_path, synth_rows(60), name="qa_d__plain")
+    capsys.readouterr()
+    assert main(["calibrate", str(plain), "--out", str(tmp_path / "c2"), "--features",
+                 "mean_prob", "hidden"]) == 2
+    err = capsys.readouterr().err
+    assert "no hidden states" in err and "--hidden" in err and "Traceback" not in err
+
+
 def test_nll_is_the_negated_log_probability_on_a_log_scale(tmp_path):
     """``nll`` = −seq_logprob, entering the map as log(−Σ log pₜ): the Platt map on it is
     scikit-learn's logistic regression on that column; a calibration on it predicts the same

@@ -36,7 +36,7 @@ from .calibration import (
     score_columns,
     weight_hashes,
 )
-from .evaluation.features import check_features, feature_sets, values
+from .evaluation.features import HIDDEN, check_features, feature_sets, hidden_states, values
 from .evaluation.probability import probability_metrics, reliability_bins
 from .evaluation.rejection import rejection_curve
 from .runio import dumps, write_results
@@ -176,17 +176,20 @@ def run_calibration(
     found = read_inputs(paths, model=model, gold=gold)
     name = found["model"]
     rows, y = labels_of(found["rows"], labels, found["gold_rows"])
+    states = None
     if features is None:  # the rows' columns, checked before anything is fitted
         sets, cols = None, score_columns(rows)
     else:
         sets = feature_sets(features, rows)
         cols = values(rows, dict.fromkeys(c for f in sets.values() for c in f))
+        if HIDDEN in features:
+            states = hidden_states(rows)
     check_complete(cols, rows)
     check_labels(y, f"model {name!r}")
     cal = Calibrator.fit(found["rows"], labels=labels, gold_rows=found["gold_rows"], model=name,
                          model_files=found["files"], sources=found["sources"],
                          max_risk=max_risk, delta=delta, seed=seed, features=features)
-    preds, fold, chosen = cross_fit(cols, y, seed=seed, sets=sets)
+    preds, fold, chosen = cross_fit(cols, y, seed=seed, sets=sets, states=states)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     cal.save(out / "calibration.json")

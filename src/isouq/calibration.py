@@ -498,12 +498,16 @@ def select_map(cols: Mapping[str, np.ndarray], y: np.ndarray, *, seed: int = 0,
 
 
 def cross_fit(cols: Mapping[str, np.ndarray], y: np.ndarray, *, seed: int = 0,
-              sets: Mapping[str, tuple[str, ...]] | None = None
+              sets: Mapping[str, tuple[str, ...]] | None = None,
+              states: Mapping[str, np.ndarray] | None = None
               ) -> tuple[dict[str, np.ndarray], np.ndarray, list[str]]:
     """Out-of-fold P(correct) of the whole procedure and of its references.
 
     Outer stratified folds; in each, :func:`select_map` runs on the training part only (nested
-    selection over ``sets``, default :data:`FEATURE_SETS`) and predicts the held-out part.
+    selection over ``sets``, default :data:`FEATURE_SETS`) and predicts the held-out part. With
+    ``states`` (name -> (n, d) hidden states, the feature ``hidden``), the probe is stacked on
+    the training part too (``probe.stack_logits``: its logits there out of fold) and the
+    held-out part gets the logits of the probe fitted on the training part.
     References on the same folds: the constant base rate of the training part, and Platt
     scaling of each single-column set.
 
@@ -519,8 +523,14 @@ def cross_fit(cols: Mapping[str, np.ndarray], y: np.ndarray, *, seed: int = 0,
     fold = np.zeros(y.size, dtype=int)
     chosen = []
     for i, (tr, te) in enumerate(cv.split(np.zeros(y.size), y)):
-        m, _ = select_map({k: v[tr] for k, v in cols.items()}, y[tr], seed=seed, sets=sets)
-        out["calibrated"][te] = m.predict({k: v[te] for k, v in cols.items()})
+        on_tr = {k: v[tr] for k, v in cols.items()}
+        on_te = {k: v[te] for k, v in cols.items()}
+        if states is not None:
+            on_tr[PROBE_COLUMN], probe = stack_logits({k: v[tr] for k, v in states.items()},
+                                                      y[tr], seed=seed)
+            on_te[PROBE_COLUMN] = probe.logit(states[probe.state][te])
+        m, _ = select_map(on_tr, y[tr], seed=seed, sets=sets)
+        out["calibrated"][te] = m.predict(on_te)
         out["base rate"][te] = y[tr].mean()
         fold[te] = i
         chosen.append(f"{m.kind}: {m.name}")
@@ -625,8 +635,7 @@ class Calibrator:
             cols = score_columns(rows)
         else:
             sets = feats_.feature_sets(features, rows)
-            cols = feats_.values(rows, [c for c in dict.fromkeys(
-                c for f in sets.values() for c in f) if c != PROBE_COLUMN])
+            cols = feats_.values(rows, dict.fromkeys(c for f in sets.values() for c in f))
             check_complete(cols, rows)
             if HIDDEN in feats_.check_features(features):
                 states = feats_.hidden_states(rows)
@@ -765,7 +774,7 @@ class Calibrator:
                 else list(scores))
         if self.needs_blocks:
             self.check_blocks(feats_.block_names(rows))
-        cols = feats_.values(rows, [f for f in self.map.features if f != PROBE_COLUMN])
+        cols = feats_.values(rows, self.map.features)
         if self.probe is not None:
             states = feats_.hidden_states(rows)
             if self.probe.state not in states:

@@ -111,7 +111,8 @@ def columns_of(features: Sequence[str], rows: Sequence[Mapping]) -> tuple[str, .
 def values(rows: Sequence[Mapping], columns: Sequence[str]) -> dict[str, np.ndarray]:
     """column -> (n,) float values of the rows, NaN where a value is missing or null;
     ``epistemic_log`` is derived as epistemic / mean_prob² where a row lacks it, ``nll`` as
-    −seq_logprob.
+    −seq_logprob. The probe's column (:data:`PROBE_COLUMN`) is not a row's value but the
+    probe's (``isouq.probe``): it is left out.
 
     Raises:
         InputError: no row carries a column (the rows were scored without it), naming the fix.
@@ -119,6 +120,8 @@ def values(rows: Sequence[Mapping], columns: Sequence[str]) -> dict[str, np.ndar
     n = len(rows)
     out: dict[str, np.ndarray] = {}
     for c in columns:
+        if c == PROBE_COLUMN:
+            continue
         if c.startswith(BLOCK):
             name = c[len(BLOCK):]
             col = [_num((r.get("blocks") or {}).get(name)) for r in rows]

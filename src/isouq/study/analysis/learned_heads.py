@@ -262,7 +262,7 @@ def stacked_cross_fitted(head: Head, rows: Sequence[Mapping], y: np.ndarray,
         (uncertainty (n,), NaN for a fold too small to fit; "fold k: kind on set" per fold).
     """
     sets, cols_needed = _sets(head, rows)
-    cols = values(rows, [c for c in cols_needed if c != PROBE_COLUMN])
+    cols = values(rows, cols_needed)
     logits = np.asarray(fold_logits, dtype=float)
     out = np.full(len(rows), np.nan)
     chosen = []
