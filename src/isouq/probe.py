@@ -22,7 +22,7 @@ import numpy as np
 from .errors import DataError, InputError
 from .evaluation.classifier import correctness_model
 from .evaluation.features import PROBE_COLUMN
-from .evaluation.fractional import MIN_PER_CLASS, fit_labels, soft_log_loss
+from .evaluation.fractional import enough_of_each, fit_labels, soft_log_loss
 
 #: the probe's candidate inverse L2 strengths, chosen by inner cross-validated log-loss
 PROBE_C: tuple[float, ...] = (1e-4, 1e-3, 1e-2, 1e-1, 1.0)
@@ -83,10 +83,6 @@ def fit_probe(state: str, X: np.ndarray, y: np.ndarray, C: float) -> FittedProbe
                        coef=tuple(map(float, lr.coef_[0])), intercept=float(lr.intercept_[0]))
 
 
-def _fits(y: np.ndarray) -> bool:
-    return min(float(y.sum()), float(y.size - y.sum())) >= MIN_PER_CLASS
-
-
 def select_probe(states: Mapping[str, np.ndarray], y: np.ndarray, part: np.ndarray
                  ) -> tuple[str, float, np.ndarray]:
     """The state and C with the smallest log-loss over the inner folds ``part``, and their
@@ -106,7 +102,7 @@ def select_probe(states: Mapping[str, np.ndarray], y: np.ndarray, part: np.ndarr
             p = np.empty(len(y))
             for j in np.unique(part):
                 fit_on = part != j
-                if not _fits(y[fit_on]):
+                if not enough_of_each(y[fit_on]):
                     p[part == j] = y[fit_on].mean()
                     continue
                 m = fit_labels(correctness_model(C), X[fit_on], y[fit_on])

@@ -11,6 +11,12 @@ import numpy as np
 MIN_PER_CLASS = 5
 
 
+def enough_of_each(y: np.ndarray) -> bool:
+    """Whether labels ``y`` hold ≥ :data:`MIN_PER_CLASS` answers right and wrong (a fractional
+    label counts as its share): enough of both sides to fit."""
+    return min(float(y.sum()), float(y.size - y.sum())) >= MIN_PER_CLASS
+
+
 def is_soft(y: np.ndarray) -> bool:
     """Whether the labels are fractional (a quality in [0, 1] such as ROUGE-L) rather than 0/1."""
     y = np.asarray(y, dtype=float)
@@ -46,4 +52,4 @@ def fit_labels(est, X: np.ndarray, y: np.ndarray):
     return est.fit(X2, y2, **{f"{est.steps[-1][0]}__sample_weight": w})
 
 
-__all__ = ["MIN_PER_CLASS", "fit_labels", "is_soft", "soft_log_loss", "soft_rows"]
+__all__ = ["MIN_PER_CLASS", "enough_of_each", "fit_labels", "is_soft", "soft_log_loss", "soft_rows"]

@@ -36,11 +36,11 @@ from scipy.special import expit
 
 from ...calibration import (
     MAP_KINDS,
-    MIN_PER_CLASS,
     is_soft,
     select_map,
 )
 from ...evaluation.features import HIDDEN, PROBE_COLUMN, feature_sets, values
+from ...evaluation.fractional import enough_of_each
 from ...probe import INNER_FOLDS, stack_logits
 
 #: ROUGE-L at or above this counts as a correct answer where a 0/1 label is needed (AUROC)
@@ -122,12 +122,6 @@ def _sets(head: Head, rows: Sequence[Mapping]) -> tuple[dict, list[str]]:
     return sets, list(dict.fromkeys(c for f in sets.values() for c in f))
 
 
-def _fits(y: np.ndarray) -> bool:
-    """Enough of both sides to fit: ≥ ``MIN_PER_CLASS`` answers (a fractional label counts as
-    its share) right and wrong."""
-    return min(float(y.sum()), float(y.size - y.sum())) >= MIN_PER_CLASS
-
-
 def _labels(y: np.ndarray) -> np.ndarray:
     """0/1 labels as integers, fractional ones as they are."""
     return y if is_soft(y) else y.astype(int)
@@ -147,7 +141,7 @@ def cross_fitted(head: Head, rows: Sequence[Mapping], y: np.ndarray, folds: np.n
 
     Returns:
         (uncertainty (n,), NaN for a fold whose training rows hold fewer than
-        ``calibration.MIN_PER_CLASS`` answers of a class; "fold k: kind on set" per fold).
+        ``evaluation.fractional.MIN_PER_CLASS`` answers of a class; "fold k: kind on set" per fold).
     """
     sets, cols_needed = _sets(head, rows)
     cols = values(rows, cols_needed)
@@ -156,7 +150,7 @@ def cross_fitted(head: Head, rows: Sequence[Mapping], y: np.ndarray, folds: np.n
     for k in np.unique(folds):
         tr = (folds != k) & ~np.isnan(y)
         te = folds == k
-        if not _fits(y[tr]):
+        if not enough_of_each(y[tr]):
             chosen.append(f"fold {k}: too few of a class to fit")
             continue
         m, _ = select_map({c: v[tr] for c, v in cols.items()}, _labels(y[tr]), seed=seed,
@@ -173,7 +167,7 @@ def transferred(head: Head, train_rows: Sequence[Mapping], y_train: np.ndarray,
     hold too few of a class."""
     sets, cols_needed = _sets(head, train_rows)
     tr = ~np.isnan(y_train)
-    if not _fits(y_train[tr]):
+    if not enough_of_each(y_train[tr]):
         return np.full(len(test_rows), np.nan), "too few of a class to fit"
     cols = values(train_rows, cols_needed)
     m, _ = select_map({c: v[tr] for c, v in cols.items()}, _labels(y_train[tr]), seed=seed,
@@ -215,7 +209,7 @@ def probe_cross_fitted(states: Mapping[str, np.ndarray], y: np.ndarray, folds: n
 
     Returns:
         :class:`ProbeFit` (its uncertainty NaN for a fold whose training rows hold fewer than
-        ``calibration.MIN_PER_CLASS`` answers of a class).
+        ``evaluation.fractional.MIN_PER_CLASS`` answers of a class).
     """
     states = {name: np.asarray(X, dtype=float) for name, X in states.items()}
     ks = np.unique(folds)
@@ -226,7 +220,7 @@ def probe_cross_fitted(states: Mapping[str, np.ndarray], y: np.ndarray, folds: n
     for i, k in enumerate(ks):
         tr = np.flatnonzero((folds != k) & ~np.isnan(y))
         te = folds == k
-        if not _fits(y[tr]):
+        if not enough_of_each(y[tr]):
             chosen.append(f"fold {k}: too few of a class to fit")
             continue
         logits[i, tr], probe = stack_logits({n: X[tr] for n, X in states.items()}, y[tr],
@@ -269,7 +263,7 @@ def stacked_cross_fitted(head: Head, rows: Sequence[Mapping], y: np.ndarray,
     for i, k in enumerate(np.unique(folds)):
         tr = (folds != k) & ~np.isnan(y) & ~np.isnan(logits[i])
         te = folds == k
-        if not _fits(y[tr]) or np.isnan(logits[i][te]).any():
+        if not enough_of_each(y[tr]) or np.isnan(logits[i][te]).any():
             chosen.append(f"fold {k}: too few of a class to fit")
             continue
         here = {**cols, PROBE_COLUMN: logits[i]}
