@@ -2,7 +2,7 @@
 of the LM-Polygraph benchmark: one pass over the kept rows, resumable.
 
     .venv-polygraph/bin/python scripts/polygraph/features.py [--models smollm2 ...] \
-        [--datasets triviaqa truthfulqa] [--folds 5] [--background 256]
+        [--datasets triviaqa truthfulqa] [--folds 5] [--background 256] [--rows-only]
 
 For each kept results file ``results/polygraph/polygraph__<dataset>__<model>.json`` and each of
 its questions (the answer LM-Polygraph generated, scored as the plugin scores it):
@@ -36,6 +36,7 @@ the exported folders of ``export_models.py``.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 import time
@@ -85,13 +86,31 @@ def score_rows(kept: dict, model, tok, instruct: bool, out: Path, emb_out: Path,
     from isouq.integrations.polygraph import score_generations
     from isouq.runio import JsonlWriter, read_jsonl
 
-    done = {r["key"] for r in read_jsonl(out)}
+    written = {r["key"]: r for r in read_jsonl(out)}
+    done = set(written)
     style = "chat" if instruct else "plain"
     todo = [q for q in kept["questions"] if q["key"] not in done]
     cfg = model.config
     n_layers = getattr(cfg, "num_hidden_layers", None) or cfg.get_text_config().num_hidden_layers
     layers = probe_layers(n_layers)  # ends with -1: LM-Polygraph's embedding
     w, e, lw = JsonlWriter(out), JsonlWriter(emb_out), JsonlWriter(layers_out)
+    # the cache is git-ignored: on a fresh checkout the written rows' states are made again
+    cached = {r["key"] for r in read_jsonl(layers_out)} & {r["key"] for r in read_jsonl(emb_out)}
+    lost = [q for q in kept["questions"]
+            if q["key"] in done and q["key"] not in cached and "error" not in written[q["key"]]]
+    for s in range(0, len(lost), batch):
+        part = lost[s:s + batch]
+        ids = [answer_ids(q, tok)[0] for q in part]
+        prompts = [density.prompt_token_ids(tok, prepare_data.prompt_text(q["question"], style),
+                                            instruct) for q in part]
+        states = density.layer_embeddings(
+            model, prompts, [density.answer_ids_for_embedding(a, tok) for a in ids], layers,
+            batch_size=len(part))
+        for q, st in zip(part, states, strict=True):
+            e.write({"key": q["key"], "embedding": [float(x) for x in st[-1]]})
+            lw.write({"key": q["key"], "layers": layers,
+                      "states": [[float(x) for x in v] for v in st]})
+        print(f"  states of written rows: {s + len(part)} of {len(lost)}", flush=True)
     for s in range(0, len(todo), batch):
         part = todo[s:s + batch]
         inputs = [prepare_data.prompt_text(q["question"], style) for q in part]
@@ -162,25 +181,19 @@ def _nulls(x: np.ndarray) -> list:
 def cross_fit_probe(kept: dict, layers_path: Path, out: Path, folds_k: int, seed: int) -> None:
     """The hidden-state probe, per quality metric, cross-fitted on the heads' folds (an answer
     without hidden states gets null); skipped when ``out`` holds these answers already."""
-    from isouq.runio import dumps, read_jsonl
+    from isouq.runio import dumps
     from isouq.study.analysis.learned_heads import PROBE, labels_for, probe_cross_fitted
 
     keys = [q["key"] for q in kept["questions"]]
-    got = {r["key"]: r for r in read_jsonl(layers_path)}
-    if not got:
+    states, have, what = _states(kept, layers_path)
+    if not have.any():
         return
-    layers = next(iter(got.values()))["layers"]
-    what = (f"the answer's mean hidden state at hidden_states{layers} "
-            "(density.layer_embeddings), the layer chosen per fold")
+    what = what.replace("on the training dataset", "per fold")
     if out.exists():
         old = json.loads(out.read_text(encoding="utf-8"))
         if (old.get("keys") == keys and old.get("states") == what
                 and "folds" in old):
             return
-    have = np.array([k in got for k in keys])
-    states = {f"hidden_states[{k}]": np.asarray([got[key]["states"][j] for key in keys
-                                                 if key in got], dtype=np.float32)
-              for j, k in enumerate(layers)}
     all_folds = density.assign_folds(len(keys), folds_k, seed)
     folds = all_folds[have]
     doc = {"kind": "isouq-polygraph-probe", "dataset": kept["dataset"], "model": kept["model"],
@@ -201,6 +214,56 @@ def cross_fit_probe(kept: dict, layers_path: Path, out: Path, folds_k: int, seed
     out.write_text(dumps(doc) + "\n", encoding="utf-8")
 
 
+def _states(kept: dict, layers_path: Path) -> tuple[dict[str, np.ndarray], np.ndarray, str]:
+    """(layer name -> (n_with, d) states, (n,) which kept answers have them, the states' words)
+    from the cache of :func:`score_rows`."""
+    from isouq.runio import read_jsonl
+
+    got = {r["key"]: r for r in read_jsonl(layers_path)}
+    keys = [q["key"] for q in kept["questions"]]
+    have = np.array([k in got for k in keys])
+    layers = next(iter(got.values()))["layers"] if got else []
+    return ({f"hidden_states[{k}]": np.asarray([got[key]["states"][j] for key in keys
+                                                if key in got], dtype=np.float32)
+             for j, k in enumerate(layers)}, have,
+            f"the answer's mean hidden state at hidden_states{layers} "
+            "(density.layer_embeddings), the layer chosen on the training dataset")
+
+
+def transfer_probe(train: dict, test: dict, train_layers: Path, test_layers: Path, out: Path,
+                   seed: int) -> None:
+    """The probe fitted on every answer of ``train`` (the model's other dataset) and its logits
+    on ``test``'s answers, per quality metric both share (``learned_heads.probe_transferred``),
+    what the stacked head transferred between datasets reads (``heads.py``); skipped when
+    ``out`` holds these answers already or an answer lacks its states."""
+    from isouq.runio import dumps
+    from isouq.study.analysis.learned_heads import labels_for, probe_transferred
+
+    keys = [q["key"] for q in test["questions"]]
+    train_keys = [q["key"] for q in train["questions"]]
+    if out.exists():
+        old = json.loads(out.read_text(encoding="utf-8"))
+        if old.get("keys") == keys and old.get("train_keys") == train_keys:
+            return
+    tr_states, tr_have, what = _states(train, train_layers)
+    te_states, te_have, _ = _states(test, test_layers)
+    if not (tr_have.all() and te_have.all()):
+        print(f"  probe transfer to {out.name}: states missing, skipped", flush=True)
+        return
+    doc = {"kind": "isouq-polygraph-probe-transfer", "dataset": test["dataset"],
+           "trained_on": train["dataset"], "model": test["model"], "seed": seed,
+           "states": what, "keys": keys, "train_keys": train_keys, "metrics": {}}
+    for metric in [m for m in test["quality_metrics"] if m in train["quality_metrics"]]:
+        t0 = time.perf_counter()
+        q = np.array([r["quality"].get(metric, np.nan) for r in train["questions"]], dtype=float)
+        got = probe_transferred(tr_states, labels_for(q, metric), te_states, seed=seed)
+        doc["metrics"][metric] = {"train_logits": _nulls(got.train_logits),
+                                  "logits": _nulls(got.test_logits), "chosen": got.chosen}
+        print(f"  probe from {train['dataset']}, {metric}: {time.perf_counter() - t0:.1f} s",
+              flush=True)
+    out.write_text(dumps(doc) + "\n", encoding="utf-8")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="+",
@@ -211,6 +274,9 @@ def main(argv=None) -> int:
     ap.add_argument("--background", type=int, default=256,
                     help="20 Newsgroups documents for RMD's background (LM-Polygraph: 1,000 C4)")
     ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--rows-only", action="store_true",
+                    help="only the rows and their cached states (beside a running benchmark); "
+                         "the probe and the train-split estimators wait for a run without it")
     ap.add_argument("--out", default=str(RESULTS / "features"))
     a = ap.parse_args(argv)
     out = Path(a.out)
@@ -231,6 +297,8 @@ def main(argv=None) -> int:
             print(f"{name}: scores, blocks and embeddings ({kept['n_questions']} questions)")
             layers = CACHE / f"{name}.layers.jsonl"
             score_rows(kept, lm, tok, instruct, rows, emb, layers, a.batch)
+            if a.rows_only:
+                continue
             cross_fit_probe(kept, layers, out / f"{name}.probe.json", a.folds, a.seed)
             dens = out / f"{name}.density.json"
             if not kept.get("complete"):
@@ -252,6 +320,13 @@ def main(argv=None) -> int:
                           f"{time.perf_counter() - t0:.0f} s")
             print(f"{name}: train-split estimators, {a.folds} folds")
             cross_fit_density(kept, rows, emb, bg, dens, a.folds, a.seed)
+        if a.rows_only:
+            continue
+        runs = {ds: json.loads(path.read_text(encoding="utf-8")) for ds, path in files}
+        for test, train in itertools.permutations(runs, 2):
+            transfer_probe(runs[train], runs[test], CACHE / f"{train}__{model}.layers.jsonl",
+                           CACHE / f"{test}__{model}.layers.jsonl",
+                           out / f"{test}__{model}.probe-from-{train}.json", a.seed)
     return 0
 
 

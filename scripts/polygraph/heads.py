@@ -20,7 +20,9 @@ metric the supervised anchor (``learned_heads.PROBE``, a probe on the answer's h
 copied from the ``.probe.json``; and beside the heads, the stacked head
 (``learned_heads.STACKED``: isouq's scores, MSP's quantity and the probe's logit, what
 ``isouq calibrate --features ... hidden`` fits), cross-fitted on the probe's per-fold logits
-there (not transferred: that would need the other dataset's probe). An answer without features
+there, and transferred with the other dataset's probe (the features'
+``.probe-from-<other>.json``: the stack fitted on the other dataset's answers and their probe
+logits out of fold, applied here with that probe's logits). An answer without features
 (its tokens could not be rebuilt) gets null. Runs in the main venv.
 """
 
@@ -83,6 +85,51 @@ def stacked(rows: list[dict], y: np.ndarray, folds: np.ndarray, probe: dict, met
     return u, chosen
 
 
+def stacked_moved(rows: list[dict], o_rows: list[dict], oy: np.ndarray, moved: dict,
+                  metric: str, seed: int) -> tuple[np.ndarray, str]:
+    """(n,) uncertainty of the stacked head fitted on every answer of the model's other
+    dataset (``o_rows``, labels ``oy``) and its probe's logits there out of fold, applied to
+    ``rows`` with the logits of that probe refitted on all of them (the features'
+    ``.probe-from-<other>.json``, ``learned_heads.probe_transferred``); NaN for an answer
+    without features."""
+    from isouq.study.analysis.learned_heads import STACKED, stacked_transferred
+
+    def arr(v):
+        return np.array([np.nan if x is None else x for x in v], dtype=float)
+
+    got = moved["metrics"][metric]
+    lt, lo = arr(got["train_logits"]), arr(got["logits"])
+    o_have = np.array([bool(r) for r in o_rows])
+    have = np.array([bool(r) for r in rows])
+    u = np.full(len(rows), np.nan)
+    u[have], how = stacked_transferred(STACKED, [r for r in o_rows if r], oy[o_have],
+                                       lt[o_have], [r for r in rows if r], lo[have], seed=seed)
+    return u, how
+
+
+def labels_of(kept: dict, metric: str) -> np.ndarray:
+    """(n,) the labels of a kept run's answers for ``metric`` (``learned_heads.labels_for``)."""
+    from isouq.study.analysis.learned_heads import labels_for
+
+    q = np.array([r["quality"].get(metric, np.nan) for r in kept["questions"]], dtype=float)
+    return labels_for(q, metric)
+
+
+def moved_probe(dataset: str, model: str, kept: dict, other: str, o_kept: dict) -> dict | None:
+    """The features' probe of ``other`` applied to ``dataset`` (None when there is none);
+    DataError when it is of other answers than the two kept runs."""
+    from isouq.errors import DataError
+    from isouq.study.report.polygraph import load_matching
+
+    rerun = "scripts/polygraph/features.py"
+    path = RESULTS / "features" / f"{dataset}__{model}.probe-from-{other}.json"
+    got = load_matching(path, kept, rerun)
+    if got is not None and got.get("train_keys") != [q["key"] for q in o_kept["questions"]]:
+        raise DataError(f"{path} was trained on other answers of {other} than its kept "
+                        f"results; run {rerun} again")
+    return got
+
+
 def heads_doc(model: str, datasets: list[str], dataset: str, seed: int, k: int) -> dict | None:
     """The heads file of one model × dataset (None when its results or features are missing)."""
     from isouq.study.analysis.learned_heads import (
@@ -92,7 +139,6 @@ def heads_doc(model: str, datasets: list[str], dataset: str, seed: int, k: int) 
         PROBE,
         STACKED,
         cross_fitted,
-        labels_for,
         transferred,
     )
     from isouq.study.report.polygraph import load_matching
@@ -116,6 +162,8 @@ def heads_doc(model: str, datasets: list[str], dataset: str, seed: int, k: int) 
     have = np.array([bool(r) for r in rows])
     folds = folds_of(kept, dens, k, seed)
     others = {ds: load(ds) for ds in datasets if ds != dataset}
+    moved_probes = {ds: moved_probe(dataset, model, kept, ds, other[0])
+                    for ds, other in others.items() if other is not None}
     out = {"kind": "isouq-polygraph-heads", "dataset": dataset, "model": model,
            "label_threshold": LABEL_THRESHOLD, "seed": seed,
            "folds": {"k": int(len(np.unique(folds))), "from": "density" if dens else "seed"},
@@ -125,8 +173,7 @@ def heads_doc(model: str, datasets: list[str], dataset: str, seed: int, k: int) 
            "density": ({e: [v.get(key) for key in (q["key"] for q in kept["questions"])]
                         for e, v in dens["estimators"].items()} if dens else {})}
     for metric in kept["quality_metrics"]:
-        q = np.array([r["quality"].get(metric, np.nan) for r in kept["questions"]], dtype=float)
-        y = np.where(have, labels_for(q, metric), np.nan)
+        y = np.where(have, labels_of(kept, metric), np.nan)
         sub = [r for r in rows if r]
         got = {"cross_fitted": {}, "transfer": {}, "chosen": {}, "control": {}, "anchors": {}}
         if probe is not None and metric in probe["metrics"]:
@@ -148,15 +195,22 @@ def heads_doc(model: str, datasets: list[str], dataset: str, seed: int, k: int) 
                     continue
                 o_kept, o_rows, _ = other
                 o_have = np.array([bool(r) for r in o_rows])
-                oq = np.array([r["quality"].get(metric, np.nan) for r in o_kept["questions"]],
-                              dtype=float)
-                oy = labels_for(oq, metric)[o_have]
                 t = np.full(len(rows), np.nan)
-                t[have], how = transferred(h, [r for r in o_rows if r], oy, sub, seed=seed)
+                t[have], how = transferred(h, [r for r in o_rows if r],
+                                           labels_of(o_kept, metric)[o_have], sub, seed=seed)
                 got["transfer"][f"{h.name} (trained on {ds})"] = _list(t)
                 got["chosen"][f"{h.name} (trained on {ds})"] = how
             print(f"{dataset} × {model}, {metric}: {h.name} in {time.perf_counter() - t0:.0f} s",
                   flush=True)
+        for ds, other in others.items():
+            moved = moved_probes.get(ds)
+            if other is None or moved is None or metric not in moved["metrics"]:
+                continue
+            o_kept, o_rows, _ = other
+            t, how = stacked_moved(rows, o_rows, labels_of(o_kept, metric), moved, metric,
+                                   seed)
+            got["transfer"][f"{STACKED.name} (trained on {ds})"] = _list(t)
+            got["chosen"][f"{STACKED.name} (trained on {ds})"] = how
         out["metrics"][metric] = {"labels": (f"{int(np.nansum(y))} correct of "
                                              f"{int(np.sum(~np.isnan(y)))}" if metric == "Accuracy"
                                              else f"fractional ({metric}), mean "

@@ -10,7 +10,7 @@ import pytest
 from isouq.evaluation.auroc import auroc
 from isouq.evaluation.classifier import fit_predict
 from isouq.evaluation.features import HIDDEN
-from isouq.probe import PROBE_C
+from isouq.probe import PROBE_C, fit_probe
 from isouq.study.analysis.learned_heads import (
     CONTROL,
     HEADS,
@@ -19,7 +19,9 @@ from isouq.study.analysis.learned_heads import (
     binary_labels,
     cross_fitted,
     probe_cross_fitted,
+    probe_transferred,
     stacked_cross_fitted,
+    stacked_transferred,
     transferred,
 )
 
@@ -207,3 +209,34 @@ def test_the_stacked_head_reads_the_probe_where_the_state_tells_and_never_sees_a
     u2, _ = stacked_cross_fitted(STACKED, rows, flipped, folds, fit2.fold_logits)
     np.testing.assert_allclose(u2[folds == 0], u[folds == 0])
     assert not np.allclose(u2[folds != 0], u[folds != 0])
+
+
+def test_the_stacked_head_moves_to_another_dataset_with_the_probe_of_the_first():
+    rows, _, _ = rows_and_labels(n=160, seed=6)  # the scores say nothing of these labels
+    test_rows, _, _ = rows_and_labels(n=120, seed=7)
+    rng = np.random.default_rng(6)
+    X, X_test = rng.normal(size=(160, 8)), rng.normal(size=(120, 8))
+    y = (X[:, 1] + 0.3 * rng.normal(size=160) > 0).astype(float)
+    y_test = (X_test[:, 1] + 0.3 * rng.normal(size=120) > 0).astype(float)
+    y[5] = np.nan  # an unlabelled training answer takes no part
+    got = probe_transferred({"mid": X, "last": rng.normal(size=(160, 8))}, y,
+                            {"mid": X_test, "last": rng.normal(size=(120, 8))})
+    assert got.chosen.startswith("mid, C=") and np.isnan(got.train_logits[5])
+    assert np.isfinite(np.delete(got.train_logits, 5)).all()
+    # the test logits are the probe refitted on every labelled training answer (isouq.probe)
+    C = float(got.chosen.split("C=")[1])
+    ok = ~np.isnan(y)
+    probe = fit_probe("mid", X[ok], y[ok], C)
+    np.testing.assert_allclose(got.test_logits, probe.logit(X_test), rtol=1e-6, atol=1e-8)
+    assert auroc(y_test, got.test_logits) > 0.9
+    u, how = stacked_transferred(STACKED, rows, y, got.train_logits, test_rows,
+                                 got.test_logits)
+    assert HIDDEN in how and np.isfinite(u).all() and auroc(y_test, -u) > 0.9
+    plain, _ = transferred(HEADS["isouq scores + MSP"], rows, y, test_rows)
+    assert auroc(y_test, -plain) < 0.65
+    few = np.zeros(160)
+    few[:3] = 1  # three correct answers: nothing can be fitted
+    assert "too few" in probe_transferred({"mid": X}, few, {"mid": X_test}).chosen
+    u, how = stacked_transferred(STACKED, rows, few, got.train_logits, test_rows,
+                                 got.test_logits)
+    assert np.isnan(u).all() and "too few" in how

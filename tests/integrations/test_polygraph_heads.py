@@ -30,19 +30,19 @@ def heads(tmp_path, monkeypatch):
     return mod
 
 
-def _kept(tmp_path: Path, heads, n: int = 60, seed: int = 0) -> dict:
+def _kept(tmp_path: Path, heads, n: int = 60, seed: int = 0, ds: str = "triviaqa") -> dict:
     """A kept benchmark file, its features rows and a probe file (one answer without features;
     the probe's logits telling the correct answers)."""
     rng = np.random.default_rng(seed)
     acc = (rng.random(n) < 0.4).astype(float)
-    keys = [f"q{i}" for i in range(n)]
-    kept = {"kind": "isouq-polygraph", "dataset": "triviaqa", "model": "tiny",
+    keys = [f"{ds}-q{i}" for i in range(n)]
+    kept = {"kind": "isouq-polygraph", "dataset": ds, "model": "tiny",
             "quality_metrics": ["Accuracy", "Rouge_rougeL"],
             "questions": [{"key": k, "quality": {"Accuracy": a, "Rouge_rougeL": 0.3 + 0.6 * a}}
                           for k, a in zip(keys, acc, strict=True)]}
-    (tmp_path / "polygraph__triviaqa__tiny.json").write_text(json.dumps(kept))
+    (tmp_path / f"polygraph__{ds}__tiny.json").write_text(json.dumps(kept))
     feats = tmp_path / "features"
-    feats.mkdir()
+    feats.mkdir(exist_ok=True)
     rows = [{"key": k, "scores": {"mean_prob": 0.3 + 0.4 * a + 0.1 * rng.random(),
                                   "seq_logprob": -5 * rng.random() - 1,
                                   "epistemic": float(np.exp(rng.normal())),
@@ -51,15 +51,15 @@ def _kept(tmp_path: Path, heads, n: int = 60, seed: int = 0) -> dict:
              "blocks": {b: float(np.exp(rng.normal())) for b in BLOCKS}}
             for k, a in zip(keys[1:], acc[1:], strict=True)]
     rows.insert(0, {"key": keys[0], "error": "its text does not tokenize into its kept length"})
-    (feats / "triviaqa__tiny.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (feats / f"{ds}__tiny.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     folds = heads.folds_of(kept, None, 5, 0)
     logits = [[None, *map(float, 3 * acc[1:] - 1.5 + rng.normal(size=n - 1))] for _ in range(5)]
     probe = {"keys": keys, "folds": [int(f) for f in folds],
              "metrics": {m: {"uncertainty": [None, *map(float, rng.random(n - 1))],
                              "chosen": ["fold 0: C=0.01"], "fold_logits": logits}
                          for m in kept["quality_metrics"]}}
-    (feats / "triviaqa__tiny.probe.json").write_text(json.dumps(probe))
-    return probe
+    (feats / f"{ds}__tiny.probe.json").write_text(json.dumps(probe))
+    return {**probe, "acc": acc}
 
 
 def test_the_heads_file_holds_each_head_and_the_probe_per_metric(heads, tmp_path):
@@ -126,3 +126,70 @@ def test_features_fits_the_probe_from_cached_states_and_again_when_answers_chang
     kept["questions"] = kept["questions"][:-1]  # other answers: made again
     features.cross_fit_probe(kept, cache, out, 5, 0)
     assert json.loads(out.read_text())["rows"] == n - 2
+
+
+def test_the_stacked_head_moves_with_the_probe_of_the_other_dataset(heads, tmp_path):
+    mine = _kept(tmp_path, heads)
+    other = _kept(tmp_path, heads, n=80, seed=1, ds="truthfulqa")
+    rng = np.random.default_rng(2)
+
+    def telling(acc):
+        return [float(v) for v in 3 * acc - 1.5 + rng.normal(size=len(acc))]
+
+    moved = {"keys": mine["keys"], "train_keys": other["keys"],
+             "metrics": {m: {"train_logits": telling(other["acc"]),
+                             "logits": telling(mine["acc"]), "chosen": "hidden_states[3], C=1"}
+                         for m in ("Accuracy", "Rouge_rougeL")}}
+    path = tmp_path / "features" / "triviaqa__tiny.probe-from-truthfulqa.json"
+    path.write_text(json.dumps(moved))
+    doc = heads.heads_doc("tiny", ["triviaqa", "truthfulqa"], "triviaqa", seed=0, k=5)
+    name = f"{STACKED.name} (trained on truthfulqa)"
+    for metric in ("Accuracy", "Rouge_rougeL"):
+        m = doc["metrics"][metric]
+        assert "isouq block head (trained on truthfulqa)" in m["transfer"]
+        u = m["transfer"][name]
+        assert u[0] is None and all(v is not None for v in u[1:])  # answer 0 has no features
+        assert np.corrcoef(np.array(u[1:]), -mine["acc"][1:])[0, 1] > 0.5
+        assert HIDDEN in m["chosen"][name]
+    path.write_text(json.dumps({**moved, "train_keys": other["keys"][:-1]}))
+    with pytest.raises(DataError, match="trained on other answers of truthfulqa"):
+        heads.heads_doc("tiny", ["triviaqa", "truthfulqa"], "triviaqa", seed=0, k=5)
+
+
+def test_features_moves_the_probe_to_the_other_dataset_once_every_answer_has_states(tmp_path):
+    spec = importlib.util.spec_from_file_location("polygraph_features",
+                                                  ROOT / "scripts/polygraph/features.py")
+    features = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(features)
+    rng = np.random.default_rng(3)
+
+    def run(ds: str, n: int) -> tuple[dict, Path, np.ndarray]:
+        X = rng.normal(size=(n, 2, 6))  # the label lives in the last layer's state
+        acc = (X[:, 1, 2] + 0.3 * rng.normal(size=n) > 0).astype(float)
+        kept = {"dataset": ds, "model": "tiny", "quality_metrics": ["Accuracy"],
+                "questions": [{"key": f"{ds}{i}", "quality": {"Accuracy": a}}
+                              for i, a in enumerate(acc)]}
+        cache = tmp_path / f"{ds}.layers.jsonl"
+        cache.write_text("".join(json.dumps({"key": f"{ds}{i}", "layers": [3, -1],
+                                             "states": X[i].tolist()}) + "\n"
+                                 for i in range(n)))
+        return kept, cache, X
+
+    train, train_cache, _ = run("truthfulqa", 90)
+    test, test_cache, X = run("triviaqa", 70)
+    out = tmp_path / "triviaqa__tiny.probe-from-truthfulqa.json"
+    features.transfer_probe(train, test, train_cache, test_cache, out, 0)
+    doc = json.loads(out.read_text())
+    assert doc["keys"] == [q["key"] for q in test["questions"]]
+    assert doc["train_keys"] == [q["key"] for q in train["questions"]]
+    got = doc["metrics"]["Accuracy"]
+    assert got["chosen"].startswith("hidden_states[-1], C=")
+    assert len(got["train_logits"]) == 90 and len(got["logits"]) == 70
+    assert np.corrcoef(got["logits"], X[:, 1, 2])[0, 1] > 0.8  # the direction, learned elsewhere
+    out.write_text(json.dumps({**doc, "seed": -1}))  # the same answers: left as it is
+    features.transfer_probe(train, test, train_cache, test_cache, out, 0)
+    assert json.loads(out.read_text())["seed"] == -1
+    out.unlink()
+    test_cache.write_text("\n".join(test_cache.read_text().splitlines()[1:]) + "\n")
+    features.transfer_probe(train, test, train_cache, test_cache, out, 0)
+    assert not out.exists()  # an answer without its states: nothing moved yet

@@ -16,7 +16,8 @@ ROUGE-L, fitted by weighted log-loss: ``evaluation.fractional.soft_rows``). The 
 :func:`cross_fitted`: K folds within the model × dataset (the same folds as LM-Polygraph's
 train-split estimators there); the head of fold k is selected and fitted on the other folds'
 answers and scores fold k's. :func:`transferred`: a head fitted on every answer of one dataset
-scores the answers of another dataset of the same model. :data:`CONTROL`, cross-fitted beside
+scores the answers of another dataset of the same model (:func:`stacked_transferred` with
+the probe of :func:`probe_transferred` for the stacked head). :data:`CONTROL`, cross-fitted beside
 the heads, shows what cross-fitting itself costs: each fold's values come from another map, and
 pooled they no longer rank quite as one map would. The supervised anchor,
 :func:`probe_cross_fitted` (:data:`PROBE`), learns P(correct) from the answer's hidden state
@@ -274,6 +275,80 @@ def stacked_cross_fitted(head: Head, rows: Sequence[Mapping], y: np.ndarray,
     return out, chosen
 
 
+class ProbeTransfer(NamedTuple):
+    """What :func:`probe_transferred` gives: the probe fitted on one dataset's answers, its
+    logits for stacking on those answers and on another dataset's."""
+
+    #: (n_train,) logit P(correct) of each training answer out of fold (the inner folds), NaN
+    #: for an unlabelled one
+    train_logits: np.ndarray
+    #: (n_test,) logit P(correct) of each test answer by the probe refitted on all training ones
+    test_logits: np.ndarray
+    #: "<state>, C=…", or why none was fitted
+    chosen: str
+
+
+def probe_transferred(train_states: Mapping[str, np.ndarray], y_train: np.ndarray,
+                      test_states: Mapping[str, np.ndarray], *, seed: int = 0,
+                      inner: int = INNER_FOLDS) -> ProbeTransfer:
+    """The hidden-state probe fitted on every labelled answer of one dataset and applied to
+    another dataset's answers of the same model: what the stacked head trained on the first
+    (:func:`stacked_transferred`) reads.
+
+    Args:
+        train_states: candidate name (a layer) -> (n_train, d) states of the training answers.
+        y_train: (n_train,) their labels, 0/1 or fractional (NaN: takes no part).
+        test_states: the same names -> (n_test, d) states of the answers to score.
+        seed: the inner folds' seed.
+        inner: inner folds for the choice of state and C.
+
+    Returns:
+        :class:`ProbeTransfer` (all NaN when the training labels hold too few of a class).
+    """
+    y = np.asarray(y_train, dtype=float)
+    n_test = len(next(iter(test_states.values())))
+    train, test = np.full(len(y), np.nan), np.full(n_test, np.nan)
+    tr = np.flatnonzero(~np.isnan(y))
+    if not enough_of_each(y[tr]):
+        return ProbeTransfer(train, test, "too few of a class to fit")
+    train[tr], probe = stack_logits({n: np.asarray(X, dtype=float)[tr]
+                                     for n, X in train_states.items()}, y[tr], seed=seed,
+                                    inner=inner)
+    test[:] = probe.logit(np.asarray(test_states[probe.state], dtype=float))
+    return ProbeTransfer(train, test, f"{probe.state}, C={probe.C:g}")
+
+
+def stacked_transferred(head: Head, train_rows: Sequence[Mapping], y_train: np.ndarray,
+                        train_logits: np.ndarray, test_rows: Sequence[Mapping],
+                        test_logits: np.ndarray, *, seed: int = 0) -> tuple[np.ndarray, str]:
+    """(n_test,) uncertainty 1 − P(correct) of the stacked ``head`` fitted on every labelled
+    answer of one dataset (their probe logits out of fold) and applied to another's (their
+    logits from the probe refitted on all the training answers: :func:`probe_transferred`), and
+    the map chosen; all NaN when the training rows hold too few of a class.
+
+    Args:
+        head: a head whose features include ``hidden`` (:data:`STACKED`).
+        train_rows, test_rows: answer rows (``scores``, ``blocks``) of the two datasets.
+        y_train: (n_train,) labels of the training rows (NaN: takes no part).
+        train_logits: (n_train,) :attr:`ProbeTransfer.train_logits` (NaN: takes no part).
+        test_logits: (n_test,) :attr:`ProbeTransfer.test_logits`.
+    """
+    y = np.asarray(y_train, dtype=float)
+    lt = np.asarray(train_logits, dtype=float)
+    tr = ~np.isnan(y) & ~np.isnan(lt)
+    out = np.full(len(test_rows), np.nan)
+    if not enough_of_each(y[tr]):
+        return out, "too few of a class to fit"
+    sets, cols_needed = _sets(head, train_rows)
+    here = {**values(train_rows, cols_needed), PROBE_COLUMN: lt}
+    m, _ = select_map({c: v[tr] for c, v in here.items()}, _labels(y[tr]), seed=seed,
+                      sets=sets, kinds=head.kinds)
+    test = {**values(test_rows, m.features), PROBE_COLUMN: np.asarray(test_logits, dtype=float)}
+    ok = ~np.isnan(test[PROBE_COLUMN])
+    out[ok] = 1.0 - m.predict({c: v[ok] for c, v in test.items()})
+    return out, f"{m.kind} on {m.name}"
+
+
 __all__ = ["CONTROL", "HEADS", "LABEL_THRESHOLD", "PROBE", "STACKED", "Head", "ProbeFit",
-           "binary_labels", "cross_fitted", "labels_for", "probe_cross_fitted",
-           "stacked_cross_fitted", "transferred"]
+           "ProbeTransfer", "binary_labels", "cross_fitted", "labels_for", "probe_cross_fitted",
+           "probe_transferred", "stacked_cross_fitted", "stacked_transferred", "transferred"]
