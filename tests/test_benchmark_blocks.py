@@ -1,5 +1,5 @@
-"""benchmarks/blocks.py (the block profile against the summed ghost path, side by side) runs end
-to end on a tiny random config."""
+"""benchmarks/blocks.py (the block profile and the hidden states against the summed ghost path,
+side by side) runs end to end on a tiny random config."""
 
 from __future__ import annotations
 
@@ -18,6 +18,10 @@ def test_blocks_benchmark_runs_on_a_random_config(tiny_llama_dir, tmp_path):
         capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert res.returncode == 0, res.stderr[-3000:]
     (row,) = json.loads((tmp_path / "blocks.json").read_text())["rows"]
-    assert row["rounds"] == 3 and len(row["seconds"]["ghost_blocks"]) == 3
-    assert row["blocks_over_ghost_min"] <= row["blocks_over_ghost"] <= row["blocks_over_ghost_max"]
+    assert row["rounds"] == 3
+    for method, tag in (("ghost_blocks", "blocks"), ("ghost_hidden", "hidden"),
+                        ("ghost_blocks_hidden", "blocks_hidden")):
+        assert len(row["seconds"][method]) == 3 and row[f"{method}_s_per_answer"] > 0
+        lo, mid, hi = (row[f"{tag}_over_ghost{s}"] for s in ("_min", "", "_max"))
+        assert lo <= mid <= hi
     assert (tmp_path / "blocks.md").read_text().count("|") > 4

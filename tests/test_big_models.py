@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -128,10 +129,11 @@ def _fsdp_worker(rank: int, world: int, port: int, out: str, families: list[str]
             assert type(w).__name__ == "DTensor" and w.to_local().numel() < w.numel()
             rows = list(range(rank, len(QUESTIONS), world))
             r = score_sequences(m, t.tokenizer(), [QUESTIONS[i] for i in rows],
-                                [ANSWERS[i] for i in rows], per_param=True, batch_size=2)
+                                [ANSWERS[i] for i in rows], per_param=True, batch_size=2,
+                                hidden=True)
             assert all(p.grad is None for p in m.parameters())  # frozen inside: no gradients
             torch.save({"rows": rows, "per": r.per_param, "sq": r.params.sq_norm,
-                        "names": r.params.names}, f"{out}/{fam}.{rank}.pt")
+                        "names": r.params.names, "hidden": r.hidden}, f"{out}/{fam}.{rank}.pt")
         dist.barrier()  # both ranks done before either tears gloo down
     finally:
         dist.destroy_process_group()
@@ -140,7 +142,8 @@ def _fsdp_worker(rank: int, world: int, port: int, out: str, families: list[str]
 def test_fsdp_per_parameter_norms_equal_one_process(tmp_path):
     """score_sequences on a model sharded with shard_model (FSDP2, gloo, 2 processes): every
     rank's per-parameter norms of its own rows equal the unsharded model's (norm layers read
-    their gathered weights; tied embeddings stay tied)."""
+    their gathered weights; tied embeddings stay tied), and so do the hidden states the probe
+    reads (from the scores' own forward, in the ranks' lockstep)."""
     import torch.multiprocessing as tmp
 
     from isouq import score_sequences
@@ -150,10 +153,13 @@ def test_fsdp_per_parameter_norms_equal_one_process(tmp_path):
               nprocs=2)
     for fam in families:
         ref = score_sequences(tiny.causal_lm(fam), tiny.tokenizer(), QUESTIONS, ANSWERS,
-                              per_param=True, batch_size=2)
+                              per_param=True, batch_size=2, hidden=True)
         for rank in range(2):
-            got = torch.load(tmp_path / f"{fam}.{rank}.pt")
+            got = torch.load(tmp_path / f"{fam}.{rank}.pt", weights_only=False)
             assert got["names"] == ref.params.names
+            assert list(got["hidden"]) == list(ref.hidden)
+            for name, X in ref.hidden.items():
+                np.testing.assert_allclose(got["hidden"][name], X[got["rows"]], atol=2e-5)
             torch.testing.assert_close(got["per"], ref.per_param[got["rows"]], rtol=1e-5,
                                        atol=1e-12)
             assert got["sq"] == pytest.approx(ref.params.sq_norm, rel=1e-6)

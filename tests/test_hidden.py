@@ -50,3 +50,66 @@ def test_a_pair_without_a_prompt_is_one_line():
     lm = tiny.causal_lm("llama")
     with pytest.raises(InputError, match="without prompt tokens"):
         mean_hidden_states(lm, [Encoded(prompt=[], answer=[3, 4])], pad=0)
+
+
+def test_the_head_computes_one_positions_logits_and_a_forward_without_the_option_still_works():
+    lm, tok = tiny.causal_lm("llama"), tiny.tokenizer()
+    enc = [encode_checked(tok, p, a) for p, a in zip(PROMPTS, ANSWERS, strict=True)]
+    seen = []
+    hook = lm.lm_head.register_forward_hook(lambda m, i, o: seen.append(tuple(o.shape)))
+    try:
+        got = mean_hidden_states(lm, enc, pad=0, batch_size=2)
+    finally:
+        hook.remove()
+    assert seen == [(2, 1, lm.config.vocab_size)]  # the states need no logits
+
+    class Plain(torch.nn.Module):  # a forward that does not name logits_to_keep
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def get_input_embeddings(self):
+            return self.inner.get_input_embeddings()
+
+        def forward(self, input_ids, attention_mask=None, output_hidden_states=False,
+                    use_cache=None):
+            return self.inner(input_ids=input_ids, attention_mask=attention_mask,
+                              output_hidden_states=output_hidden_states, use_cache=use_cache)
+
+    plain = mean_hidden_states(Plain(lm), enc, pad=0, batch_size=2)
+    for name, X in got.items():
+        np.testing.assert_allclose(plain[name], X, atol=1e-6)
+
+
+@pytest.mark.parametrize("method,side", [("ghost", "left"), ("ghost", "right"),
+                                         ("per_example", "left")])
+def test_the_states_come_from_the_scores_own_forward(method, side):
+    lm, tok = tiny.causal_lm("llama"), tiny.tokenizer()
+    calls = []
+    hook = lm.model.register_forward_hook(lambda m, i, o: calls.append(1))
+    try:
+        res = score_sequences(lm, tok, PROMPTS, ANSWERS, hidden=True, batch_size=2,
+                              method=method, padding_side=side)
+        with_states = len(calls)
+        calls.clear()
+        plain = score_sequences(lm, tok, PROMPTS, ANSWERS, batch_size=2, method=method,
+                                padding_side=side)
+    finally:
+        hook.remove()
+    assert with_states == len(calls)  # no second forward
+    np.testing.assert_allclose(res.epistemic, plain.epistemic, rtol=1e-5)
+    enc = [encode_checked(tok, p, a) for p, a in zip(PROMPTS, ANSWERS, strict=True)]
+    alone = mean_hidden_states(lm, enc, pad=0, batch_size=1)  # a forward of its own, unpadded
+    assert list(res.hidden) == list(alone)
+    for name, X in alone.items():
+        np.testing.assert_allclose(res.hidden[name], X, atol=2e-5)
+
+
+def test_span_scores_take_the_states_from_a_forward_of_their_own():
+    lm, tok = tiny.causal_lm("llama"), tiny.tokenizer()
+    res = score_sequences(lm, tok, PROMPTS, ["paris. it is the capital.", "shakespeare. yes."],
+                          hidden=True, spans="sentences", batch_size=2)
+    enc = [encode_checked(tok, p, a) for p, a in
+           zip(PROMPTS, ["paris. it is the capital.", "shakespeare. yes."], strict=True)]
+    for name, X in mean_hidden_states(lm, enc, pad=0, batch_size=2).items():
+        np.testing.assert_allclose(res.hidden[name], X, atol=2e-5)

@@ -1386,17 +1386,27 @@ BLOCKS = "benchmarks/results/blocks.json"
 
 @register("blocks_cost", BLOCKS)
 def _blocks_cost(root: Path) -> str:
-    """The block profile against the summed ghost path, interleaved in one process
-    (``benchmarks/blocks.py``): seconds per answer, the ratio per round (median, min–max) and
-    the spread of the summed path's own rounds."""
+    """The block profile and the hidden states against the summed ghost path, interleaved in
+    one process (``benchmarks/blocks.py``): seconds per answer, the ratio per round (median,
+    min–max) and the spread of the summed path's own rounds."""
     doc = _json(root, BLOCKS)
+
+    def ratio(r, tag):
+        if f"{tag}_over_ghost" not in r:
+            return MISSING
+        return (f"{_two(r[f'{tag}_over_ghost'])} [{_two(r[f'{tag}_over_ghost_min'])}–"
+                f"{_two(r[f'{tag}_over_ghost_max'])}]")
+
     rows = [[str(r["batch"]), str(r["rounds"]), sig(r["ghost_s_per_answer"]),
-             sig(r["ghost_blocks_s_per_answer"]),
-             f"{_two(r['blocks_over_ghost'])} [{_two(r['blocks_over_ghost_min'])}–"
-             f"{_two(r['blocks_over_ghost_max'])}]", f"{100 * r['ghost_spread']:.0f}%"]
+             *(sig(r[k]) if k in r else MISSING for k in (
+                 "ghost_blocks_s_per_answer", "ghost_hidden_s_per_answer",
+                 "ghost_blocks_hidden_s_per_answer")),
+             ratio(r, "blocks"), ratio(r, "hidden"), ratio(r, "blocks_hidden"),
+             f"{100 * r['ghost_spread']:.0f}%"]
             for r in doc["rows"]]
-    return _grid(["batch", "rounds", "summed s/answer", "with blocks s/answer",
-                  "blocks / summed [min–max over rounds]", "summed path's spread"], rows)
+    return _grid(["batch", "rounds", "summed s/answer", "with blocks", "with hidden states",
+                  "with both", "blocks / summed [min–max over rounds]",
+                  "hidden / summed", "both / summed", "summed path's spread"], rows)
 
 
 # --------------------------------------------------------------------------- trust.md

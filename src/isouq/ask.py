@@ -89,7 +89,7 @@ def answer_and_score(model, tokenizer, questions: Sequence[str], *,
         blocks: each row also gets its block profile (``blocks``: ‖∇θ_b p̄‖² per block of
             the model, from the same backward).
         hidden: each row also gets its mean hidden states (``hidden``, ``isouq.hidden``: what
-            a calibration's hidden-state probe reads), from one more forward.
+            a calibration's hidden-state probe reads), from the scores' own forward.
 
     Returns:
         N answer rows (``isouq.answer_row``): key (the question's place), question, answer,

@@ -5,8 +5,13 @@ For each (prompt, answer) pair, the model's hidden states (Hugging Face ``hidden
 0 the token embeddings, k the output of decoder layer k, -1 the final-norm output) averaged over
 the positions the model reads: the prompt and the answer but its last token, the way
 LM-Polygraph averages its ``embeddings_decoder``; at the probe's depths (:func:`probe_layers`: a
-quarter, half and three quarters of the way up, and the final-norm output). One forward pass
-without gradients per batch, beside the scores' own pass.
+quarter, half and three quarters of the way up, and the final-norm output).
+
+``score_sequences(hidden=True)`` takes them from the scores' own forward
+(:class:`StatesOfForward`): no second pass. :func:`mean_hidden_states` runs a forward of its own
+without gradients (for span scores, whose forwards are of truncated rows, and for callers with
+no scores to compute); where the model's forward takes ``logits_to_keep``, its head then
+computes the logits of one position only.
 """
 
 from __future__ import annotations
@@ -44,6 +49,57 @@ def model_states(model: nn.Module, token: int = 0) -> dict[str, int]:
         model, [Encoded(prompt=[token], answer=[token])], pad=token).items()}
 
 
+def state_means(hidden_states: Sequence[torch.Tensor], keep: torch.Tensor,
+                layers: Sequence[int] | None = None) -> dict[str, np.ndarray]:
+    """Each row's mean hidden state over the positions ``keep`` marks, at ``layers``.
+
+    Args:
+        hidden_states: the model's ``hidden_states`` of one forward, each (N, L, d).
+        keep: (N, L) 1 (or True) at the positions to average.
+        layers: ``hidden_states`` indices; default :func:`probe_layers` of the model's depth.
+
+    Returns:
+        :func:`state_name` -> (N, d) float32 array, in ``layers`` order.
+    """
+    picked = probe_layers(len(hidden_states) - 1) if layers is None else list(layers)
+    m = keep.to(hidden_states[0].device, hidden_states[0].dtype).unsqueeze(-1)
+    with torch.no_grad():
+        return {state_name(k): ((hidden_states[k] * m).sum(1) / m.sum(1)).float().cpu().numpy()
+                for k in picked}
+
+
+class StatesOfForward:
+    """Collects each answer's mean hidden states from the scores' own forward (``isouq.passes.
+    score_encoded(on_states=...)``): the positions of the prompt and the answer but its last
+    token (the input's last real token), as :func:`mean_hidden_states` averages them, without a
+    second forward.
+
+    Args:
+        n: the number of answers scored.
+    """
+
+    def __init__(self, n: int):
+        self.n = n
+        self.parts: dict[int, dict[str, np.ndarray]] = {}
+
+    def __call__(self, hidden_states: Sequence[torch.Tensor], batch, rows: slice) -> None:
+        """Average one batch's states (``batch.attention_mask``: (N, L), the batch's rows
+        ``rows``)."""
+        keep = batch.attention_mask.clone()
+        last = keep.cumsum(1).argmax(1)  # the last real position of each row, either padding
+        keep[torch.arange(keep.shape[0]), last] = 0
+        self.parts[rows.start] = state_means(hidden_states, keep)
+
+    def result(self) -> dict[str, np.ndarray]:
+        """:func:`state_name` -> (n, d) float32 array, in the answers' order."""
+        parts = [self.parts[k] for k in sorted(self.parts)]
+        out = {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
+        if any(len(X) != self.n for X in out.values()):
+            raise RuntimeError(f"hidden states of {len(next(iter(out.values())))} answers "
+                               f"collected for {self.n}")
+        return out
+
+
 def mean_hidden_states(model: nn.Module, enc: Sequence[Encoded], *, pad: int,
                        batch_size: int = 8, layers: Sequence[int] | None = None
                        ) -> dict[str, np.ndarray]:
@@ -69,9 +125,10 @@ def mean_hidden_states(model: nn.Module, enc: Sequence[Encoded], *, pad: int,
     if any(not e.prompt for e in enc):
         raise InputError("a pair without prompt tokens has no state to average before its "
                          "answer; give each answer its prompt")
-    from .passes import input_device
+    from .passes import input_device, takes_logits_to_keep
 
     device = input_device(model)
+    few_logits = {"logits_to_keep": 1} if takes_logits_to_keep(model) else {}
     out: dict[str, list[np.ndarray]] = {}
     with torch.no_grad(), eval_mode(model):
         for start in range(0, len(seqs), batch_size):
@@ -83,17 +140,15 @@ def mean_hidden_states(model: nn.Module, enc: Sequence[Encoded], *, pad: int,
                 ids[i, :len(s)] = torch.tensor(s)
                 mask[i, :len(s)] = 1
             res = model(input_ids=ids.to(device), attention_mask=mask.to(device),
-                        output_hidden_states=True, use_cache=False)
+                        output_hidden_states=True, use_cache=False, **few_logits)
             states = getattr(res, "hidden_states", None)
             if not states:
                 raise ModelError(f"{type(model).__name__} returns no hidden_states; the "
                                  "hidden-state probe needs a Hugging Face causal LM")
-            picked = probe_layers(len(states) - 1) if layers is None else list(layers)
-            m = mask.to(states[0].device, states[0].dtype).unsqueeze(-1)
-            for k in picked:
-                mean = (states[k] * m).sum(1) / m.sum(1)
-                out.setdefault(state_name(k), []).append(mean.float().cpu().numpy())
+            for name, X in state_means(states, mask, layers).items():
+                out.setdefault(name, []).append(X)
     return {name: np.concatenate(parts) for name, parts in out.items()}
 
 
-__all__ = ["DEPTHS", "mean_hidden_states", "model_states", "probe_layers", "state_name"]
+__all__ = ["DEPTHS", "StatesOfForward", "mean_hidden_states", "model_states", "probe_layers",
+           "state_means", "state_name"]

@@ -2,27 +2,29 @@
 engine's backward(s) per batch.
 
 :func:`score_encoded` is the kernel: for each batch of already prepared pairs (``isouq.prepare``)
-it pads them (:func:`collate`), runs the forward (:func:`token_probs`: the probability of every
-answer token), then the engine's backward — ``"ghost"``: ONE backward of Σᵢ p̄ᵢ whose hooks give
-every answer's ‖∇θ p̄ᵢ‖² (``isouq.ghost``); ``"per_example"``: one backward per answer, the
-paper's way, any covariance; ``"per_token"``: the paper's per-token comparison. A caller that
-needs more from the same forward (span scores: one ghost backward per span index over the
-retained graph) passes ``after_forward``, called between the forward and the engine's backward.
+it pads them (:func:`collate`), runs the forward (:func:`forward_probs`: the probability of every
+answer token, and the hidden states when ``on_states`` asks for them), then the engine's
+backward — ``"ghost"``: ONE backward of Σᵢ p̄ᵢ whose hooks give every answer's ‖∇θ p̄ᵢ‖²
+(``isouq.ghost``); ``"per_example"``: one backward per answer, the paper's way, any covariance;
+``"per_token"``: the paper's per-token comparison. A caller that needs more from the same
+forward (span scores: one ghost backward per span index over the retained graph) passes
+``after_forward``, called between the forward and the engine's backward.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import torch
 from torch import nn
 
 from .blocks import Blocks
 from .covariance import Covariance
-from .errors import check_finite
+from .errors import ModelError, check_finite
 from .estimators import eval_mode
 from .ghost.engine import GhostNorms
 from .ghost.factors import round_up, token_multiple
@@ -88,8 +90,38 @@ def input_device(model: nn.Module) -> torch.device:
     return execution_device(emb) or execution_device(model) or torch.device("cpu")
 
 
-def token_probs(model: nn.Module, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-    """Forward pass; returns (p (N, L−1) probability of each next token, zero off-answer; mask)."""
+def takes_logits_to_keep(model: nn.Module) -> bool:
+    """Whether the model's forward (or, under a PEFT wrapper, its base model's) names
+    ``logits_to_keep`` (Hugging Face causal LMs): then its head can skip the positions whose
+    logits nobody reads (the head over the whole vocabulary is a large share of a small LM's
+    forward)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    try:
+        return "logits_to_keep" in inspect.signature(base.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+#: called after a batch's forward with the model's ``hidden_states`` (a tuple of (N, L, d)
+#: tensors, detached) and the batch and its rows: ``on_states(hidden_states, batch, rows)``
+OnStates = Callable[[tuple[torch.Tensor, ...], Batch, slice], None]
+
+
+class ForwardProbs(NamedTuple):
+    """What :func:`forward_probs` gives."""
+
+    #: (N, L−1) probability of each next token, zero off the answer
+    p: torch.Tensor
+    #: (N, L−1) true where p holds an answer token's probability
+    mask: torch.Tensor
+    #: the model's ``hidden_states`` (detached), when asked for; else None
+    hidden_states: tuple[torch.Tensor, ...] | None
+
+
+def forward_probs(model: nn.Module, batch: Batch, *, hidden_states: bool = False
+                  ) -> ForwardProbs:
+    """Forward pass: the probability of each answer token, and with ``hidden_states`` the
+    model's hidden states from the same forward (no second pass)."""
     dev = input_device(model)  # with device_map="auto": the first layer's
     mask = batch.answer_mask.to(dev)
     # logits only from the first position that predicts an answer token (lm_head is a large
@@ -98,10 +130,15 @@ def token_probs(model: nn.Module, batch: Batch) -> tuple[torch.Tensor, torch.Ten
     L = batch.input_ids.shape[1]
     inputs = dict(input_ids=batch.input_ids.to(dev), attention_mask=batch.attention_mask.to(dev),
                   position_ids=batch.position_ids.to(dev))
-    try:
-        out = model(**inputs, logits_to_keep=L - start)
-    except TypeError:
-        out = model(**inputs)
+    if hidden_states:
+        inputs["output_hidden_states"] = True
+    if takes_logits_to_keep(model):
+        inputs["logits_to_keep"] = L - start
+    out = model(**inputs)
+    states = getattr(out, "hidden_states", None) if hidden_states else None
+    if hidden_states and not states:
+        raise ModelError(f"{type(model).__name__} returns no hidden_states; the hidden-state "
+                         "probe needs a Hugging Face causal LM")
     logits = out.logits if hasattr(out, "logits") else out[0]
     logits = logits[:, -(L - start) :]  # positions start .. L−1
     mask_k = mask[:, start:]
@@ -115,6 +152,12 @@ def token_probs(model: nn.Module, batch: Batch) -> tuple[torch.Tensor, torch.Ten
                  "Check the model's weights (NaN/inf) or dtype.")
     p = torch.zeros(mask.shape, dtype=lp.dtype, device=dev)
     p = p.index_put((rows, cols + start), lp.exp())
+    return ForwardProbs(p, mask, tuple(h.detach() for h in states) if states else None)
+
+
+def token_probs(model: nn.Module, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """Forward pass; returns (p (N, L−1) probability of each next token, zero off-answer; mask)."""
+    p, mask, _ = forward_probs(model, batch)
     return p, mask
 
 
@@ -227,6 +270,7 @@ def score_encoded(
     lockstep: bool = False,
     progress: bool = False,
     after_forward: AfterForward | None = None,
+    on_states: OnStates | None = None,
 ) -> SequenceScores:
     """Score prepared pairs, batch after batch (the kernel of :func:`isouq.score_sequences`,
     which checks everything first).
@@ -248,6 +292,8 @@ def score_encoded(
         progress: show a progress bar.
         after_forward: called after each batch's forward, before its engine's backward
             (:data:`AfterForward`).
+        on_states: given each batch's hidden states from its forward (:data:`OnStates`; the
+            forward then asks the model for them).
 
     Returns:
         :class:`SequenceScores` of the pairs, in their order.
@@ -277,9 +323,10 @@ def score_encoded(
             rows = slice(s, min(s + batch_size, n))
             batch = collate(list(enc[rows]), pad, padding_side, multiple)
             pb = None
+            want = on_states is not None
             if method == "per_example":
                 with torch.no_grad():
-                    p, mask = token_probs(model, batch)
+                    p, mask, states = forward_probs(model, batch, hidden_states=want)
                 if after_forward is not None:
                     after_forward(None, p, mask, rows)
                 with _only_selected_require_grad(model, params):
@@ -287,7 +334,7 @@ def score_encoded(
             else:
                 ghost.seq_len = batch.input_ids.shape[1]
                 with torch.enable_grad():
-                    p, mask = token_probs(model, batch)
+                    p, mask, states = forward_probs(model, batch, hidden_states=want)
                     if after_forward is not None:  # e.g. span backwards over the same graph
                         after_forward(ghost, p, mask, rows)
                     if method == "ghost":  # without per_param, the shared groups' summed form
@@ -297,6 +344,8 @@ def score_encoded(
                     else:
                         e, pp = _per_token(ghost, p, mask)
                     e = covariance.scale * e  # per_example applied the covariance already
+            if want:
+                on_states(states, batch, rows)
             m, a, t = summarize(p.detach(), mask)
             epi[rows] = e.detach().cpu()
             if pp is not None and per is not None:
@@ -326,5 +375,6 @@ def score_encoded(
     )
 
 
-__all__ = ["AfterForward", "Batch", "collate", "input_device", "log_prob", "score_encoded",
-           "summarize", "token_probs"]
+__all__ = ["AfterForward", "Batch", "ForwardProbs", "OnStates", "collate", "forward_probs",
+           "input_device", "log_prob", "score_encoded", "summarize", "takes_logits_to_keep",
+           "token_probs"]

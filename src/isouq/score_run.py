@@ -182,7 +182,8 @@ class ScoreRun:
         blocks: each row also gets its block profile, ``blocks`` {module path: ‖∇θ_b p̄‖²}
             (``isouq.blocks``), from the same backward. Recorded in the settings.
         hidden: each row also gets its mean hidden states, ``hidden`` {state name: d floats}
-            (``isouq.hidden``), from one more forward per batch. Recorded in the settings.
+            (``isouq.hidden``), from the scores' own forward (with spans: one more forward per
+            batch). Recorded in the settings.
         batch_size, max_tokens_per_batch, bucket: how rows are grouped into batches
             (:func:`plan_batches`).
         memory_budget: bytes the process may use: batches are cut so that the predicted peak
@@ -538,9 +539,6 @@ def score_file(input: str | Path, out: str | Path, *, model: str, load: dict | N
         raise InputError(f"--spans {spans} is not one of {', '.join(SPLITTERS)}")
     blocks = blocks or (calibration is not None and calibration.needs_blocks)
     hidden = hidden or (calibration is not None and calibration.needs_hidden)
-    if hidden and shard is not None:
-        raise InputError("--hidden (or a calibration whose probe reads the hidden states) runs "
-                         "one more forward outside the ranks' lockstep: score without --shard")
     check_settings(out, {**run_settings(model=model, method=method, params=params, dtype=dtype,
                                         options=options),
                          "params": params, **({"spans": spans} if spans is not None else {}),

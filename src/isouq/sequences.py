@@ -27,7 +27,7 @@ from .covariance import Covariance, Identity
 from .engines import engine_name
 from .errors import InputError
 from .ghost.weights import is_sharded, placement
-from .hidden import mean_hidden_states
+from .hidden import StatesOfForward, mean_hidden_states
 from .params import ParamSpec, param_info, select_params
 from .passes import Batch, collate, input_device, score_encoded, summarize, token_probs
 from .prepare import Limits, check_fit, context_window, encode_checked, resolve_one
@@ -91,9 +91,9 @@ def score_sequences(
             the same backward; each row sums to ``epistemic`` (with spans: the whole answers'
             profile). The identity covariance only.
         hidden: also return each answer's mean hidden state at the probe's depths
-            (``SequenceScores.hidden``, ``isouq.hidden.mean_hidden_states``: what
-            ``isouq calibrate --features ... hidden`` reads), from one more forward pass without
-            gradients per batch. Not with a sharded model.
+            (``SequenceScores.hidden``, ``isouq.hidden``: what ``isouq calibrate --features ...
+            hidden`` reads), from the scores' own forward (with spans: one more forward
+            without gradients per batch).
         padding_side: ``"left"`` or ``"right"``; padding never changes a score.
         progress: show a progress bar.
         spans: also score parts of each answer (``isouq.spans``): ``"sentences"``, ``"lines"``,
@@ -146,10 +146,6 @@ def score_sequences(
     sel = select_params(model, params, run_forward=lambda: token_probs(model, first))
     check_engine(method, sel)
     sharded = is_sharded(model)
-    if sharded and hidden:
-        raise InputError("hidden=True runs one more forward per batch outside the scores' "
-                         "lockstep, which a model sharded with FSDP2 cannot: score the hidden "
-                         "states with the model unsharded")
     if sharded and (method != "ghost" or spans is not None):
         raise InputError(
             "a model sharded with FSDP2 runs collectives in every forward and backward, so every "
@@ -162,10 +158,13 @@ def score_sequences(
     if spans is not None:
         resolved = spans_of(tokenizer, answers, spans, enc)
         res = score_spans(model, enc, resolved, sel, info, strategy=span_strategy, **options)
+        if hidden:  # the span paths' forwards are of truncated rows: a forward of its own
+            res.hidden = mean_hidden_states(model, enc, pad=pad, batch_size=batch_size)
     else:
-        res = score_encoded(model, enc, sel, info, lockstep=sharded, **options)
-    if hidden:
-        res.hidden = mean_hidden_states(model, enc, pad=pad, batch_size=batch_size)
+        states = StatesOfForward(len(enc)) if hidden else None
+        res = score_encoded(model, enc, sel, info, lockstep=sharded, on_states=states, **options)
+        if states is not None:
+            res.hidden = states.result()
     return res
 
 

@@ -67,8 +67,8 @@ def add_to(sub: argparse._SubParsersAction) -> None:
                         "reads it)")
     p.add_argument("--hidden", action="store_true",
                    help="also write each answer's mean hidden state at a quarter, half and "
-                        "three quarters of the model's depth and its final-norm output, from one "
-                        "more forward (a `hidden` object per row, what `isouq calibrate "
+                        "three quarters of the model's depth and its final-norm output, from the "
+                        "scores' own forward (a `hidden` object per row, what `isouq calibrate "
                         "--features ... hidden` reads; implied by a --calibration that reads it)")
     p.set_defaults(func=cmd_score)
 

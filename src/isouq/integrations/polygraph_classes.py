@@ -30,7 +30,7 @@ class IsouqScoresCalculator(StatCalculator):
     """isouq's scores of the greedy generations: every answer of the batch from one backward
     pass (``batch_size``: answers per backward; default the whole batch); with ``blocks``,
     also each answer's block profile (``isouq_blocks``, ``isouq_block_names``); with ``hidden``,
-    each answer's mean hidden states (``isouq_hidden``, one more forward)."""
+    each answer's mean hidden states (``isouq_hidden``, from the same forward)."""
 
     @staticmethod
     def meta_info():

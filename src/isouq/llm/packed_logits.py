@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..errors import InputError
+from ..passes import takes_logits_to_keep
 
 PACKABLE_ATTENTION = ("sdpa", "eager")
 """Attention implementations that read a custom 4-D additive mask."""
@@ -150,11 +151,7 @@ class PrefixKV:
 
 def last_only_kwargs(model) -> dict:
     """``logits_to_keep=1`` when the model supports it (no (N, L, V) logits for a prompt)."""
-    try:
-        params = inspect.signature(model.forward).parameters
-    except (TypeError, ValueError):  # pragma: no cover
-        return {}
-    return {"logits_to_keep": 1} if "logits_to_keep" in params else {}
+    return {"logits_to_keep": 1} if takes_logits_to_keep(model) else {}
 
 
 def _packed_mask(lengths: Sequence[int], p: int, dtype, device) -> torch.Tensor:
@@ -190,7 +187,7 @@ def packed_last_logits(model, rows: Sequence[Sequence[int]], device, *, batch_si
     if p > 0:
         held.extend_to(model, rows[0][:p], device)
     dtype = model.dtype
-    keep_param = "logits_to_keep" in inspect.signature(model.forward).parameters
+    keep_param = takes_logits_to_keep(model)
     cache_name = cache_kwarg(model)
     n_passes = -(-len(rows) // batch_size)
     size = max(-(-len(rows) // n_passes), 1)  # balanced: 9 rows at batch_size 8 -> 5 + 4

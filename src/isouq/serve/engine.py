@@ -425,8 +425,8 @@ class Engine:
 
     @property
     def needs_hidden(self) -> bool:
-        """Whether the calibration's probe reads the answers' hidden states (scored with one
-        more forward per pass, never shown)."""
+        """Whether the calibration's probe reads the answers' hidden states (taken from the
+        scores' own forward, never shown)."""
         return self.calibration is not None and self.calibration.needs_hidden
 
     def _calibrate(self, scores: list[dict | None],

@@ -93,7 +93,7 @@ PROBE = "Hidden-state probe (anchor)"
 #: the probe stacked under isouq's head, what ``isouq calibrate --features mean_prob nll
 #: epistemic epistemic_log aleatoric hidden`` fits: the features of ``isouq scores + MSP`` and
 #: the probe's logit, cross-fitted on the probe's per-fold logits (:func:`stacked_cross_fitted`);
-#: one more forward per answer beside the backward (the hidden states)
+#: the hidden states come from the scores' own forward (``isouq.hidden.StatesOfForward``)
 STACKED = Head("isouq scores + MSP + hidden-state probe (stacked)",
                (*HEADS["isouq scores + MSP"].features, HIDDEN), MAP_KINDS,
                "p̄, −log p(answer), isouq's scores and the hidden-state probe's logit (out of "
