@@ -93,6 +93,8 @@ class StatesOfForward:
     def result(self) -> dict[str, np.ndarray]:
         """:func:`state_name` -> (n, d) float32 array, in the answers' order."""
         parts = [self.parts[k] for k in sorted(self.parts)]
+        if not parts:
+            return {}
         out = {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
         if any(len(X) != self.n for X in out.values()):
             raise RuntimeError(f"hidden states of {len(next(iter(out.values())))} answers "
