@@ -78,7 +78,7 @@ def answer_ids(q: dict, tok) -> tuple[list[int] | None, str]:
 
 
 def score_rows(kept: dict, model, tok, instruct: bool, out: Path, emb_out: Path,
-               layers_out: Path, batch: int) -> None:
+               layers_out: Path, batch: int, refill: bool = True) -> None:
     """Step 1 and 2 for the questions not yet written, and from the same forward the answer's
     mean hidden states at ``isouq.hidden.probe_layers`` for the probe (``layers_out``); a row is
     written after its cached states, so a written row has them."""
@@ -95,9 +95,10 @@ def score_rows(kept: dict, model, tok, instruct: bool, out: Path, emb_out: Path,
     layers = probe_layers(n_layers)  # ends with -1: LM-Polygraph's embedding
     w, e, lw = JsonlWriter(out), JsonlWriter(emb_out), JsonlWriter(layers_out)
     # the cache is git-ignored: on a fresh checkout the written rows' states are made again
+    # (``refill``), before the fits that read them
     cached = {r["key"] for r in read_jsonl(layers_out)} & {r["key"] for r in read_jsonl(emb_out)}
-    lost = [q for q in kept["questions"]
-            if q["key"] in done and q["key"] not in cached and "error" not in written[q["key"]]]
+    lost = [q for q in kept["questions"] if refill and q["key"] in done
+            and q["key"] not in cached and "error" not in written[q["key"]]]
     for s in range(0, len(lost), batch):
         part = lost[s:s + batch]
         ids = [answer_ids(q, tok)[0] for q in part]
@@ -275,8 +276,9 @@ def main(argv=None) -> int:
                     help="20 Newsgroups documents for RMD's background (LM-Polygraph: 1,000 C4)")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--rows-only", action="store_true",
-                    help="only the rows and their cached states (beside a running benchmark); "
-                         "the probe and the train-split estimators wait for a run without it")
+                    help="only the new rows and their cached states (beside a running "
+                         "benchmark); the probe, the train-split estimators and the states of "
+                         "rows whose cache was lost wait for a run without it")
     ap.add_argument("--out", default=str(RESULTS / "features"))
     a = ap.parse_args(argv)
     out = Path(a.out)
@@ -296,7 +298,8 @@ def main(argv=None) -> int:
             rows, emb = out / f"{name}.jsonl", CACHE / f"{name}.embeddings.jsonl"
             print(f"{name}: scores, blocks and embeddings ({kept['n_questions']} questions)")
             layers = CACHE / f"{name}.layers.jsonl"
-            score_rows(kept, lm, tok, instruct, rows, emb, layers, a.batch)
+            score_rows(kept, lm, tok, instruct, rows, emb, layers, a.batch,
+                       refill=not a.rows_only)
             if a.rows_only:
                 continue
             cross_fit_probe(kept, layers, out / f"{name}.probe.json", a.folds, a.seed)
