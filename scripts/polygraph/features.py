@@ -232,11 +232,13 @@ def _states(kept: dict, layers_path: Path) -> tuple[dict[str, np.ndarray], np.nd
 
 
 def transfer_probe(train: dict, test: dict, train_layers: Path, test_layers: Path, out: Path,
-                   seed: int) -> None:
+                   seed: int, need: set[str]) -> None:
     """The probe fitted on every answer of ``train`` (the model's other dataset) and its logits
     on ``test``'s answers, per quality metric both share (``learned_heads.probe_transferred``),
-    what the stacked head transferred between datasets reads (``heads.py``); skipped when
-    ``out`` holds these answers already or an answer lacks its states."""
+    what the stacked head transferred between datasets reads (``heads.py``); an answer without
+    states (its features could not be rebuilt) takes no part and gets null. Skipped when ``out``
+    holds these answers already, or while an answer of ``need`` (those with features) lacks its
+    states."""
     from isouq.runio import dumps
     from isouq.study.analysis.learned_heads import labels_for, probe_transferred
 
@@ -248,7 +250,9 @@ def transfer_probe(train: dict, test: dict, train_layers: Path, test_layers: Pat
             return
     tr_states, tr_have, what = _states(train, train_layers)
     te_states, te_have, _ = _states(test, test_layers)
-    if not (tr_have.all() and te_have.all()):
+    have = {k for k, h in zip(train_keys, tr_have, strict=True) if h} | {
+        k for k, h in zip(keys, te_have, strict=True) if h}
+    if not te_have.any() or need - have:
         print(f"  probe transfer to {out.name}: states missing, skipped", flush=True)
         return
     doc = {"kind": "isouq-polygraph-probe-transfer", "dataset": test["dataset"],
@@ -257,9 +261,11 @@ def transfer_probe(train: dict, test: dict, train_layers: Path, test_layers: Pat
     for metric in [m for m in test["quality_metrics"] if m in train["quality_metrics"]]:
         t0 = time.perf_counter()
         q = np.array([r["quality"].get(metric, np.nan) for r in train["questions"]], dtype=float)
-        got = probe_transferred(tr_states, labels_for(q, metric), te_states, seed=seed)
-        doc["metrics"][metric] = {"train_logits": _nulls(got.train_logits),
-                                  "logits": _nulls(got.test_logits), "chosen": got.chosen}
+        got = probe_transferred(tr_states, labels_for(q, metric)[tr_have], te_states, seed=seed)
+        train_logits, logits = np.full(len(train_keys), np.nan), np.full(len(keys), np.nan)
+        train_logits[tr_have], logits[te_have] = got.train_logits, got.test_logits
+        doc["metrics"][metric] = {"train_logits": _nulls(train_logits), "logits": _nulls(logits),
+                                  "chosen": got.chosen}
         print(f"  probe from {train['dataset']}, {metric}: {time.perf_counter() - t0:.1f} s",
               flush=True)
     out.write_text(dumps(doc) + "\n", encoding="utf-8")
@@ -325,11 +331,15 @@ def main(argv=None) -> int:
             cross_fit_density(kept, rows, emb, bg, dens, a.folds, a.seed)
         if a.rows_only:
             continue
+        from isouq.runio import read_jsonl
+
         runs = {ds: json.loads(path.read_text(encoding="utf-8")) for ds, path in files}
+        need = {r["key"] for ds in runs for r in read_jsonl(out / f"{ds}__{model}.jsonl")
+                if "error" not in r}
         for test, train in itertools.permutations(runs, 2):
             transfer_probe(runs[train], runs[test], CACHE / f"{train}__{model}.layers.jsonl",
                            CACHE / f"{test}__{model}.layers.jsonl",
-                           out / f"{test}__{model}.probe-from-{train}.json", a.seed)
+                           out / f"{test}__{model}.probe-from-{train}.json", a.seed, need)
     return 0
 
 
