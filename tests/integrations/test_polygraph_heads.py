@@ -20,14 +20,24 @@ ROOT = Path(__file__).resolve().parents[2]
 BLOCKS = ("model.layers.0", "model.layers.1")
 
 
-@pytest.fixture
-def heads(tmp_path, monkeypatch):
-    spec = importlib.util.spec_from_file_location("polygraph_heads",
-                                                  ROOT / "scripts/polygraph/heads.py")
+def _script(name: str):
+    spec = importlib.util.spec_from_file_location(f"polygraph_{name}",
+                                                  ROOT / f"scripts/polygraph/{name}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture
+def heads(tmp_path, monkeypatch):
+    mod = _script("heads")
     monkeypatch.setattr(mod, "RESULTS", tmp_path)
     return mod
+
+
+@pytest.fixture
+def features():
+    return _script("features")
 
 
 def _kept(tmp_path: Path, heads, n: int = 60, seed: int = 0, ds: str = "triviaqa") -> dict:
@@ -91,11 +101,8 @@ def test_a_probe_of_other_answers_or_folds_is_refused(heads, tmp_path):
             heads.heads_doc("tiny", ["triviaqa"], "triviaqa", seed=0, k=5)
 
 
-def test_features_fits_the_probe_from_cached_states_and_again_when_answers_change(tmp_path):
-    spec = importlib.util.spec_from_file_location("polygraph_features",
-                                                  ROOT / "scripts/polygraph/features.py")
-    features = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(features)
+def test_features_fits_the_probe_from_cached_states_and_again_when_answers_change(features,
+                                                                                  tmp_path):
     rng = np.random.default_rng(1)
     n, d = 80, 6
     X = rng.normal(size=(n, 2, d))  # the label lives in the first layer's state
@@ -156,11 +163,8 @@ def test_the_stacked_head_moves_with_the_probe_of_the_other_dataset(heads, tmp_p
         heads.heads_doc("tiny", ["triviaqa", "truthfulqa"], "triviaqa", seed=0, k=5)
 
 
-def test_features_moves_the_probe_to_the_other_dataset_once_every_answer_has_states(tmp_path):
-    spec = importlib.util.spec_from_file_location("polygraph_features",
-                                                  ROOT / "scripts/polygraph/features.py")
-    features = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(features)
+def test_features_moves_the_probe_to_the_other_dataset_once_every_answer_has_states(features,
+                                                                                   tmp_path):
     rng = np.random.default_rng(3)
 
     def run(ds: str, n: int) -> tuple[dict, Path, np.ndarray]:
