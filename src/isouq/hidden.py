@@ -127,7 +127,8 @@ def mean_hidden_states(model: nn.Module, enc: Sequence[Encoded], *, pad: int,
     if any(not e.prompt for e in enc):
         raise InputError("a pair without prompt tokens has no state to average before its "
                          "answer; give each answer its prompt")
-    from .passes import input_device, takes_logits_to_keep
+    from .llm.packed_logits import takes_logits_to_keep
+    from .passes import input_device
 
     device = input_device(model)
     few_logits = {"logits_to_keep": 1} if takes_logits_to_keep(model) else {}

@@ -13,7 +13,6 @@ forward (span scores: one ghost backward per span index over the retained graph)
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from .estimators import eval_mode
 from .ghost.engine import GhostNorms
 from .ghost.factors import round_up, token_multiple
 from .ghost.weights import execution_device
+from .llm.packed_logits import takes_logits_to_keep
 from .quantized import autograd_ready
 from .scores import ParamInfo, SequenceScores
 from .tokens import Encoded
@@ -88,18 +88,6 @@ def input_device(model: nn.Module) -> torch.device:
     if dev.type != "meta":
         return dev
     return execution_device(emb) or execution_device(model) or torch.device("cpu")
-
-
-def takes_logits_to_keep(model: nn.Module) -> bool:
-    """Whether the model's forward (or, under a PEFT wrapper, its base model's) names
-    ``logits_to_keep`` (Hugging Face causal LMs): then its head can skip the positions whose
-    logits nobody reads (the head over the whole vocabulary is a large share of a small LM's
-    forward)."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    try:
-        return "logits_to_keep" in inspect.signature(base.forward).parameters
-    except (TypeError, ValueError):
-        return False
 
 
 #: called after a batch's forward with the model's ``hidden_states`` (a tuple of (N, L, d)
@@ -376,5 +364,4 @@ def score_encoded(
 
 
 __all__ = ["AfterForward", "Batch", "ForwardProbs", "OnStates", "collate", "forward_probs",
-           "input_device", "log_prob", "score_encoded", "summarize", "takes_logits_to_keep",
-           "token_probs"]
+           "input_device", "log_prob", "score_encoded", "summarize", "token_probs"]

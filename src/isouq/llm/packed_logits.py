@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 import torch
 
 from ..errors import InputError
-from ..passes import takes_logits_to_keep
 
 PACKABLE_ATTENTION = ("sdpa", "eager")
 """Attention implementations that read a custom 4-D additive mask."""
@@ -67,6 +66,18 @@ def supports_packing(model) -> bool:
         return False
     return ("position_ids" in params and "attention_mask" in params
             and ("cache" in params or "past_key_values" in params))
+
+
+def takes_logits_to_keep(model) -> bool:
+    """Whether the model's forward (or, under a PEFT wrapper, its base model's) names
+    ``logits_to_keep`` (Hugging Face causal LMs): then its head can skip the positions whose
+    logits nobody reads (the head over the whole vocabulary is a large share of a small LM's
+    forward)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    try:
+        return "logits_to_keep" in inspect.signature(base.forward).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def cache_kwarg(model) -> str:
