@@ -1532,6 +1532,278 @@ def _v_trust_heads_verdict(root: Path) -> str:
                                  "(scripts/polygraph/heads.py, then isouq report)")
 
 
+# The prose of docs/trust.md's whole-answer section: each count, setting and difference read
+# from the kept report's heads table (and, for the probe's choices, the heads files).
+POLYGRAPH_HEADS = "results/polygraph/heads/*.json"
+POLYGRAPH_PROBES = "results/polygraph/features/*.probe.json"
+#: LM-Polygraph's quality metric names, by the report's names
+QUALITY_METRICS = {"ROUGE-L": "Rouge_rougeL", "accuracy": "Accuracy"}
+#: the head on isouq's scores and MSP's quantity without the block profile
+#: (``isouq.study.analysis.learned_heads.HEADS``)
+SCORES_AND_MSP = "isouq scores + MSP"
+
+
+def _head_rows(root: Path, head: str) -> list[dict]:
+    """The kept report's rows of ``head`` against MSP (every setting, judged or not)."""
+    rows = _section(_json(root, POLYGRAPH_REPORT), "lm-polygraph-benchmark").get("heads", [])
+    return [r for r in rows if r["head"] == head]
+
+
+def _named(rows: Sequence[Mapping], trained: bool = False) -> str:
+    """The settings of ``rows`` in words (model × dataset quality[, trained on the other])."""
+    def one(r: Mapping) -> str:
+        name = f"{_setting(r['model'], r['dataset'])} {r['quality']}"
+        if trained and "(trained on " in r["head"]:
+            other = r["head"].rsplit("(trained on ", 1)[1].rstrip(")")
+            name += f", trained on {DATASETS.get(other, other)}"
+        return name
+    return "; ".join(one(r) for r in rows)
+
+
+def _against(root: Path, head: str, other: str = "MSP", names: str = "ahead below",
+             trained: bool = False) -> tuple[int, str]:
+    """How many settings ``head`` is judged in against ``other``, and the verdict in words:
+    ahead / within noise / below, naming the settings of the verdicts in ``names``."""
+    from isouq.study.report.polygraph import verdict_groups
+
+    groups = dict(zip(("ahead", "within", "below"), verdict_groups(_head_rows(root, head),
+                                                                   other), strict=True))
+
+    def part(word: str, label: str) -> str:
+        g = groups[word]
+        said = f"{label} in {len(g)}"
+        return f"{said} ({_named(g, trained)})" if g and word in names.split() else said
+
+    n = sum(map(len, groups.values()))
+    return n, (f"{part('ahead', 'ahead beyond noise')}, {part('within', 'within noise')} and "
+               f"{part('below', 'below')}")
+
+
+@value("trust_goal", POLYGRAPH_REPORT)
+def _v_trust_goal(root: Path) -> str:
+    """Which cross-fitted heads meet issue 50's goal against MSP over the rankable settings:
+    never below beyond noise and ahead beyond noise in most (more than half)."""
+    from isouq.study.analysis.learned_heads import HEADS, STACKED
+    from isouq.study.report.polygraph import verdict_counts
+
+    met, short = [], []
+    for head in (STACKED.name, *HEADS):
+        ahead, within, below = verdict_counts(_head_rows(root, head))
+        n = ahead + within + below
+        (met if n and not below and 2 * ahead > n else short).append(head)
+    if not met:
+        return "met by no head on the kept run"
+    return (f"met on the kept run by {', '.join(f'“{h}”' for h in met)}"
+            + (f" and not by {', '.join(f'“{h}”' for h in short)}" if short else ""))
+
+
+@value("trust_control_below", POLYGRAPH_REPORT)
+def _v_trust_control_below(root: Path) -> str:
+    """How often MSP's own map, cross-fitted (the control), is below MSP beyond noise, and its
+    largest loss (what cross-fitting itself costs a score)."""
+    from isouq.study.analysis.learned_heads import CONTROL
+    from isouq.study.report.polygraph import verdict_groups
+
+    ahead, within, below = verdict_groups(_head_rows(root, CONTROL.name))
+    n = len(ahead) + len(within) + len(below)
+    worst = min((_point(r["Δ PRR vs MSP"]) for r in ahead + within + below), default=0.0)
+    return (f"in {len(below)} of the {n} settings (its PRR at most "
+            f"{_minus(fixed(-worst, 3))} below MSP's)")
+
+
+@value("trust_single_above_msp", POLYGRAPH_REPORT)
+def _v_trust_single_above_msp(root: Path) -> str:
+    """The rankable settings where isouq's best single score has a higher PRR than MSP (point
+    estimates), named, with that score."""
+    from isouq.study.report.polygraph import HEAD_VERDICTS
+
+    sec = _section(_json(root, POLYGRAPH_REPORT), "lm-polygraph-benchmark")
+    ranked = {(r["model"], r["dataset"], r["quality"]) for r in _head_rows(root, TRUST_HEAD)
+              if r["verdict"] in HEAD_VERDICTS}
+    above = []
+    for key in sorted(ranked):
+        named = {r["estimator"]: r for r in sec["estimators"]
+                 if (r["model"], r["dataset"], r["quality"]) == key}
+        singles = [r for e, r in named.items() if e.startswith("★ Isouq")]
+        best = max(singles, key=lambda r: _point(r["PRR [95% CI]"]))
+        msp = named["MaximumSequenceProbability"]
+        if _point(best["PRR [95% CI]"]) > _point(msp["PRR [95% CI]"]):
+            above.append(f"{_setting(key[0], key[1])} {key[2]} ({best['estimator'][2:]}: "
+                         f"{_minus(best['PRR [95% CI]'])} against {_minus(msp['PRR [95% CI]'])})")
+    return (f"in {len(above)} of the {len(ranked)} rankable settings"
+            + (f": {'; '.join(above)}" if above else ""))
+
+
+@value("trust_stacked_vs_msp", POLYGRAPH_REPORT)
+def _v_trust_stacked_vs_msp(root: Path) -> str:
+    """The stacked head (cross-fitted) against MSP over the rankable settings, naming them."""
+    from isouq.study.analysis.learned_heads import STACKED
+
+    n, said = _against(root, STACKED.name)
+    return f"over the {n} rankable settings: {said}"
+
+
+@value("trust_stacked_vs_block", POLYGRAPH_REPORT)
+def _v_trust_stacked_vs_block(root: Path) -> str:
+    """The stacked head against the block head on the same answers."""
+    from isouq.study.analysis.learned_heads import STACKED
+
+    n, said = _against(root, STACKED.name, TRUST_HEAD, names="below")
+    return f"over the {n}: {said}"
+
+
+@value("trust_backward_heads_vs_msp", POLYGRAPH_REPORT)
+def _v_trust_backward_heads_vs_msp(root: Path) -> str:
+    """The heads on the one backward alone (the block head, isouq's scores + MSP) against MSP."""
+    n, block = _against(root, TRUST_HEAD)
+    _, scores = _against(root, SCORES_AND_MSP)
+    return f"over the {n}, the block head is {block}; \"{SCORES_AND_MSP}\" is {scores}"
+
+
+@value("trust_largest_stacked_gain", POLYGRAPH_REPORT)
+def _v_trust_largest_stacked_gain(root: Path) -> str:
+    """The setting where the stacked head's PRR is furthest ahead of MSP, its difference and
+    the block head's there [95% intervals]."""
+    from isouq.study.analysis.learned_heads import STACKED
+    from isouq.study.report.polygraph import HEAD_VERDICTS
+
+    judged = [r for r in _head_rows(root, STACKED.name) if r["verdict"] in HEAD_VERDICTS]
+    best = max(judged, key=lambda r: _point(r["Δ PRR vs MSP"]))
+    key = (best["model"], best["dataset"], best["quality"])
+    block = next(r for r in _head_rows(root, TRUST_HEAD)
+                 if (r["model"], r["dataset"], r["quality"]) == key)
+    return (f"on {_named([best])} the stacked head's PRR is {_minus(best['Δ PRR vs MSP'])} "
+            f"ahead of MSP's, the block head's {_minus(block['Δ PRR vs MSP'])}")
+
+
+@value("trust_triviaqa_heads", POLYGRAPH_REPORT)
+def _v_trust_triviaqa_heads(root: Path) -> str:
+    """On TriviaQA, where MSP is strong: the stacked and the block head's differences to MSP
+    where ahead beyond noise, over TriviaQA's rankable settings."""
+    from isouq.study.analysis.learned_heads import STACKED
+    from isouq.study.report.polygraph import verdict_groups
+
+    def said(head: str, label: str) -> str:
+        rows = [r for r in _head_rows(root, head) if r["dataset"] == "triviaqa"]
+        ahead, within, below = verdict_groups(rows)
+        out = f"{label} is ahead of MSP beyond noise in {len(ahead)}"
+        if ahead:
+            out += " (" + "; ".join(f"{_named([r])}: {_minus(r['Δ PRR vs MSP'])}"
+                                    for r in ahead) + ")"
+        return out, len(ahead) + len(within) + len(below)
+
+    stacked, n = said(STACKED.name, "the stacked head")
+    block, _ = said(TRUST_HEAD, "the block head")
+    return f"over TriviaQA's {n} rankable settings, {stacked}, {block}"
+
+
+@value("trust_probe_vs_msp", POLYGRAPH_REPORT)
+def _v_trust_probe_vs_msp(root: Path) -> str:
+    """The supervised anchor (a probe on the hidden state) against MSP."""
+    from isouq.study.analysis.learned_heads import PROBE
+
+    n, said = _against(root, PROBE, names="below")
+    return f"over the {n} settings: {said}"
+
+
+@value("trust_probe_vs_block", POLYGRAPH_REPORT)
+def _v_trust_probe_vs_block(root: Path) -> str:
+    """The probe against the block head on the same answers, naming where either is ahead."""
+    from isouq.study.analysis.learned_heads import PROBE
+
+    n, said = _against(root, PROBE, TRUST_HEAD)
+    return f"over the {n}: {said}"
+
+
+def _chosen(root: Path, head: str) -> list[tuple[str, str]]:
+    """Over the rankable settings with kept heads files: (each fold's choice of ``head``, the
+    probe's middle layer there as ``hidden_states[k]``), folds too small to fit left out."""
+    from isouq.study.report.polygraph import HEAD_VERDICTS
+
+    out = []
+    for r in _head_rows(root, TRUST_HEAD):
+        if r["verdict"] not in HEAD_VERDICTS:
+            continue
+        name = f"{r['dataset']}__{r['model']}"
+        heads = _json(root, f"{POLYGRAPH}/heads/{name}.json")
+        states = _json(root, f"{POLYGRAPH}/features/{name}.probe.json")["states"]
+        middle = re.search(r"hidden_states\[([^\]]*)\]", states).group(1).split(", ")[1]
+        for c in heads["metrics"][QUALITY_METRICS[r["quality"]]]["chosen"].get(head, []):
+            if "too few" not in c:
+                out.append((c, f"hidden_states[{middle}]"))
+    return out
+
+
+@value("trust_probe_depth", POLYGRAPH_REPORT, POLYGRAPH_HEADS, POLYGRAPH_PROBES)
+def _v_trust_probe_depth(root: Path) -> str:
+    """In how many of the probe's folds (over the rankable settings) its inner cross-validation
+    picked the middle of its depths (half-way up the model)."""
+    from isouq.study.analysis.learned_heads import PROBE
+
+    folds = _chosen(root, PROBE)
+    return f"{sum(f'{mid},' in c for c, mid in folds)} of the {len(folds)} folds"
+
+
+@value("trust_stack_reads_probe", POLYGRAPH_REPORT, POLYGRAPH_HEADS)
+def _v_trust_stack_reads_probe(root: Path) -> str:
+    """In how many of the stacked head's folds its selection kept the probe's logit."""
+    from isouq.study.analysis.learned_heads import STACKED
+
+    folds = _chosen(root, STACKED.name)
+    return f"{sum('hidden' in c for c, _ in folds)} of the {len(folds)} folds"
+
+
+@value("trust_transfer_backward_heads", POLYGRAPH_REPORT)
+def _v_trust_transfer_backward_heads(root: Path) -> str:
+    """The heads that read MSP's quantity, trained on the model's other dataset, against MSP."""
+    from isouq.study.report.polygraph import verdict_counts
+
+    def said(head: str) -> str:
+        rows = [r for d in DATASETS for r in _head_rows(root, f"{head} (trained on {d})")]
+        ahead, within, below = verdict_counts(rows)
+        return (f"ahead of MSP in {ahead} of {ahead + within + below} settings, within noise "
+                f"in {within} and below in {below}")
+
+    return f"\"{SCORES_AND_MSP}\" is {said(SCORES_AND_MSP)}; the block head, {said(TRUST_HEAD)}"
+
+
+@value("trust_transfer_stacked", POLYGRAPH_REPORT)
+def _v_trust_transfer_stacked(root: Path) -> str:
+    """The stacked head transferred between datasets against MSP, naming where it is below,
+    and the transferred block head below MSP in the same settings."""
+    from isouq.study.analysis.learned_heads import STACKED
+    from isouq.study.report.polygraph import verdict_groups
+
+    def rows(head: str) -> list[dict]:
+        return [r for d in DATASETS for r in _head_rows(root, f"{head} (trained on {d})")]
+
+    stacked = rows(STACKED.name)
+    ahead, within, below = verdict_groups(stacked)
+    where = {(r["model"], r["dataset"], r["quality"]) for r in ahead + within + below}
+    block_below = [r for r in verdict_groups(rows(TRUST_HEAD))[2]
+                   if (r["model"], r["dataset"], r["quality"]) in where]
+    said = f"over {len(where)} rankable settings: ahead of MSP in {len(ahead)}, within noise in " \
+           f"{len(within)}, below in {len(below)}"
+    if below:
+        said += f" ({_named(below, trained=True)})"
+    return said + f"; the block head transferred is below in {len(block_below)} of the same"
+
+
+@value("trust_largest_model_labels", POLYGRAPH_REPORT)
+def _v_trust_largest_model_labels(root: Path) -> str:
+    """Questions and right answers of the largest model (Qwen2.5-Coder 1.5B) in the kept report,
+    and whether its run is partial."""
+    model = "qwen2.5-coder-1.5b"
+    report = _json(root, POLYGRAPH_REPORT)
+    ranks = [r for r in _section(report, "lm-polygraph-benchmark")["ranks"]
+             if r["model"] == model and r["quality"] == "accuracy"]
+    said = ", ".join(f"{DATASETS[r['dataset']]}: {r['n']} questions, {r['answers']}"
+                     for r in sorted(ranks, key=lambda r: r["dataset"]))
+    notes = next(s["notes"] for s in report["sections"] if s["id"] == "lm-polygraph-benchmark")
+    partial = any(n.startswith("PARTIAL") and model in n for n in notes)
+    return said + (" (a partial run)" if partial else "")
+
+
 # =========================================================================== the values
 # Speed on the CPU: the headline of README.md, docs/index.md and docs/performance.md, as ranges
 # over every kept run of benchmarks/score_sequences.py on the 2-core CPU.

@@ -300,3 +300,61 @@ def test_polygraph_cost_groups_estimators_and_reads_every_kept_file(tmp_path):
                                         ("0.1 [−1.5e-05, 0.3]", (-1.5e-05, 0.3))])
 def test_a_difference_interval_is_read_as_the_report_writes_it(cell, want):
     assert dt._difference_interval({"difference [95% CI]": cell}) == pytest.approx(want)
+
+
+def _heads_report(root: Path, rows: list[dict]) -> None:
+    """A kept report whose LM-Polygraph section holds only ``rows`` of its heads table."""
+    import json
+
+    path = root / dt.POLYGRAPH_REPORT
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"sections": [{"id": "lm-polygraph-benchmark", "notes": [],
+                                              "tables": {"heads": rows}}]}), "utf-8")
+
+
+def _head(head: str, dataset: str, verdict: str, delta: str, vs_block: str | None = None) -> dict:
+    row = {"model": "smollm2", "dataset": dataset, "quality": "ROUGE-L", "head": head,
+           "Δ PRR vs MSP": delta, "verdict": verdict}
+    if vs_block:
+        row[f"vs {dt.TRUST_HEAD}"] = vs_block
+    return row
+
+
+def test_the_trust_prose_counts_names_and_judges_the_kept_heads(tmp_path):
+    """The prose values of docs/trust.md follow the heads table: a head below MSP in one
+    setting does not meet the goal, the settings of each verdict are named, the largest gain is
+    the stacked head's largest Δ, and the transfer counts only the settings it was judged in."""
+    from isouq.study.analysis.learned_heads import STACKED
+
+    ahead, within, below = ("ahead of MSP beyond noise", "within noise of MSP",
+                            "below MSP beyond noise")
+    block_ahead = f"ahead of {dt.TRUST_HEAD} beyond noise"
+    rows = [_head(STACKED.name, "triviaqa", ahead, "0.020 [0.001, 0.040]", block_ahead),
+            _head(STACKED.name, "truthfulqa", ahead, "0.150 [0.100, 0.200]", block_ahead),
+            _head(dt.TRUST_HEAD, "triviaqa", below, "-0.030 [-0.050, -0.010]"),
+            _head(dt.TRUST_HEAD, "truthfulqa", ahead, "0.120 [0.080, 0.160]"),
+            _head(f"{STACKED.name} (trained on triviaqa)", "truthfulqa", within,
+                  "0.010 [-0.020, 0.040]"),
+            _head(f"{dt.TRUST_HEAD} (trained on triviaqa)", "truthfulqa", below,
+                  "-0.050 [-0.080, -0.020]"),
+            _head(f"{dt.TRUST_HEAD} (trained on truthfulqa)", "triviaqa", below,
+                  "-0.050 [-0.080, -0.020]"),
+            {**_head(STACKED.name, "triviaqa", "not rankable", "0 [0, 0]"),
+             "quality": "accuracy"}]
+    _heads_report(tmp_path, rows)
+    goal = dt.render_value("trust_goal", tmp_path)
+    assert goal.startswith(f"met on the kept run by “{STACKED.name}”")
+    assert f"“{dt.TRUST_HEAD}”" in goal.split(" and not by ")[1]  # below MSP in one setting
+    assert dt.render_value("trust_stacked_vs_msp", tmp_path) == (
+        "over the 2 rankable settings: ahead beyond noise in 2 (SmolLM2 × TriviaQA ROUGE-L; "
+        "SmolLM2 × TruthfulQA ROUGE-L), within noise in 0 and below in 0")
+    assert dt.render_value("trust_largest_stacked_gain", tmp_path) == (
+        "on SmolLM2 × TruthfulQA ROUGE-L the stacked head's PRR is 0.150 [0.100, 0.200] ahead "
+        "of MSP's, the block head's 0.120 [0.080, 0.160]")
+    # the block head transferred is below in two settings, one of them where the stack was judged
+    assert dt.render_value("trust_transfer_stacked", tmp_path) == (
+        "over 1 rankable settings: ahead of MSP in 0, within noise in 1, below in 0; the block "
+        "head transferred is below in 1 of the same")
+    rows[1] = _head(STACKED.name, "truthfulqa", below, "-0.010 [-0.020, -0.001]")
+    _heads_report(tmp_path, rows)
+    assert dt.render_value("trust_goal", tmp_path) == "met by no head on the kept run"

@@ -416,12 +416,21 @@ def _sign(lo: float, hi: float, other: str) -> str:
 HEAD_VERDICTS = _verdicts("MSP")
 
 
+def verdict_groups(rows: Sequence[Mapping], other: str = "MSP"
+                   ) -> tuple[list[Mapping], list[Mapping], list[Mapping]]:
+    """The heads-against-MSP rows split by verdict, (ahead, within noise, below), or against
+    ``other`` (the rows' ``vs <other>``); those not judged (a setting that cannot be ranked, no
+    fitted head) are in none."""
+    key = "verdict" if other == "MSP" else f"vs {other}"
+    ahead, within, below = ([r for r in rows if r.get(key) == v] for v in _verdicts(other))
+    return ahead, within, below
+
+
 def verdict_counts(rows: Sequence[Mapping], other: str = "MSP") -> tuple[int, int, int]:
-    """(ahead, within noise, below) over heads-against-MSP rows, or against ``other`` (the
-    rows' ``vs <other>``); those not judged (a setting that cannot be ranked, no fitted head)
-    count in none."""
-    said = [r.get("verdict" if other == "MSP" else f"vs {other}") for r in rows]
-    return tuple(said.count(v) for v in _verdicts(other))
+    """(ahead, within noise, below) over heads-against-MSP rows, or against ``other``: the
+    sizes of :func:`verdict_groups`."""
+    ahead, within, below = verdict_groups(rows, other)
+    return len(ahead), len(within), len(below)
 
 
 def heads_verdict(rows: Sequence[Mapping]) -> str:
