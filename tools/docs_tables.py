@@ -1640,7 +1640,7 @@ def _v_trust_stacked_vs_msp(root: Path) -> str:
     from isouq.study.analysis.learned_heads import STACKED
 
     n, said = _against(root, STACKED.name)
-    return f"over the {n} rankable settings: {said}"
+    return f"over the {n} rankable settings, {said}"
 
 
 @value("trust_stacked_vs_block", POLYGRAPH_REPORT)
@@ -1649,7 +1649,7 @@ def _v_trust_stacked_vs_block(root: Path) -> str:
     from isouq.study.analysis.learned_heads import STACKED
 
     n, said = _against(root, STACKED.name, TRUST_HEAD, names="below")
-    return f"over the {n}: {said}"
+    return f"over the {n}, {said}"
 
 
 @value("trust_backward_heads_vs_msp", POLYGRAPH_REPORT)
@@ -1703,7 +1703,7 @@ def _v_trust_probe_vs_msp(root: Path) -> str:
     from isouq.study.analysis.learned_heads import PROBE
 
     n, said = _against(root, PROBE, names="below")
-    return f"over the {n} settings: {said}"
+    return f"over the {n} settings, {said}"
 
 
 @value("trust_probe_vs_block", POLYGRAPH_REPORT)
@@ -1712,7 +1712,7 @@ def _v_trust_probe_vs_block(root: Path) -> str:
     from isouq.study.analysis.learned_heads import PROBE
 
     n, said = _against(root, PROBE, TRUST_HEAD)
-    return f"over the {n}: {said}"
+    return f"over the {n}, {said}"
 
 
 def _chosen(root: Path, head: str) -> list[tuple[str, str]]:
@@ -1797,7 +1797,7 @@ def _v_trust_largest_model_labels(root: Path) -> str:
     report = _json(root, POLYGRAPH_REPORT)
     ranks = [r for r in _section(report, "lm-polygraph-benchmark")["ranks"]
              if r["model"] == model and r["quality"] == "accuracy"]
-    said = ", ".join(f"{DATASETS[r['dataset']]}: {r['n']} questions, {r['answers']}"
+    said = "; ".join(f"{DATASETS[r['dataset']]}: {r['n']} questions, {r['answers']}"
                      for r in sorted(ranks, key=lambda r: r["dataset"]))
     notes = next(s["notes"] for s in report["sections"] if s["id"] == "lm-polygraph-benchmark")
     partial = any(n.startswith("PARTIAL") and model in n for n in notes)

@@ -346,7 +346,7 @@ def test_the_trust_prose_counts_names_and_judges_the_kept_heads(tmp_path):
     assert goal.startswith(f"met on the kept run by “{STACKED.name}”")
     assert f"“{dt.TRUST_HEAD}”" in goal.split(" and not by ")[1]  # below MSP in one setting
     assert dt.render_value("trust_stacked_vs_msp", tmp_path) == (
-        "over the 2 rankable settings: ahead beyond noise in 2 (SmolLM2 × TriviaQA ROUGE-L; "
+        "over the 2 rankable settings, ahead beyond noise in 2 (SmolLM2 × TriviaQA ROUGE-L; "
         "SmolLM2 × TruthfulQA ROUGE-L), within noise in 0 and below in 0")
     assert dt.render_value("trust_largest_stacked_gain", tmp_path) == (
         "on SmolLM2 × TruthfulQA ROUGE-L the stacked head's PRR is 0.150 [0.100, 0.200] ahead "
