@@ -1549,6 +1549,11 @@ def _head_rows(root: Path, head: str) -> list[dict]:
     return [r for r in rows if r["head"] == head]
 
 
+def _transferred_rows(root: Path, head: str) -> list[dict]:
+    """The kept report's rows of ``head`` trained on the model's other dataset, both ways."""
+    return [r for d in DATASETS for r in _head_rows(root, f"{head} (trained on {d})")]
+
+
 def _named(rows: Sequence[Mapping], trained: bool = False) -> str:
     """The settings of ``rows`` in words (model × dataset quality[, trained on the other])."""
     def one(r: Mapping) -> str:
@@ -1759,8 +1764,7 @@ def _v_trust_transfer_backward_heads(root: Path) -> str:
     from isouq.study.report.polygraph import verdict_counts
 
     def said(head: str) -> str:
-        rows = [r for d in DATASETS for r in _head_rows(root, f"{head} (trained on {d})")]
-        ahead, within, below = verdict_counts(rows)
+        ahead, within, below = verdict_counts(_transferred_rows(root, head))
         return (f"ahead of MSP in {ahead} of {ahead + within + below} settings, within noise "
                 f"in {within} and below in {below}")
 
@@ -1774,13 +1778,10 @@ def _v_trust_transfer_stacked(root: Path) -> str:
     from isouq.study.analysis.learned_heads import STACKED
     from isouq.study.report.polygraph import verdict_groups
 
-    def rows(head: str) -> list[dict]:
-        return [r for d in DATASETS for r in _head_rows(root, f"{head} (trained on {d})")]
-
-    stacked = rows(STACKED.name)
+    stacked = _transferred_rows(root, STACKED.name)
     ahead, within, below = verdict_groups(stacked)
     where = {(r["model"], r["dataset"], r["quality"]) for r in ahead + within + below}
-    block_below = [r for r in verdict_groups(rows(TRUST_HEAD))[2]
+    block_below = [r for r in verdict_groups(_transferred_rows(root, TRUST_HEAD))[2]
                    if (r["model"], r["dataset"], r["quality"]) in where]
     said = f"over {len(where)} rankable settings: ahead of MSP in {len(ahead)}, within noise in " \
            f"{len(within)}, below in {len(below)}"
