@@ -1790,6 +1790,34 @@ def _v_trust_transfer_stacked(root: Path) -> str:
     return said + f"; the block head transferred is below in {len(block_below)} of the same"
 
 
+POLYGRAPH_FRESH = "results/polygraph/fresh/qwen2.5-coder-1.5b.json"
+
+
+@value("trust_fresh_answers", POLYGRAPH_FRESH)
+def _v_trust_fresh_answers(root: Path) -> str:
+    """The stacked and the block head against MSP on the questions answered after the stacked
+    head was fixed (``scripts/polygraph/fresh.py``): which questions, and per head the
+    verdicts over the rankable settings, naming the ahead and below ones with their Δ."""
+    from isouq.study.analysis.learned_heads import STACKED
+    from isouq.study.report.polygraph import verdict_groups
+
+    fresh = _json(root, POLYGRAPH_FRESH)
+    rows = fresh["rows"]
+
+    def said(head: str) -> str:
+        groups = verdict_groups([r for r in rows if r["head"] == head])
+        n = sum(map(len, groups))
+
+        def part(g: list, label: str) -> str:
+            return f"{label} in {len(g)}" + (" (" + "; ".join(
+                f"{_named([r])}: {_minus(r['Δ PRR vs MSP'])}" for r in g) + ")" if g else "")
+        return (f"over {n} rankable settings, {part(groups[0], 'ahead beyond noise')}, within "
+                f"noise in {len(groups[1])} and {part(groups[2], 'below')}")
+
+    return (f"questions {rows[0]['questions']} of each dataset, the stacked head against MSP: "
+            f"{said(STACKED.name)}; the block head: {said(TRUST_HEAD)}")
+
+
 @value("trust_largest_model_labels", POLYGRAPH_REPORT)
 def _v_trust_largest_model_labels(root: Path) -> str:
     """Questions and right answers of the largest model (Qwen2.5-Coder 1.5B) in the kept report,

@@ -36,6 +36,8 @@ from pathlib import Path
 import numpy as np
 
 RESULTS = Path("results/polygraph")
+#: the benchmark's datasets: a head is transferred from each other one (when its files are kept)
+DATASETS = ("triviaqa", "truthfulqa")
 
 
 def rows_in_order(kept: dict, features: Path) -> list[dict]:
@@ -223,7 +225,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="+",
                     default=["smollm2", "gemma3-270m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"])
-    ap.add_argument("--datasets", nargs="+", default=["triviaqa", "truthfulqa"])
+    ap.add_argument("--datasets", nargs="+", default=list(DATASETS),
+                    help="the heads files to write; each is transferred from every other "
+                         "dataset of DATASETS with kept files, whichever are written")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--folds", type=int, default=5, help="without a .density.json")
     ap.add_argument("--out", default=str(RESULTS / "heads"))
@@ -234,7 +238,7 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     for model in a.models:
         for ds in a.datasets:
-            doc = heads_doc(model, a.datasets, ds, a.seed, a.folds)
+            doc = heads_doc(model, list(DATASETS), ds, a.seed, a.folds)
             if doc is None:
                 print(f"{ds} × {model}: no kept results or features, skipped")
                 continue

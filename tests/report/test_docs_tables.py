@@ -5,6 +5,7 @@ and the marker replacement itself (on pages written here)."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -358,3 +359,27 @@ def test_the_trust_prose_counts_names_and_judges_the_kept_heads(tmp_path):
     rows[1] = _head(STACKED.name, "truthfulqa", below, "-0.010 [-0.020, -0.001]")
     _heads_report(tmp_path, rows)
     assert dt.render_value("trust_goal", tmp_path) == "met by no head on the kept run"
+
+
+def test_the_fresh_answers_value_counts_each_heads_verdicts(tmp_path):
+    """``trust_fresh_answers`` reads scripts/polygraph/fresh.py's rows: which questions, and per
+    head the rankable settings by verdict, the ahead and below ones named with their Δ."""
+    from isouq.study.analysis.learned_heads import STACKED
+
+    rows = [{**_head(STACKED.name, "truthfulqa", "ahead of MSP beyond noise",
+                     "0.150 [0.100, 0.200]"), "questions": "337–500"},
+            {**_head(STACKED.name, "triviaqa", "within noise of MSP", "0.010 [-0.020, 0.040]"),
+             "questions": "337–500"},
+            {**_head(dt.TRUST_HEAD, "triviaqa", "below MSP beyond noise",
+                     "-0.030 [-0.050, -0.010]"), "questions": "337–500"},
+            {**_head(dt.TRUST_HEAD, "truthfulqa", "not rankable", "0 [0, 0]"),
+             "questions": "337–500"}]
+    path = tmp_path / dt.POLYGRAPH_FRESH
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"rows": rows}), encoding="utf-8")
+    assert dt.render_value("trust_fresh_answers", tmp_path) == (
+        "questions 337–500 of each dataset, the stacked head against MSP: over 2 rankable "
+        "settings, ahead beyond noise in 1 (SmolLM2 × TruthfulQA ROUGE-L: 0.150 [0.100, 0.200]), "
+        "within noise in 1 and below in 0; the block head: over 1 rankable settings, ahead "
+        "beyond noise in 0, within noise in 0 and below in 1 (SmolLM2 × TriviaQA ROUGE-L: "
+        "−0.030 [−0.050, −0.010])")
