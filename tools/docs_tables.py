@@ -1796,8 +1796,9 @@ POLYGRAPH_FRESH = "results/polygraph/fresh/qwen2.5-coder-1.5b.json"
 @value("trust_fresh_answers", POLYGRAPH_FRESH)
 def _v_trust_fresh_answers(root: Path) -> str:
     """The stacked and the block head against MSP on the questions answered after the stacked
-    head was fixed (``scripts/polygraph/fresh.py``): which questions, and per head the
-    verdicts over the rankable settings, naming the ahead and below ones with their Δ."""
+    head was fixed (``scripts/polygraph/fresh.py``): which questions, per head the verdicts
+    over the rankable settings, naming the ahead and below ones with their Δ, and whether the
+    stacked head meets the goal there (as ``trust_goal`` judges it)."""
     from isouq.study.analysis.learned_heads import STACKED
     from isouq.study.report.polygraph import verdict_groups
 
@@ -1814,8 +1815,11 @@ def _v_trust_fresh_answers(root: Path) -> str:
         return (f"over {n} rankable settings, {part(groups[0], 'ahead beyond noise')}, within "
                 f"noise in {len(groups[1])} and {part(groups[2], 'below')}")
 
+    ahead, within, below = verdict_groups([r for r in rows if r["head"] == STACKED.name])
+    met = not below and 2 * len(ahead) > len(ahead) + len(within) + len(below)
     return (f"questions {rows[0]['questions']} of each dataset, the stacked head against MSP: "
-            f"{said(STACKED.name)}; the block head: {said(TRUST_HEAD)}")
+            f"{said(STACKED.name)}; the block head: {said(TRUST_HEAD)}. On these answers the "
+            f"stacked head {'meets' if met else 'does not meet'} the goal")
 
 
 @value("trust_largest_model_labels", POLYGRAPH_REPORT)

@@ -382,4 +382,4 @@ def test_the_fresh_answers_value_counts_each_heads_verdicts(tmp_path):
         "settings, ahead beyond noise in 1 (SmolLM2 × TruthfulQA ROUGE-L: 0.150 [0.100, 0.200]), "
         "within noise in 1 and below in 0; the block head: over 1 rankable settings, ahead "
         "beyond noise in 0, within noise in 0 and below in 1 (SmolLM2 × TriviaQA ROUGE-L: "
-        "−0.030 [−0.050, −0.010])")
+        "−0.030 [−0.050, −0.010]). On these answers the stacked head does not meet the goal")
