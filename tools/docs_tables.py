@@ -1584,18 +1584,25 @@ def _against(root: Path, head: str, other: str = "MSP", names: str = "ahead belo
                f"{part('below', 'below')}")
 
 
+def _meets_goal(rows: Sequence[Mapping]) -> bool:
+    """Issue 50's goal over a head's rows against MSP: judged somewhere, never below MSP beyond
+    noise, and ahead beyond noise in most (more than half) of the settings it is judged in."""
+    from isouq.study.report.polygraph import verdict_counts
+
+    ahead, within, below = verdict_counts(rows)
+    n = ahead + within + below
+    return bool(n) and not below and 2 * ahead > n
+
+
 @value("trust_goal", POLYGRAPH_REPORT)
 def _v_trust_goal(root: Path) -> str:
     """Which cross-fitted heads meet issue 50's goal against MSP over the rankable settings:
     never below beyond noise and ahead beyond noise in most (more than half)."""
     from isouq.study.analysis.learned_heads import HEADS, STACKED
-    from isouq.study.report.polygraph import verdict_counts
 
     met, short = [], []
     for head in (STACKED.name, *HEADS):
-        ahead, within, below = verdict_counts(_head_rows(root, head))
-        n = ahead + within + below
-        (met if n and not below and 2 * ahead > n else short).append(head)
+        (met if _meets_goal(_head_rows(root, head)) else short).append(head)
     if not met:
         return "met by no head on the kept run"
     return (f"met on the kept run by {', '.join(f'“{h}”' for h in met)}"
@@ -1815,8 +1822,7 @@ def _v_trust_fresh_answers(root: Path) -> str:
         return (f"over {n} rankable settings, {part(groups[0], 'ahead beyond noise')}, within "
                 f"noise in {len(groups[1])} and {part(groups[2], 'below')}")
 
-    ahead, within, below = verdict_groups([r for r in rows if r["head"] == STACKED.name])
-    met = not below and 2 * len(ahead) > len(ahead) + len(within) + len(below)
+    met = _meets_goal([r for r in rows if r["head"] == STACKED.name])
     return (f"questions {rows[0]['questions']} of each dataset, the stacked head against MSP: "
             f"{said(STACKED.name)}; the block head: {said(TRUST_HEAD)}. On these answers the "
             f"stacked head {'meets' if met else 'does not meet'} the goal")

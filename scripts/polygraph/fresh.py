@@ -39,7 +39,7 @@ def fresh_rows(model: str, start: int, *, n_bootstrap: int = 1000, seed: int = 0
 
     Returns:
         ``head_rows``'s rows of every dataset and quality metric, each with ``questions``
-        (how many are judged).
+        (which are judged, "first–last", counted from 1).
     """
     from isouq.study.report.polygraph import (
         head_rows,

@@ -226,8 +226,8 @@ def main(argv=None) -> int:
     ap.add_argument("--models", nargs="+",
                     default=["smollm2", "gemma3-270m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"])
     ap.add_argument("--datasets", nargs="+", default=list(DATASETS),
-                    help="the heads files to write; each is transferred from every other "
-                         "dataset of DATASETS with kept files, whichever are written")
+                    help="the heads files to write (each also holds the heads transferred "
+                         "from every other dataset with kept results and features)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--folds", type=int, default=5, help="without a .density.json")
     ap.add_argument("--out", default=str(RESULTS / "heads"))
