@@ -1554,13 +1554,16 @@ def _transferred_rows(root: Path, head: str) -> list[dict]:
     return [r for d in DATASETS for r in _head_rows(root, f"{head} (trained on {d})")]
 
 
-def _named(rows: Sequence[Mapping], trained: bool = False) -> str:
-    """The settings of ``rows`` in words (model × dataset quality[, trained on the other])."""
+def _named(rows: Sequence[Mapping], trained: bool = False, delta: bool = False) -> str:
+    """The settings of ``rows`` in words (model × dataset quality[, trained on the other]
+    [: the row's Δ PRR vs MSP])."""
     def one(r: Mapping) -> str:
         name = f"{_setting(r['model'], r['dataset'])} {r['quality']}"
         if trained and "(trained on " in r["head"]:
             other = r["head"].rsplit("(trained on ", 1)[1].rstrip(")")
             name += f", trained on {DATASETS.get(other, other)}"
+        if delta:
+            name += f": {_minus(r['Δ PRR vs MSP'])}"
         return name
     return "; ".join(one(r) for r in rows)
 
@@ -1569,15 +1572,22 @@ def _against(root: Path, head: str, other: str = "MSP", names: str = "ahead belo
              trained: bool = False) -> tuple[int, str]:
     """How many settings ``head`` is judged in against ``other``, and the verdict in words:
     ahead / within noise / below, naming the settings of the verdicts in ``names``."""
+    return _verdicts_said(_head_rows(root, head), other, names, trained)
+
+
+def _verdicts_said(rows: Sequence[Mapping], other: str = "MSP", names: str = "ahead below",
+                   trained: bool = False, delta: bool = False) -> tuple[int, str]:
+    """How many of ``rows`` are judged against ``other``, and their verdicts in words, naming
+    the settings of the verdicts in ``names`` (with their Δ PRR vs MSP when ``delta``)."""
     from isouq.study.report.polygraph import verdict_groups
 
-    groups = dict(zip(("ahead", "within", "below"), verdict_groups(_head_rows(root, head),
-                                                                   other), strict=True))
+    groups = dict(zip(("ahead", "within", "below"), verdict_groups(rows, other), strict=True))
 
     def part(word: str, label: str) -> str:
         g = groups[word]
         said = f"{label} in {len(g)}"
-        return f"{said} ({_named(g, trained)})" if g and word in names.split() else said
+        return (f"{said} ({_named(g, trained, delta)})" if g and word in names.split()
+                else said)
 
     n = sum(map(len, groups.values()))
     return n, (f"{part('ahead', 'ahead beyond noise')}, {part('within', 'within noise')} and "
@@ -1807,20 +1817,12 @@ def _v_trust_fresh_answers(root: Path) -> str:
     over the rankable settings, naming the ahead and below ones with their Δ, and whether the
     stacked head meets the goal there (as ``trust_goal`` judges it)."""
     from isouq.study.analysis.learned_heads import STACKED
-    from isouq.study.report.polygraph import verdict_groups
 
-    fresh = _json(root, POLYGRAPH_FRESH)
-    rows = fresh["rows"]
+    rows = _json(root, POLYGRAPH_FRESH)["rows"]
 
     def said(head: str) -> str:
-        groups = verdict_groups([r for r in rows if r["head"] == head])
-        n = sum(map(len, groups))
-
-        def part(g: list, label: str) -> str:
-            return f"{label} in {len(g)}" + (" (" + "; ".join(
-                f"{_named([r])}: {_minus(r['Δ PRR vs MSP'])}" for r in g) + ")" if g else "")
-        return (f"over {n} rankable settings, {part(groups[0], 'ahead beyond noise')}, within "
-                f"noise in {len(groups[1])} and {part(groups[2], 'below')}")
+        n, text = _verdicts_said([r for r in rows if r["head"] == head], delta=True)
+        return f"over {n} rankable settings, {text}"
 
     met = _meets_goal([r for r in rows if r["head"] == STACKED.name])
     return (f"questions {rows[0]['questions']} of each dataset, the stacked head against MSP: "

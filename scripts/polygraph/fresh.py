@@ -42,18 +42,16 @@ def fresh_rows(model: str, start: int, *, n_bootstrap: int = 1000, seed: int = 0
         (which are judged, "first–last", counted from 1).
     """
     from isouq.study.report.polygraph import (
+        PREFIX,
         head_rows,
         load_heads,
         load_polygraph,
-        polygraph_files,
         questions_from,
     )
 
     rows = []
-    for path in polygraph_files(RESULTS):
+    for path in sorted(RESULTS.glob(f"{PREFIX}*__{model}.json")):
         doc = load_polygraph(path)
-        if doc["model"] != model or path.parent != RESULTS:
-            continue
         heads = load_heads(path, doc)
         if heads is None:
             continue
