@@ -3,7 +3,12 @@
 # fully offline, isouq's estimators beside LM-Polygraph's white-box ones (docs/polygraph.md).
 #
 #   bash scripts/polygraph_benchmark.sh [--limit 500] [--chunk 24] [--models "smollm2 ..."] \
-#        [--datasets "triviaqa truthfulqa"] [--config configs/polygraph/polygraph_eval.yaml]
+#        [--datasets "triviaqa truthfulqa"] [--config configs/polygraph/polygraph_eval.yaml] \
+#        [--after 500 --results results/polygraph_prereg --prereg configs/preregistration/v1.yaml]
+#
+# --after M: the seeded questions M+1 to --limit only (those a run of --limit M never saw);
+# --results: where the kept files and archived chunks go (default results/polygraph);
+# --prereg: the pre-registration file whose SHA-256 the kept files carry.
 #
 # Resumable, also on a fresh checkout: each chunk of --chunk questions is one polygraph_eval run
 # under .cache/polygraph_runs/<dataset>__<model>__n<limit>-s<seed>-c<chunk>/chunk-KKK/ (git-ignored),
@@ -19,7 +24,7 @@
 # fetched there: .venv-polygraph/bin/isouq models --fetch NAME).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-LIMIT=500; CHUNK=24; SEED=0
+LIMIT=500; CHUNK=24; SEED=0; AFTER=0; RESULTS=results/polygraph; PREREG=""
 MODELS="smollm2 gemma3-270m qwen2.5-coder-0.5b qwen2.5-coder-1.5b"
 DATASETS="triviaqa truthfulqa"
 CONFIG=configs/polygraph/polygraph_eval.yaml
@@ -31,6 +36,9 @@ while [ $# -gt 0 ]; do
     --models) MODELS=$2; shift 2;;
     --datasets) DATASETS=$2; shift 2;;
     --config) CONFIG=$2; shift 2;;
+    --after) AFTER=$2; shift 2;;
+    --results) RESULTS=$2; shift 2;;
+    --prereg) PREREG=$2; shift 2;;
     *) echo "unknown option $1" >&2; exit 2;;
   esac
 done
@@ -43,6 +51,7 @@ export TOKENIZERS_PARALLELISM=false
 MODELDIR=.cache/polygraph_models; DATADIR=.cache/polygraph_data; RUNDIR=.cache/polygraph_runs
 # another config (e.g. configs/polygraph/sampling.yaml) runs and keeps its results apart
 TAG=$(basename "$CONFIG" .yaml); [ "$TAG" = polygraph_eval ] && SUFFIX="" || SUFFIX="__$TAG"
+SET="n$LIMIT"; [ "$AFTER" = 0 ] || SET="n$LIMIT-after$AFTER"
 $PY scripts/polygraph/export_models.py --out "$MODELDIR" $MODELS
 for model in $MODELS; do
   if $PY -c "import json,sys; sys.exit(0 if json.load(open('$MODELDIR/$model/tokenizer_config.json')).get('chat_template') or __import__('os').path.exists('$MODELDIR/$model/chat_template.jinja') else 1)"; then
@@ -52,18 +61,20 @@ for model in $MODELS; do
   fi
   for ds in $DATASETS; do
     $PY scripts/polygraph/prepare_data.py --dataset "$ds" --style "$style" --limit "$LIMIT" \
-        --seed "$SEED" --chunk "$CHUNK" --out "$DATADIR"
+        --seed "$SEED" --chunk "$CHUNK" --after "$AFTER" --out "$DATADIR"
   done
   # chunk by chunk, the datasets in turn: a run cut short keeps both datasets' first chunks
   nchunks=$(( (LIMIT + CHUNK - 1) / CHUNK ))
   for k in $(seq 0 $((nchunks - 1))); do
     for ds in $DATASETS; do
-      name="$ds-$style-n$LIMIT-s$SEED-c$CHUNK"
+      name="$ds-$style-$SET-s$SEED-c$CHUNK"
       chunk="$DATADIR/$name/$(printf 'chunk-%03d' "$k")"
       [ -d "$chunk" ] || continue
-      run="${ds}__${model}__n$LIMIT-s$SEED-c$CHUNK$SUFFIX"
+      run="${ds}__${model}__$SET-s$SEED-c$CHUNK$SUFFIX"
       out="$RUNDIR/$run/$(basename "$chunk")"
-      kept="results/polygraph/chunks/$run"
+      kept="$RESULTS/chunks/$run"
+      target=$($PY scripts/polygraph/prepare_data.py --dataset "$ds" --style "$style" \
+          --limit "$LIMIT" --seed "$SEED" --after "$AFTER" --count)
       if [ -f "$kept/$(basename "$chunk").json" ]; then continue; fi
       if [ ! -f "$out/done" ]; then
         rm -rf "$out"; mkdir -p "$out"; echo "$(date +%s) ${OMP_NUM_THREADS:-}" > "$out/started"
@@ -73,8 +84,9 @@ for model in $MODELS; do
         printf '%s\n' "$name" > "$out/done"
       fi
       $PY scripts/polygraph/collect.py --chunks "$kept" --archive "$out" --data-chunk "$chunk" \
-          --data "$DATADIR/$name" --dataset "$ds" --model "$model" --limit "$LIMIT" \
-          --config "$CONFIG" --out "results/polygraph/polygraph__${ds}__${model}$SUFFIX.json"
+          --data "$DATADIR/$name" --dataset "$ds" --model "$model" --limit "$target" \
+          --config "$CONFIG" ${PREREG:+--prereg "$PREREG"} \
+          --out "$RESULTS/polygraph__${ds}__${model}$SUFFIX.json"
     done
   done
 done

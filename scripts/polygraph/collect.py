@@ -244,7 +244,7 @@ def archive_chunk(chunk: Path, rows: dict[str, list], batch_size: int, out: Path
 
 
 def collect(chunks_dir: Path, data: Path, dataset: str, model: str, limit: int,
-            config_path: Path, out: Path) -> dict:
+            config_path: Path, out: Path, prereg: Path | None = None) -> dict:
     """The kept results of one (dataset, model) from its archived chunks (``archive_chunk``):
     per question rows, LM-Polygraph's UE metrics over them and the cost per answer."""
     config = load_config(config_path)
@@ -271,6 +271,7 @@ def collect(chunks_dir: Path, data: Path, dataset: str, model: str, limit: int,
                        if doc.get("batches") else None})
     if not questions:
         raise SystemExit(f"no archived chunk under {chunks_dir}")
+    from isouq.models.files import sha256_file
     from isouq.runio import dumps, machine_label
 
     n = len(questions)
@@ -321,6 +322,8 @@ def collect(chunks_dir: Path, data: Path, dataset: str, model: str, limit: int,
                                                  "generation_metrics", "load_from_disk")},
         "left_out": config.get("isouq_left_out"),
         "config": str(config_path), "data": str(data),
+        **({"preregistration": {"path": str(prereg), "sha256": sha256_file(prereg)}}
+           if prereg is not None else {}),
         "model_export": json.loads((Path(".cache/polygraph_models") / model
                                     / "isouq_export.json").read_text())
         if (Path(".cache/polygraph_models") / model / "isouq_export.json").exists() else None,
@@ -353,13 +356,16 @@ def main(argv=None) -> int:
     ap.add_argument("--limit", type=int, required=True)
     ap.add_argument("--config", default="configs/polygraph/polygraph_eval.yaml")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--prereg", help="the pre-registration file (configs/preregistration/) "
+                    "whose SHA-256 the kept file carries")
     a = ap.parse_args(argv)
     if a.archive:
         chunk = Path(a.archive)
         batch_size = int(load_config(Path(a.config)).get("batch_size", 1))
         archive_chunk(chunk, load_rows(Path(a.data_chunk)), batch_size, Path(a.chunks) / f"{chunk.name}.json",
                       a.untimed, Path(a.pauses))
-    collect(Path(a.chunks), Path(a.data), a.dataset, a.model, a.limit, Path(a.config), Path(a.out))
+    collect(Path(a.chunks), Path(a.data), a.dataset, a.model, a.limit, Path(a.config), Path(a.out),
+            Path(a.prereg) if a.prereg else None)
     return 0
 
 

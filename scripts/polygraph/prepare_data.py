@@ -4,7 +4,10 @@
         --chunk 125 --out .cache/polygraph_data
 
 Questions come from ``isouq.data.qa.load_dataset`` (the shipped copies under shared/data;
-``--limit N --seed S``: isouq's nested, seeded subsets). Each question becomes
+``--limit N --seed S``: isouq's nested, seeded subsets; ``--after M``: the seeded subset of N
+less the one of M, i.e. the seeded questions M+1 to N, which a run of ``--limit M`` never
+saw: the fresh questions of a pre-registered check, ``configs/preregistration/``). Each
+question becomes
 ``input``: isouq's QA prompt text (Farquhar et al.'s brief instruction, ``Question: ...``; for
 ``--style plain`` followed by ``\\nAnswer:``; for ``--style chat`` LM-Polygraph's ``instruct``
 mode puts it in one user turn of the chat template, as ``isouq qa run`` does) and ``output``:
@@ -33,17 +36,30 @@ def prompt_text(question: str, style: str) -> str:
     return f"{BRIEF}Question: {question}" + ("\nAnswer:" if style == "plain" else "")
 
 
-def name_of(dataset: str, style: str, limit: int, seed: int, chunk: int) -> str:
-    return f"{dataset}-{style}-n{limit}-s{seed}-c{chunk}"
+def name_of(dataset: str, style: str, limit: int, seed: int, chunk: int, after: int = 0) -> str:
+    return f"{dataset}-{style}-n{limit}{f'-after{after}' if after else ''}-s{seed}-c{chunk}"
 
 
-def prepare(dataset: str, style: str, limit: int, seed: int, chunk: int, out: Path) -> Path:
-    import datasets
-
+def questions(dataset: str, limit: int, seed: int, after: int = 0) -> list:
+    """The seeded subset of ``limit`` questions less the one of ``after`` (nested subsets: the
+    questions a run of ``--limit after`` never saw), in the dataset's order."""
     from isouq.data.qa import load_dataset
 
     items = load_dataset(dataset, limit=limit, seed=seed)
-    name = name_of(dataset, style, limit, seed, chunk)
+    if after:
+        if after >= limit:
+            raise SystemExit(f"--after {after} must be below --limit {limit}")
+        seen = {it.key for it in load_dataset(dataset, limit=after, seed=seed)}
+        items = [it for it in items if it.key not in seen]
+    return items
+
+
+def prepare(dataset: str, style: str, limit: int, seed: int, chunk: int, out: Path,
+            after: int = 0) -> Path:
+    import datasets
+
+    items = questions(dataset, limit, seed, after)
+    name = name_of(dataset, style, limit, seed, chunk, after)
     root = out / name
     rows = [{"key": it.key, "question": it.question, "input": prompt_text(it.question, style),
              "output": list(it.answers)} for it in items]
@@ -72,9 +88,16 @@ def main(argv=None) -> int:
     ap.add_argument("--limit", type=int, default=500)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--chunk", type=int, default=125)
+    ap.add_argument("--after", type=int, default=0,
+                    help="leave out the seeded subset of this many questions (fresh questions)")
     ap.add_argument("--out", default=".cache/polygraph_data")
+    ap.add_argument("--count", action="store_true",
+                    help="print the number of questions only (nothing written)")
     a = ap.parse_args(argv)
-    prepare(a.dataset, a.style, a.limit, a.seed, a.chunk, Path(a.out))
+    if a.count:
+        print(len(questions(a.dataset, a.limit, a.seed, a.after)))
+        return 0
+    prepare(a.dataset, a.style, a.limit, a.seed, a.chunk, Path(a.out), a.after)
     return 0
 
 
