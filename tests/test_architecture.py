@@ -21,7 +21,7 @@ LAYERS = [
     ("estimators", ("params", "per_example", "covariance", "engines", "ghost",
                     "estimators", "blocks", "passes", "spans", "prepare", "sequences",
                     "memory_plan", "hidden")),
-    ("evaluation", ("evaluation", "calibration", "probe")),
+    ("evaluation", ("evaluation", "calibration", "calibration_choice", "probe")),
     ("study: reference posteriors", ("study", "study.reference")),
     ("study: experiments", ("study.experiments",)),
     ("study: analysis", ("study.analysis",)),

@@ -256,11 +256,14 @@ def _write_run(tmp_path, rows, name="qa_d__m"):
     return path
 
 
-def test_cli_calibrate_writes_every_file(tmp_path, capsys, monkeypatch):
-    import isouq.calibration as calibration
+FAST = ["--repeats", "1", "--bootstrap", "1000", "--no-curve"]
 
-    monkeypatch.setattr(calibration, "FEATURE_SETS",  # fewer candidates: a faster test
-                        {k: calibration.FEATURE_SETS[k] for k in ("p̄", "Epi.", "Epi. & Alea.")})
+
+def test_cli_calibrate_writes_every_file(tmp_path, capsys):
+    """80 hand-labelled answers, 23 correct: under the floor of 30 of each class no head is
+    fitted; p̄'s map (the rows carry no sequence log-probability) is saved, and the output
+    says how many more correct answers a head would need. Every file is written and `isouq
+    report` shows the run."""
     rows = synth_rows(80)
     path = _write_run(tmp_path, rows)
     gold = tmp_path / "gold"
@@ -268,23 +271,30 @@ def test_cli_calibrate_writes_every_file(tmp_path, capsys, monkeypatch):
     (gold / "d__m.gold.jsonl").write_text("".join(json.dumps(
         {"key": r["key"], "dataset": "d", "model": "m", "gold_correct": r["correct"] ^ (i < 5)})
         + "\n" for i, r in enumerate(rows)))
+    gold_of = {r["key"]: r["correct"] ^ (i < 5) for i, r in enumerate(rows)}
+    right = sum(gold_of.values())
+    assert right < 30
     out = tmp_path / "cal"
     assert main(["calibrate", str(path), "--out", str(out), "--labels", "hand",
                  "--max-risk", "0.4", "--delta", "0.2"]) == 0
-    assert "cross-fitted: ECE" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "saved: p̄" in printed and f"label {30 - right} more correct" in printed
     doc = json.loads((out / "results.json").read_text())
+    assert doc["saved"] == "p̄" and doc["tables"]["decision"][0]["short_of_floor"] == {
+        "correct": 30 - right}
+    assert "verdict" not in doc["tables"]  # no comparison below the floor
     preds = [r["predictor"] for r in doc["tables"]["metrics"]]
-    assert preds[:2] == ["calibrated (selected per fold)", "base rate (constant)"]
-    assert "p̄ alone (Platt)" in preds and doc["labels"] == "hand"
+    assert preds == ["p̄", "base rate (constant)"] and doc["labels"] == "hand"
     cross = [json.loads(line) for line in (out / "crossfit.jsonl").read_text().splitlines()]
     assert sorted(r["key"] for r in cross) == sorted(r["key"] for r in rows)
-    gold_of = {r["key"]: r["correct"] ^ (i < 5) for i, r in enumerate(rows)}
     assert all(r["correct"] == gold_of[r["key"]] for r in cross)  # hand labels were used
     y = np.array([r["correct"] for r in cross], dtype=int)
     p = np.array([r["p_correct"] for r in cross])
     assert doc["tables"]["metrics"][0]["brier"] == pytest.approx(np.mean((p - y) ** 2))
     cal = Calibrator.load(out / "calibration.json")
     assert cal.doc["model"]["sha256"] == {"model.safetensors": "c" * 64}
+    assert cal.map.features == ("mean_prob",) and cal.map.kind == "platt"
+    assert not cal.needs_backward and cal.doc["verdict"]["saved"] == "p̄"
     assert cal.doc["labels"]["source"] == "hand" and "risk_control" in doc["tables"]
     assert all((out / f).is_file() for f in ("reliability.png", "risk_coverage.png"))
     # `isouq report` shows it: a section with the tables and both figures
@@ -292,17 +302,133 @@ def test_cli_calibrate_writes_every_file(tmp_path, capsys, monkeypatch):
 
     build_report([out], tmp_path / "report")
     md = (tmp_path / "report" / "tables.md").read_text(encoding="utf-8")
-    assert "## calibration" in md and "| calibrated (selected per fold) |" in md
+    assert "## calibration" in md and "| p̄ |" in md
     assert "### Risk control" in md and "### Metrics" in md
     assert (tmp_path / "report" / "calibration" / "risk_coverage.png").is_file()
 
 
-def test_cli_calibrate_bad_input_is_one_line(tmp_path, capsys):
-    path = _write_run(tmp_path, synth_rows(15))
+def strong_rows(n=240, seed=5):
+    """Answers whose correctness the epistemic score tells and p̄ and MSP barely do: the
+    isouq head must come out ahead of MSP's map, the forward-only head not."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i in range(n):
+        e = rng.normal()
+        right = bool(e + 0.35 * rng.normal() > 0)
+        mp = float(rng.uniform(0.3, 0.9))
+        rows.append({"key": f"s{i}", "model": "m", "dataset": "d", "correct": right,
+                     "scores": {"epistemic": float(np.exp(1.5 * e)), "mean_prob": mp,
+                                "aleatoric": float(rng.uniform(0.05, 0.2)),
+                                "seq_logprob": float(5 * np.log(mp) + rng.normal())}})
+    return rows
+
+
+def test_cli_calibrate_verdict_saves_the_head_that_beats_msp(tmp_path, capsys):
+    """Enough of each class: every predictor is cross-fitted, judged against MSP's map with
+    Holm's correction, and the isouq head (it reads the gradient score that carries the
+    signal) is saved with its nested numbers, the verdict table printed and kept."""
+    rows = strong_rows(160)
+    path = _write_run(tmp_path, rows)
+    out = tmp_path / "cal"
+    assert main(["calibrate", str(path), "--out", str(out), "--repeats", "2",
+                 "--bootstrap", "1000", "--features", "mean_prob", "seq_logprob",
+                 "epistemic"]) == 0
+    printed = capsys.readouterr().out
+    assert "verdict (PRR" in printed and "Holm over 5 comparisons" in printed
+    assert "learning curve" in printed
+    doc = json.loads((out / "results.json").read_text())
+    table = {(r["predictor"], r["against"]): r for r in doc["tables"]["verdict"]}
+    assert set(table) == {("MSP", "MSP's map"), ("p̄", "MSP's map"),
+                          ("forward-only head", "MSP's map"), ("isouq head", "MSP's map"),
+                          ("isouq head", "forward-only head")}
+    head = table["isouq head", "MSP's map"]
+    assert head["verdict"] == "ahead" and head["ci_low"] > 0 and head["p_holm"] < 0.05
+    assert table["isouq head", "forward-only head"]["verdict"] == "ahead"
+    assert table["MSP", "MSP's map"]["verdict"] == "within noise"
+    assert all(r["family"] == 5 for r in table.values())
+    d = doc["tables"]["decision"][0]
+    assert d["saved"] == "isouq head" and d["backward"] and d["AUROC"] > 0.8
+    assert d["PRR"] == pytest.approx(head["PRR"])  # the nested value, not the winner's own
+    assert doc["needs_backward"] and "needs the backward pass: yes" in printed
+    curve = doc["tables"]["learning_curve"]
+    assert {r["fraction"] for r in curve} == {0.25, 0.5, 1.0}
+    assert {r["predictor"] for r in curve} == {"MSP's map", "forward-only head", "isouq head"}
+    cal = Calibrator.load(out / "calibration.json")
+    assert "epistemic" in cal.map.features and cal.needs_backward
+    assert [c["predictor"] for c in cal.doc["verdict"]["comparisons"]][-1] == "isouq head"
+    assert (out / "verdict.png").is_file()
+
+
+def test_cli_calibrate_keeps_msps_map_when_no_head_beats_it(tmp_path, capsys):
+    """Labels that nothing predicts: no head is ahead of MSP's map beyond noise, so MSP's map
+    is saved, needing no backward pass."""
+    rows = strong_rows()
+    rng = np.random.default_rng(1)
+    for r in rows:
+        r["correct"] = bool(rng.random() < 0.4)
+    path = _write_run(tmp_path, rows)
+    out = tmp_path / "cal"
+    assert main(["calibrate", str(path), "--out", str(out), *FAST]) == 0
+    printed = capsys.readouterr().out
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["saved"] == "MSP's map" and "no head is ahead" in doc["reason"]
+    assert all(r["verdict"] != "ahead" for r in doc["tables"]["verdict"])
+    cal = Calibrator.load(out / "calibration.json")
+    assert cal.map.features == ("seq_logprob",) and not cal.needs_backward
+    assert "needs the backward pass: no" in printed
+
+
+def test_cli_calibrate_fractional_labels(tmp_path):
+    """A quality in [0, 1] per answer (here in another field, --label-field): the maps fit it
+    as the harness does, PRR judges against it, AUROC and the floor count ≥ 0.5 as correct."""
+    rows = strong_rows()
+    rng = np.random.default_rng(2)
+    for r in rows:
+        e = np.log(r["scores"]["epistemic"]) / 1.5
+        r["rougeL"] = float(np.clip(0.5 + 0.3 * e + 0.1 * rng.normal(), 0, 1))
+        del r["correct"]
+    path = _write_run(tmp_path, rows)
+    out = tmp_path / "cal"
+    assert main(["calibrate", str(path), "--out", str(out), "--label-field", "rougeL",
+                 *FAST]) == 0
+    doc = json.loads((out / "results.json").read_text())
+    assert "fractional labels" in doc["answers"] and doc["saved"] == "isouq head"
+    cal = Calibrator.load(out / "calibration.json")
+    assert cal.doc["label_field"] == "rougeL" and cal.map.kind in ("platt", "mlp")
+    cross = [json.loads(line) for line in (out / "crossfit.jsonl").read_text().splitlines()]
+    assert {type(r["correct"]) for r in cross} == {float}
+
+
+@pytest.mark.parametrize("label, problem", [
+    (1.5, "a quality in [0, 1]"), (-0.1, "a quality in [0, 1]"), ("yes", "true/false"),
+])
+def test_cli_calibrate_bad_labels_are_one_line(tmp_path, capsys, label, problem):
+    rows = synth_rows(40)
+    rows[3]["correct"] = label
+    path = _write_run(tmp_path, rows)
     assert main(["calibrate", str(path), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and "at least 20" in err
+    assert err.count("\n") == 0 and problem in err and "'k3'" in err
+    assert not (tmp_path / "o").exists()  # refused before any fitting
+
+
+def test_cli_calibrate_bad_input_is_one_line(tmp_path, capsys):
+    path = _write_run(tmp_path, [{**r, "correct": True} for r in synth_rows(40)])
+    assert main(["calibrate", str(path), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "one label class" in err
+    path = _write_run(tmp_path, synth_rows(40))
     assert main(["calibrate", str(path), "--out", str(tmp_path / "o"), "--max-risk", "2"]) == 2
+    assert main(["calibrate", str(path), "--out", str(tmp_path / "o"), "--bootstrap", "10"]) == 2
+
+
+def test_few_labelled_answers_are_not_an_error(tmp_path, capsys):
+    """15 answers: not an error; the reference map is saved and the output names what a head
+    would need."""
+    path = _write_run(tmp_path, synth_rows(15))
+    assert main(["calibrate", str(path), "--out", str(tmp_path / "o")]) == 0
+    printed = capsys.readouterr().out
+    assert "fewer than 30 answers of a class" in printed and "more wrong" in printed
 
 
 # ---------------------------------------------------------------- where answers are made
@@ -498,7 +624,7 @@ def test_cli_calibrate_with_the_hidden_state_probe_crossfits_it_too(tmp_path, ca
     path = _write_run(tmp_path, rows)
     out = tmp_path / "cal"
     assert main(["calibrate", str(path), "--out", str(out), "--features", "mean_prob", "nll",
-                 "hidden"]) == 0
+                 "hidden", *FAST]) == 0
     cal = Calibrator.load(out / "calibration.json")
     assert cal.needs_hidden and cal.hidden_state == "hidden_states[4]"
     crossed = [json.loads(line) for line in (out / "crossfit.jsonl").read_text().splitlines()]

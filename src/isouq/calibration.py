@@ -157,17 +157,21 @@ def score_columns(scores: Mapping[str, Sequence[float]] | Sequence[Mapping],
 
 
 def labels_of(rows: Sequence[Mapping], source: str,
-              gold_rows: Sequence[Mapping] | None = None) -> tuple[list[dict], np.ndarray]:
-    """The labelled rows and their (n,) 0/1 labels under ``source``.
+              gold_rows: Sequence[Mapping] | None = None,
+              field: str | None = None) -> tuple[list[dict], np.ndarray]:
+    """The labelled rows and their (n,) labels under ``source``.
 
     Args:
-        rows: QA rows (or rows with the scores and a 0/1 ``correct``).
+        rows: QA rows (or rows with the scores and a ``correct`` label).
         source: ``judge`` (the row's ``correct``), ``lexical`` (``lexical_correct``) or
             ``hand`` (the gold rows' ``gold_correct``, :mod:`isouq.evaluation.labels`).
         gold_rows: hand labels, needed for ``hand``.
+        field: read the label from this field of each row instead (``judge`` and ``lexical``).
 
     Returns:
-        (rows that have a label, (n,) int labels). Rows whose label is null are left out.
+        (rows that have a label, (n,) float labels): 0/1 (true/false), or a quality in
+        [0, 1] per answer (a ROUGE-L, a judge's probability: fractional labels). Rows whose
+        label is null are left out. CalibrationError for a label that is neither.
     """
     from .evaluation.labels import with_gold_labels
 
@@ -185,43 +189,50 @@ def labels_of(rows: Sequence[Mapping], source: str,
                                    "models or datasets; check --gold")
         field = "correct"
     else:
-        field = LABEL_FIELDS[source]
+        field = field or LABEL_FIELDS[source]
         if not any(field in r for r in rows):
             raise CalibrationError(
-                f"the rows have no {field!r} field, so they carry no {source} labels: judge "
-                "them (`isouq qa run`), add a 0/1 'correct', or pass --labels hand")
+                f"the rows have no {field!r} field, so they carry no labels: judge them "
+                "(`isouq qa run`), add a 0/1 or [0, 1] 'correct', or name the field that holds "
+                "them (--label-field NAME)")
     kept, y = [], []
     for r in rows:
         v = r.get(field)
         if v is None:
             continue
-        if isinstance(v, (bool, np.bool_)) or v in (0, 1):
-            kept.append(r)
-            y.append(int(v))
-        else:
-            raise CalibrationError(f"row {r.get('key')!r}: {field} = {v!r}; labels must be "
-                                   "true/false, 0/1 or null")
+        if isinstance(v, (bool, np.bool_)):
+            v = float(v)
+        if not isinstance(v, (int, float, np.integer, np.floating)) or not 0 <= v <= 1:
+            raise CalibrationError(f"row {r.get('key')!r}: {field} = {v!r}; a label is "
+                                   "true/false, 0/1, a quality in [0, 1] (a ROUGE-L, a judge's "
+                                   "probability) or null: fix the row or leave it out")
+        kept.append(r)
+        y.append(float(v))
     if not kept:
-        raise CalibrationError(f"none of the {len(rows)} rows has a {source} label "
-                               f"({field!r} is null everywhere); label them first")
-    return kept, np.asarray(y, dtype=int)
+        raise CalibrationError(f"none of the {len(rows)} rows has a label in {field!r} (null "
+                               "everywhere); label them first")
+    y = np.asarray(y, dtype=float)
+    return kept, (y if is_soft(y) else y.astype(int))
 
 
-def check_labels(y: np.ndarray, what: str = "the rows") -> None:
-    """CalibrationError unless ``y`` (n,) has ≥ MIN_ROWS rows and ≥ MIN_PER_CLASS of each
-    class (cross-validation needs both classes in every fold)."""
-    n, n1 = int(y.size), int(y.sum())
-    if n < MIN_ROWS:
-        raise CalibrationError(f"{what}: {n} labelled answers; a calibration needs at least "
-                               f"{MIN_ROWS} - label more answers")
+def check_labels(y: np.ndarray, what: str = "the rows", *, per_class: int = MIN_PER_CLASS,
+                 min_rows: int = MIN_ROWS) -> None:
+    """CalibrationError unless ``y`` (n,) holds both classes (a fractional label counts as
+    correct at ≥ 0.5), ≥ ``min_rows`` rows and ≥ ``per_class`` of each class (cross-validation
+    needs both classes in every fold)."""
+    y = np.asarray(y, dtype=float)
+    n, n1 = int(y.size), int((y >= 0.5).sum())
     if n1 == 0 or n1 == n:
         only = "correct" if n1 == n else "wrong"
         raise CalibrationError(f"{what}: all {n} answers are {only} (one label class): "
                                "P(correct) cannot be learnt; add answers of the other class")
-    if min(n1, n - n1) < MIN_PER_CLASS:
+    if n < min_rows:
+        raise CalibrationError(f"{what}: {n} labelled answers; a calibration needs at least "
+                               f"{min_rows} - label more answers")
+    if min(n1, n - n1) < per_class:
         raise CalibrationError(
             f"{what}: {n1} correct and {n - n1} wrong answers; a cross-validated calibration "
-            f"needs at least {MIN_PER_CLASS} of each - label more answers")
+            f"needs at least {per_class} of each - label more answers")
 
 
 def check_complete(cols: Mapping[str, np.ndarray], rows: Sequence[Mapping] | None = None) -> None:
@@ -481,7 +492,13 @@ def select_map(cols: Mapping[str, np.ndarray], y: np.ndarray, *, seed: int = 0,
         kinds: the candidate maps (:data:`MAP_KINDS`).
     """
     from sklearn.metrics import log_loss
+    from threadpoolctl import threadpool_limits
 
+    with threadpool_limits(1, user_api="blas"):  # small fits: more threads only contend
+        return _select_map(cols, y, seed, sets, kinds, log_loss)
+
+
+def _select_map(cols, y, seed, sets, kinds, log_loss):
     table = []
     for name, kind in candidates(cols, sets, _kinds(y, kinds)):
         p = cv_predict(cols, y, name, kind, seed=seed, sets=sets)
@@ -595,6 +612,9 @@ class Calibrator:
         risk_fraction: float = 0.5,
         seed: int = 0,
         features: Sequence[str] | None = None,
+        kinds: Sequence[str] = MAP_KINDS,
+        label_field: str | None = None,
+        verdict: Mapping | None = None,
     ) -> Calibrator:
         """Fit a calibration on labelled rows of one model.
 
@@ -617,6 +637,12 @@ class Calibrator:
                 ``normalized_epistemic``, ``blocks``); the candidates are each alone, all
                 together and, with ``blocks``, the scores without the profile. None: the
                 scores' default sets (:data:`FEATURE_SETS`).
+            kinds: the maps the selection may choose from (:data:`MAP_KINDS`); ``("platt",)``
+                on one feature is a single Platt map (MSP's map), which needs only 2 answers
+                of each class.
+            label_field: read the labels from this field of the rows (:func:`labels_of`).
+            verdict: what ``isouq calibrate`` found on these rows (its comparisons against MSP
+                and the choice it made, ``calibration_choice``), kept in the file as given.
 
         Returns:
             The fitted :class:`Calibrator`.
@@ -626,7 +652,8 @@ class Calibrator:
         rows = list(rows)
         model = one_model(rows, model)
         rows = [r for r in rows if r.get("model") in (None, model)]
-        rows, y = labels_of(rows, labels, gold_rows)
+        rows, y = labels_of(rows, labels, gold_rows, field=label_field)
+        kinds = tuple(kinds)
         sets = None
         states = None
         if features is None:
@@ -639,7 +666,9 @@ class Calibrator:
             check_complete(cols, rows)
             if HIDDEN in feats_.check_features(features):
                 states = feats_.hidden_states(rows)
-        check_labels(y, f"model {model!r}")
+        one_map = kinds == ("platt",) and sets is not None and len(sets) == 1
+        check_labels(y, f"model {model!r}", per_class=2 if one_map else MIN_PER_CLASS,
+                     min_rows=4 if one_map else MIN_ROWS)
 
         def select(idx: np.ndarray):
             """The map selected on rows ``idx`` (with ``hidden``: the probe's logit out of fold
@@ -649,7 +678,7 @@ class Calibrator:
             if states is not None:
                 here[PROBE_COLUMN], fitted_probe = stack_logits(
                     {k: v[idx] for k, v in states.items()}, y[idx], seed=seed)
-            fitted, table = select_map(here, y[idx], seed=seed, sets=sets)
+            fitted, table = select_map(here, y[idx], seed=seed, sets=sets, kinds=kinds)
             return fitted, table, here, fitted_probe
 
         risk = None
@@ -662,10 +691,13 @@ class Calibrator:
             check_target(max_risk, delta)
             if not 0 < risk_fraction < 1:
                 raise InputError(f"risk_fraction = {risk_fraction}: give a share in (0, 1)")
+            right = (y >= 0.5).astype(int)  # a fractional label is an error below 0.5
             fit_idx, risk_idx = train_test_split(np.arange(y.size), test_size=risk_fraction,
-                                                 stratify=y, random_state=seed)
+                                                 stratify=right, random_state=seed)
             check_labels(y[fit_idx], f"model {model!r}, the {len(fit_idx)} rows the map is "
-                                     "fitted on (the others set the threshold)")
+                                     "fitted on (the others set the threshold)",
+                         per_class=2 if one_map else MIN_PER_CLASS,
+                         min_rows=4 if one_map else MIN_ROWS)
             fitted, table, on_fit, probe = select(fit_idx)
             grid = threshold_grid(fitted.predict(on_fit), len(risk_idx), alpha=max_risk,
                                   delta=delta)
@@ -673,7 +705,7 @@ class Calibrator:
             if probe is not None:  # the risk rows' logits from the probe fitted on the others
                 on_risk[PROBE_COLUMN] = probe.logit(states[probe.state][risk_idx])
             p_risk = fitted.predict(on_risk)
-            risk = learn_then_test(p_risk, y[risk_idx], grid, alpha=max_risk, delta=delta)
+            risk = learn_then_test(p_risk, right[risk_idx], grid, alpha=max_risk, delta=delta)
             risk = {**risk.to_dict(), "grid": [float(x) for x in grid]}
             split = {"fit_rows": len(fit_idx), "risk_rows": len(risk_idx),
                      "risk_fraction": risk_fraction, "stratified": True}
@@ -694,6 +726,8 @@ class Calibrator:
             "map": fitted.to_dict(), "selection": table, "risk_control": risk,
             "hidden_probe": (probe.to_dict() if PROBE_COLUMN in fitted.features else None),
             "split": split, "seed": seed, "sources": [dict(s) for s in sources],
+            **({"label_field": label_field} if label_field else {}),
+            **({"verdict": dict(verdict)} if verdict is not None else {}),
         }
         return cls(doc)
 
@@ -727,6 +761,12 @@ class Calibrator:
         """The hidden state the map's probe reads (e.g. ``hidden_states[12]``); None: it reads
         none."""
         return None if self.probe is None else self.probe.state
+
+    @property
+    def needs_backward(self) -> bool:
+        """Whether the map reads a score that needs the backward pass (a gradient score or the
+        block profile); False: a forward pass gives everything it reads."""
+        return feats_.needs_backward(self.map.features)
 
     @property
     def needs_hidden(self) -> bool:

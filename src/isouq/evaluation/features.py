@@ -58,6 +58,18 @@ FEATURES: dict[str, Feature] = {f.name: f for f in (
 )}
 
 
+#: the features read off the forward pass alone, no backward: p̄, the sequence log-probability
+#: and its negation, the aleatoric score (from the token probabilities) and the hidden states
+FORWARD_FEATURES: tuple[str, ...] = ("mean_prob", "seq_logprob", "nll", "aleatoric", HIDDEN)
+
+
+def needs_backward(columns: Sequence[str]) -> bool:
+    """Whether a head reading these columns (feature names, ``block:<name>`` columns, the
+    probe's logit) needs the backward pass: a block column or a gradient score."""
+    return any(c.startswith(BLOCK) or c not in (*FORWARD_FEATURES, PROBE_COLUMN)
+               for c in columns)
+
+
 def check_features(names: Sequence[str]) -> tuple[str, ...]:
     """The feature names, checked: InputError naming an unknown one and the choices."""
     names = tuple(dict.fromkeys(str(n).strip() for n in names if str(n).strip()))
@@ -205,6 +217,6 @@ def hidden_states(rows: Sequence[Mapping]) -> dict[str, np.ndarray]:
                          "one model") from e
 
 
-__all__ = ["BLOCK", "FEATURES", "HIDDEN", "PROBE_COLUMN", "Feature", "block_names",
-           "check_features", "columns_of", "feature_sets", "hidden_states", "is_log",
-           "rows_of_columns", "values"]
+__all__ = ["BLOCK", "FEATURES", "FORWARD_FEATURES", "HIDDEN", "PROBE_COLUMN", "Feature",
+           "block_names", "check_features", "columns_of", "feature_sets", "hidden_states",
+           "is_log", "needs_backward", "rows_of_columns", "values"]

@@ -9,6 +9,11 @@
 * Brier score and log-loss (scikit-learn ``brier_score_loss``, ``log_loss``);
 * AUROC of P(correct) for correctness (:func:`isouq.evaluation.auroc.auroc`) and Farquhar et
   al.'s AURAC with ``1 − P(correct)`` as the uncertainty (:func:`isouq.evaluation.aurac`).
+
+Labels are 0/1, or fractional: a quality in [0, 1] per answer (a ROUGE-L, a judge's
+probability). With fractional labels the bins' "share correct" is their mean quality, Brier
+and log-loss are those of the quality (``evaluation.fractional.soft_log_loss``), and AUROC and
+AURAC read an answer as correct when its quality is ≥ 0.5.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import numpy as np
 
 from ..errors import InputError
 from .auroc import auroc
+from .fractional import is_soft, soft_log_loss
 from .rejection import aurac
 from .rows import to_float
 
@@ -29,9 +35,10 @@ def _check(p_correct, correct) -> tuple[np.ndarray, np.ndarray]:
                          "equal length")
     if not (np.isfinite(p).all() and (p >= 0).all() and (p <= 1).all()):
         raise InputError("p_correct must be probabilities in [0, 1] (no NaN)")
-    if not np.isin(y, (0, 1)).all():
-        raise InputError("correct must be 0/1 (or booleans)")
-    return p, y.astype(int)
+    y = y.astype(float)
+    if not (np.isfinite(y).all() and (y >= 0).all() and (y <= 1).all()):
+        raise InputError("correct must be 0/1, booleans or a quality in [0, 1]")
+    return p, (y if is_soft(y) else y.astype(int))
 
 
 def reliability_bins(p_correct: np.ndarray, correct: np.ndarray,
@@ -66,14 +73,19 @@ def probability_metrics(p_correct: np.ndarray, correct: np.ndarray,
                         n_bins: int = 10) -> dict[str, float | int | None]:
     """n, accuracy, mean P(correct), ECE, Brier, log-loss, AUROC, AURAC of one predictor.
 
-    p_correct: (n,) in [0, 1]; correct: (n,) 0/1. AUROC is None with one class only.
+    p_correct: (n,) in [0, 1]; correct: (n,) 0/1 or fractional (see the module docstring).
+    AUROC is None with one class only.
     """
     from sklearn.metrics import brier_score_loss, log_loss
 
     p, y = _check(p_correct, correct)
+    soft = is_soft(y)
+    right = (y >= 0.5).astype(int)
     return {
         "n": int(p.size), "accuracy": float(y.mean()), "mean_p": float(p.mean()),
-        "ece": ece(p, y, n_bins), "brier": float(brier_score_loss(y, p, labels=[0, 1])),
-        "log_loss": float(log_loss(y, p, labels=[0, 1])),
-        "auroc": to_float(auroc(y, p)), "aurac": float(aurac(1.0 - p, y)),
+        "ece": ece(p, y, n_bins),
+        "brier": float(np.mean((p - y) ** 2)) if soft
+        else float(brier_score_loss(y, p, labels=[0, 1])),
+        "log_loss": soft_log_loss(y, p) if soft else float(log_loss(y, p, labels=[0, 1])),
+        "auroc": to_float(auroc(right, p)), "aurac": float(aurac(1.0 - p, right)),
     }
