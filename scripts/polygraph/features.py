@@ -285,13 +285,20 @@ def main(argv=None) -> int:
                     help="only the new rows and their cached states (beside a running "
                          "benchmark); the probe, the train-split estimators and the states of "
                          "rows whose cache was lost wait for a run without it")
-    ap.add_argument("--out", default=str(RESULTS / "features"))
+    ap.add_argument("--results", default=str(RESULTS),
+                    help="the kept benchmark files' folder (results/polygraph_prereg: the "
+                         "pre-registered fresh questions; their cached states are kept apart, "
+                         "named after it)")
+    ap.add_argument("--out", default=None, help="default: RESULTS/features")
     a = ap.parse_args(argv)
-    out = Path(a.out)
+    results = Path(a.results)
+    out = Path(a.out) if a.out else results / "features"
+    # the cache of another folder's answers is named after it (the same dataset × model)
+    tag = "" if results == RESULTS else f"{results.name}__"
     out.mkdir(parents=True, exist_ok=True)
     CACHE.mkdir(parents=True, exist_ok=True)
     for model in a.models:
-        files = [(ds, RESULTS / f"polygraph__{ds}__{model}.json") for ds in a.datasets]
+        files = [(ds, results / f"polygraph__{ds}__{model}.json") for ds in a.datasets]
         files = [(ds, f) for ds, f in files if f.exists()]
         if not files:
             print(f"{model}: no kept results, skipped")
@@ -301,9 +308,9 @@ def main(argv=None) -> int:
         for ds, path in files:
             kept = json.loads(path.read_text(encoding="utf-8"))
             name = f"{ds}__{model}"
-            rows, emb = out / f"{name}.jsonl", CACHE / f"{name}.embeddings.jsonl"
+            rows, emb = out / f"{name}.jsonl", CACHE / f"{tag}{name}.embeddings.jsonl"
             print(f"{name}: scores, blocks and embeddings ({kept['n_questions']} questions)")
-            layers = CACHE / f"{name}.layers.jsonl"
+            layers = CACHE / f"{tag}{name}.layers.jsonl"
             score_rows(kept, lm, tok, instruct, rows, emb, layers, a.batch,
                        refill=not a.rows_only)
             if a.rows_only:
@@ -337,8 +344,8 @@ def main(argv=None) -> int:
         need = {r["key"] for ds in runs for r in read_jsonl(out / f"{ds}__{model}.jsonl")
                 if "error" not in r}
         for test, train in itertools.permutations(runs, 2):
-            transfer_probe(runs[train], runs[test], CACHE / f"{train}__{model}.layers.jsonl",
-                           CACHE / f"{test}__{model}.layers.jsonl",
+            transfer_probe(runs[train], runs[test], CACHE / f"{tag}{train}__{model}.layers.jsonl",
+                           CACHE / f"{tag}{test}__{model}.layers.jsonl",
                            out / f"{test}__{model}.probe-from-{train}.json", a.seed, need)
     return 0
 

@@ -1,0 +1,102 @@
+"""scripts/polygraph/prereg_verdict.py: the pre-registered verdict of one answer set, fitted
+from a kept benchmark file, its features and cached states, then judged from the kept
+out-of-fold file alone; a kept file of another pre-registration is refused. Needs no
+LM-Polygraph: the kept files are written here."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("prereg_verdict",
+                                                  ROOT / "scripts/polygraph/prereg_verdict.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _answer_set(tmp_path: Path, prereg_sha: str, n: int = 150, seed: int = 0) -> Path:
+    """A complete kept file of truthfulqa × smollm2 whose ROUGE-L the epistemic score tells,
+    with its features rows and cached states (the second state tells a little too)."""
+    rng = np.random.default_rng(seed)
+    results = tmp_path / "polygraph_prereg"
+    (results / "features").mkdir(parents=True)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    questions, feats, layers = [], [], []
+    for i in range(n):
+        e = rng.normal()
+        rouge = float(np.clip(0.5 + 0.35 * e + 0.15 * rng.normal(), 0, 1))
+        mp = float(rng.uniform(0.3, 0.9))
+        key = f"q{i}"
+        questions.append({"key": key, "quality": {"Rouge_rougeL": rouge, "Accuracy": 0.0}})
+        feats.append({"key": key, "scores": {
+            "epistemic": float(np.exp(e)), "epistemic_log": float(np.exp(e) / mp ** 2),
+            "aleatoric": float(rng.uniform(0.05, 0.2)), "mean_prob": mp,
+            "seq_logprob": float(5 * np.log(mp))},
+            "blocks": {"model.layers.0": float(np.exp(e + rng.normal())),
+                       "model.layers.1": float(np.exp(rng.normal()))}})
+        layers.append({"key": key, "layers": [1, -1],
+                       "states": [list(rng.normal(size=4)),
+                                  list(rng.normal(size=4) + [0.3 * e, 0, 0, 0])]})
+    questions.append({"key": "lost", "quality": {"Rouge_rougeL": 0.2}})
+    feats.append({"key": "lost", "error": "its text does not tokenize into its kept length"})
+    (results / "polygraph__truthfulqa__smollm2.json").write_text(json.dumps({
+        "dataset": "truthfulqa", "model": "smollm2", "complete": True,
+        "preregistration": {"sha256": prereg_sha}, "questions": questions}))
+    (results / "features" / "truthfulqa__smollm2.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in feats))
+    (cache / "polygraph_prereg__truthfulqa__smollm2.layers.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in layers))
+    return results
+
+
+@pytest.fixture
+def verdict(tmp_path, monkeypatch):
+    mod = _script()
+    monkeypatch.setattr(mod, "CACHE", tmp_path / "cache")
+    monkeypatch.setattr(mod, "SETS", (("truthfulqa", "smollm2"),))
+    monkeypatch.setattr(mod, "SEEDS", (0, 1))
+    monkeypatch.setattr(mod, "N_BOOTSTRAP", 1000)
+    # fewer candidates than the pre-registered menu: a faster test of the same code
+    monkeypatch.setattr(mod, "FORWARD_FEATURES", ("mean_prob", "hidden"))
+    monkeypatch.setattr(mod, "ISOUQ_FEATURES", ("mean_prob", "epistemic", "blocks", "hidden"))
+    return mod
+
+
+def test_fit_then_judge_from_the_kept_file(tmp_path, verdict):
+    prereg = tmp_path / "v1.yaml"
+    prereg.write_text("version: 1\n")
+    results = _answer_set(tmp_path, verdict.sha256(prereg))
+    assert verdict.main(["--fit", "--prereg", str(prereg), "--results", str(results)]) == 0
+    kept = json.loads((results / "verdict" / "truthfulqa__smollm2.oof.json").read_text())
+    assert kept["left_out"] == 1 and len(kept["keys"]) == 150 and kept["seeds"] == [0, 1]
+    assert set(kept["oof"]) == {"MSP's map", "forward-only head", "isouq head"}
+    assert all(np.shape(v) == (2, 150) for v in kept["oof"].values())
+    doc = json.loads((results / "verdict" / "verdict.json").read_text())
+    assert doc["preregistration"]["sha256"] == verdict.sha256(prereg)
+    rows = {(r["predictor"], r["against"]): r for r in doc["rows"]}
+    head = rows["isouq head", "MSP's map"]
+    assert head["verdict"] == "ahead" and head["family"] == 1 and head["repeats"] == 2
+    assert head["metric"] == "Rouge_rougeL" and head["correct"] + head["wrong"] == 150
+    assert rows["isouq head", "forward-only head"]["verdict"] in ("ahead", "within noise")
+    assert "| smollm2 × truthfulqa |" in (results / "verdict" / "verdict.md").read_text()
+    # step 2 alone, from the kept file: the same verdict
+    again = verdict.judge_kept(results / "verdict", prereg)
+    assert again["rows"] == doc["rows"]
+
+
+def test_another_preregistration_is_refused(tmp_path, verdict):
+    prereg = tmp_path / "v1.yaml"
+    prereg.write_text("version: 1\n")
+    results = _answer_set(tmp_path, "0" * 64, n=40)
+    with pytest.raises(SystemExit, match="not evidence for this verdict"):
+        verdict.main(["--fit", "--prereg", str(prereg), "--results", str(results)])
