@@ -18,12 +18,13 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
+import numpy as np
 import torch
 from torch import nn
 
 from .blocks import Blocks
 from .covariance import Covariance
-from .errors import ModelError, check_finite
+from .errors import ModelError
 from .estimators import eval_mode
 from .ghost.engine import GhostNorms
 from .ghost.factors import round_up, token_multiple
@@ -43,17 +44,46 @@ AfterForward = Callable[[GhostNorms | None, torch.Tensor, torch.Tensor, slice], 
 @dataclass
 class Batch:
     """Padded batch. input_ids/attention_mask/position_ids: (N, L); answer_mask: (N, L−1),
-    true where logits[:, j] predict an answer token input_ids[:, j + 1]."""
+    true where logits[:, j] predict an answer token input_ids[:, j + 1].
+
+    :func:`collate` also gives what the host knows of the batch, so that no step has to read it
+    back from the device (a host sync on a GPU): ``first``, the first column of
+    ``answer_mask`` holding an answer token in any row; ``answer_index`` (4, n) of its n
+    answer tokens: row, column counted from ``first``, column, and the token id predicted;
+    ``n_tokens`` (N,) float32, each row's answer tokens; ``answer_positions`` (N, K), each
+    row's answer columns counted from ``first``, padded with the last one, L − 1 − first, which
+    predicts no token (K a multiple of ``collate``'s ``multiple``); ``packed`` (3, N, L), the
+    three id tensors in one (moved to a device in one copy). A batch made by hand may leave
+    them None: they are then read from the masks."""
 
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
     position_ids: torch.Tensor
     answer_mask: torch.Tensor
+    first: int | None = None
+    answer_index: torch.Tensor | None = None
+    n_tokens: torch.Tensor | None = None
+    answer_positions: torch.Tensor | None = None
+    packed: torch.Tensor | None = None
+
+    def to(self, device: torch.device) -> Batch:
+        """The batch on ``device`` (itself when it is there): one copy per host tensor."""
+        if self.input_ids.device == torch.device(device):
+            return self
+        if self.packed is not None:
+            ids, att, pos = self.packed.to(device)
+        else:
+            ids, att, pos = (t.to(device) for t in (self.input_ids, self.attention_mask,
+                                                     self.position_ids))
+        move = lambda t: None if t is None else t.to(device)  # noqa: E731
+        return Batch(ids, att, pos, self.answer_mask.to(device), self.first,
+                     move(self.answer_index), move(self.n_tokens), move(self.answer_positions))
 
 
 def collate(enc: list[Encoded], pad_id: int, side: Literal["right", "left"] = "right",
             multiple: int = 1) -> Batch:
-    """The encoded pairs as one padded batch.
+    """The encoded pairs as one padded batch, made on the host (Python lists, one tensor each:
+    no operation per row).
 
     Args:
         enc: the pairs' token ids.
@@ -63,21 +93,40 @@ def collate(enc: list[Encoded], pad_id: int, side: Literal["right", "left"] = "r
             token_multiple``: 8 on CUDA, where aligned Grams run on tensor cores).
 
     Returns:
-        Batch of (N, L) tensors, L the longest pair rounded up to ``multiple``.
+        Batch of (N, L) tensors, L the longest pair rounded up to ``multiple``, with its
+        host-side facts (``first``, ``answer_index``, ``n_tokens``).
     """
     L = round_up(max(len(e.prompt) + len(e.answer) for e in enc), multiple)
-    N = len(enc)
-    ids = torch.full((N, L), pad_id, dtype=torch.long)
-    att = torch.zeros((N, L), dtype=torch.long)
-    ans = torch.zeros((N, L), dtype=torch.bool)
+    ids, att, pos, ans = [], [], [], []
+    rows, cols, targets, counts = [], [], [], []
     for i, e in enumerate(enc):
         seq = e.prompt + e.answer
-        start = 0 if side == "right" else L - len(seq)
-        ids[i, start : start + len(seq)] = torch.tensor(seq)
-        att[i, start : start + len(seq)] = 1
-        ans[i, start + len(e.prompt) + e.scored_from : start + len(seq)] = True
-    pos = (att.cumsum(1) - 1).clamp(min=0)
-    return Batch(ids, att, pos, ans[:, 1:])
+        n = len(seq)
+        start = 0 if side == "right" else L - n
+        after = L - start - n
+        ids.append([pad_id] * start + seq + [pad_id] * after)
+        att.append([0] * start + [1] * n + [0] * after)
+        pos.append([0] * start + list(range(n)) + [n - 1] * after)
+        # logits[:, j] predicts token j + 1: the answer tokens scored are predicted by
+        # columns from the one before the first scored token to the one before the last
+        lo = start + len(e.prompt) + e.scored_from - 1
+        hi = start + n - 1
+        ans.append([False] * lo + [True] * (hi - lo) + [False] * (L - 1 - hi))
+        rows += [i] * (hi - lo)
+        cols += range(lo, hi)
+        targets += seq[lo - start + 1:]
+        counts.append(float(hi - lo))
+    first = min(cols) if cols else 0
+    packed = torch.tensor([ids, att, pos], dtype=torch.long)
+    index = torch.tensor([rows, [c - first for c in cols], cols, targets], dtype=torch.long)
+    K = min(L - first, round_up(max(int(max(counts, default=1)), 1), multiple))
+    kept = [[] for _ in enc]
+    for i, c in zip(rows, cols, strict=True):
+        kept[i].append(c - first)
+    last = L - 1 - first  # predicts no token: its logits carry no gradient
+    kept = torch.tensor([k + [last] * (K - len(k)) for k in kept], dtype=torch.long)
+    return Batch(packed[0], packed[1], packed[2], torch.tensor(ans, dtype=torch.bool), first,
+                 index, torch.tensor(counts, dtype=torch.float32), kept, packed)
 
 
 def input_device(model: nn.Module) -> torch.device:
@@ -106,41 +155,50 @@ class ForwardProbs(NamedTuple):
     hidden_states: tuple[torch.Tensor, ...] | None
 
 
+def answer_index(batch: Batch) -> tuple[int, torch.Tensor]:
+    """(``first``, (4, n) ``answer_index``) of the batch: as :func:`collate` gave them, or, for
+    a batch made by hand, read from its masks (a host sync)."""
+    if batch.first is not None and batch.answer_index is not None:
+        return batch.first, batch.answer_index
+    mask = batch.answer_mask
+    first = int(mask.any(0).nonzero()[0])
+    rows, cols = mask.nonzero(as_tuple=True)
+    targets = batch.input_ids[:, 1:][rows, cols]
+    return first, torch.stack([rows, cols - first, cols, targets])
+
+
 def forward_probs(model: nn.Module, batch: Batch, *, hidden_states: bool = False
                   ) -> ForwardProbs:
     """Forward pass: the probability of each answer token, and with ``hidden_states`` the
-    model's hidden states from the same forward (no second pass)."""
+    model's hidden states from the same forward (no second pass).
+
+    No value or size is read back from the device: the answer positions, the first of them and
+    the tokens they predict come from the host (:func:`collate`), and a NaN in the model's
+    log-probabilities shows in the scores (``score_encoded`` checks them on the host)."""
     dev = input_device(model)  # with device_map="auto": the first layer's
-    mask = batch.answer_mask.to(dev)
+    b = batch.to(dev)
+    first, index = answer_index(b)
+    rows, rel, cols, targets = index
+    L = b.input_ids.shape[1]
     # logits only from the first position that predicts an answer token (lm_head is a large
     # share of a small LM's forward); models without ``logits_to_keep`` compute them all
-    start = int(mask.any(0).nonzero()[0])
-    L = batch.input_ids.shape[1]
-    inputs = dict(input_ids=batch.input_ids.to(dev), attention_mask=batch.attention_mask.to(dev),
-                  position_ids=batch.position_ids.to(dev))
+    inputs = dict(input_ids=b.input_ids, attention_mask=b.attention_mask,
+                  position_ids=b.position_ids)
     if hidden_states:
         inputs["output_hidden_states"] = True
     if takes_logits_to_keep(model):
-        inputs["logits_to_keep"] = L - start
+        inputs["logits_to_keep"] = L - first
     out = model(**inputs)
     states = getattr(out, "hidden_states", None) if hidden_states else None
     if hidden_states and not states:
         raise ModelError(f"{type(model).__name__} returns no hidden_states; the hidden-state "
                          "probe needs a Hugging Face causal LM")
     logits = out.logits if hasattr(out, "logits") else out[0]
-    logits = logits[:, -(L - start) :]  # positions start .. L−1
-    mask_k = mask[:, start:]
-    rows, cols = mask_k.nonzero(as_tuple=True)
-    sel = logits[:, :-1][rows, cols].float()  # only answer positions: (n_tok, V)
-    target = batch.input_ids[:, 1:].to(dev)[:, start:][rows, cols]
-    lp = torch.log_softmax(sel, dim=-1).gather(1, target[:, None])[:, 0]
-    # a NaN or +inf logit anywhere in a row makes its log-softmax NaN/inf: checking the n_tok
-    # values read is as strict as checking all n_tok·V logits (a tenth of a second per batch)
-    check_finite(lp.detach(), "the log-probabilities of the model's logits",
-                 "Check the model's weights (NaN/inf) or dtype.")
-    p = torch.zeros(mask.shape, dtype=lp.dtype, device=dev)
-    p = p.index_put((rows, cols + start), lp.exp())
-    return ForwardProbs(p, mask, tuple(h.detach() for h in states) if states else None)
+    logits = logits[:, -(L - first):]  # positions first .. L−1
+    sel = logits[rows, rel].float()  # only answer positions: (n_tok, V)
+    lp = torch.log_softmax(sel, dim=-1).gather(1, targets[:, None])[:, 0]
+    p = lp.new_zeros(b.answer_mask.shape).index_put((rows, cols), lp.exp())
+    return ForwardProbs(p, b.answer_mask, tuple(h.detach() for h in states) if states else None)
 
 
 def token_probs(model: nn.Module, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -237,6 +295,7 @@ def _lockstep(n_batches: int) -> int:
 def _filler_batch(model: nn.Module, ghost: GhostNorms, batch: Batch) -> None:
     """One forward and backward whose scores are dropped (a rank short of batches)."""
     ghost.seq_len = batch.input_ids.shape[1]
+    ghost.head_positions = _head_positions(model, batch)
     with torch.enable_grad():
         p, mask = token_probs(model, batch)
         ghost.backward_detailed(summarize(p, mask)[0], per_param=False)
@@ -288,17 +347,16 @@ def score_encoded(
     """
     n = len(enc)
     multiple = token_multiple(input_device(model))
-    epi = torch.zeros(n)
-    alea, mean, T = torch.zeros(n), torch.zeros(n), torch.zeros(n, dtype=torch.long)
-    logp = torch.zeros(n)
-    per = torch.zeros(n, len(params)) if per_param or (blocks and method != "ghost") else None
-    by_block = torch.zeros(n, len(blocks.names)) if blocks is not None else None
+    n_per = len(params) if per_param or (blocks and method != "ghost") else 0
+    n_blocks = len(blocks.names) if blocks is not None else 0
     groups = blocks.of_param if blocks is not None else None
+    scale = getattr(covariance, "scale", 1.0)  # the identity's scale (per_example applies C)
     bar = None
     if progress:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=n, desc=f"scoring ({method})", unit="answer")
+    host: list[torch.Tensor] = []  # per batch, its scores copied to the host in one copy
     # one set of hooks for every batch (set up once: milliseconds per call on an LLM)
     hooks = GhostNorms(model, params) if method != "per_example" else nullcontext()
     with eval_mode(model), autograd_ready(model), hooks as ghost:
@@ -315,52 +373,97 @@ def score_encoded(
             if method == "per_example":
                 with torch.no_grad():
                     p, mask, states = forward_probs(model, batch, hidden_states=want)
+                    T = batch.n_tokens.to(p.device)
+                    mean = p.sum(1) / T
                 if after_forward is not None:
                     after_forward(None, p, mask, rows)
                 with _only_selected_require_grad(model, params):
                     e, pp = _per_example_batch(model, params, batch, covariance)
             else:
                 ghost.seq_len = batch.input_ids.shape[1]
+                ghost.head_positions = _head_positions(model, batch)
                 with torch.enable_grad():
                     p, mask, states = forward_probs(model, batch, hidden_states=want)
+                    T = batch.n_tokens.to(p.device)
+                    mean = p.sum(1) / T  # p̄, what the backward differentiates
                     if after_forward is not None:  # e.g. span backwards over the same graph
                         after_forward(ghost, p, mask, rows)
                     if method == "ghost":  # without per_param, the shared groups' summed form
-                        res = ghost.backward_detailed(summarize(p, mask)[0], per_param=per_param,
-                                                      groups=groups)
+                        res = ghost.backward_detailed(mean, per_param=per_param, groups=groups)
                         e, pp, pb = res.total, res.per_param, res.per_group
                     else:
                         e, pp = _per_token(ghost, p, mask)
-                    e = covariance.scale * e  # per_example applied the covariance already
+                    if covariance.scale != 1:  # per_example applied the covariance already
+                        e = covariance.scale * e
             if want:
                 on_states(states, batch, rows)
-            m, a, t = summarize(p.detach(), mask)
-            epi[rows] = e.detach().cpu()
-            if pp is not None and per is not None:
-                per[rows] = pp.detach().float().cpu()
-            if by_block is not None:  # the identity's scale, as the total has it
-                scale = getattr(covariance, "scale", 1.0)
-                by_block[rows] = scale * (pb.detach().float().cpu() if pb is not None
-                                          else per[rows] @ blocks.indicator())
-            mean[rows], alea[rows], T[rows] = m.cpu(), a.cpu(), t.cpu()
-            logp[rows] = log_prob(p.detach(), mask).float().cpu()
+            host.append(_to_host(e, mean, p.detach(), mask, T, pp if n_per else None,
+                                 None if not n_blocks else
+                                 pb if pb is not None
+                                 else pp.float() @ blocks.indicator().to(pp.device),
+                                 scale))
+            _check_finite(host[-1], rows)
             if bar is not None:
                 bar.update(rows.stop - rows.start)
     if bar is not None:
         bar.close()
+    out = host[0] if len(host) == 1 else torch.cat(host, dim=1)  # on the host
+    per = out[4:4 + n_per].T if n_per else None
     return SequenceScores(
-        epistemic=epi,
-        aleatoric=alea,
-        mean_prob=mean,
-        n_tokens=T,
+        epistemic=out[0],
+        aleatoric=out[2],
+        mean_prob=out[1],
+        n_tokens=torch.tensor([len(e.answer) - e.scored_from for e in enc]),
         params=info,
         method=method,
         covariance=getattr(covariance, "name", "custom"),
         per_param=per if per_param else None,
-        blocks=by_block,
+        blocks=out[4 + n_per:].T if n_blocks else None,
         block_names=blocks.names if blocks is not None else None,
-        seq_logprob=logp,
+        seq_logprob=out[3],
     )
+
+
+def _head_positions(model: nn.Module, batch: Batch) -> tuple[torch.Tensor, int]:
+    """(positions (N, K), T) of the model's head output (N, T, V) that may carry gradient: the
+    batch's answer positions (``GhostNorms.head_positions``), counted from ``first`` when the
+    forward keeps only the logits from there on (``logits_to_keep``)."""
+    L = batch.input_ids.shape[1]
+    if takes_logits_to_keep(model):
+        return batch.answer_positions, L - batch.first
+    return batch.answer_positions + batch.first, L
+
+
+def _to_host(total: torch.Tensor, mean: torch.Tensor, p: torch.Tensor, mask: torch.Tensor,
+             T: torch.Tensor, per: torch.Tensor | None, by_block: torch.Tensor | None,
+             scale: float) -> torch.Tensor:
+    """One batch's scores in one float32 tensor on the host, made with one device→host copy:
+    rows ‖g‖², p̄, aleatoric, Σ log p, then the per-parameter norms and the block profile (each
+    (N, ·) transposed) when asked for."""
+    with torch.no_grad():
+        return _stacked(total, mean, p, mask, T, per, by_block, scale).cpu()
+
+
+def _stacked(total, mean, p, mask, T, per, by_block, scale) -> torch.Tensor:
+    """:func:`_to_host`'s tensor, on the device."""
+    alea = torch.addcmul(p, p, p, value=-1).sum(1) / T  # (1/T) Σₜ pₜ(1 − pₜ)
+    cols = torch.stack([total.to(torch.float32), mean.detach().to(torch.float32), alea,
+                        log_prob(p, mask).to(torch.float32)])
+    extra = [t.T.to(torch.float32) for t in (per, by_block) if t is not None]
+    if by_block is not None and scale != 1.0:
+        extra[-1] = scale * extra[-1]
+    return torch.cat([cols, *extra]) if extra else cols
+
+
+def _check_finite(scores: torch.Tensor, rows: slice) -> None:
+    """ModelError when a batch's p̄ (on the host) is NaN or inf: a NaN or +inf logit anywhere
+    in a row makes its log-softmax NaN. Read with numpy, on the copy already made."""
+    bad = ~np.isfinite(scores[1].numpy())
+    if bad.any():
+        raise ModelError(
+            f"the log-probabilities of the model's logits hold NaN/inf values (answers "
+            f"{[rows.start + int(i) for i in np.flatnonzero(bad)]}). Check the model's weights "
+            "(NaN/inf) or dtype.")
 
 
 __all__ = ["AfterForward", "Batch", "ForwardProbs", "OnStates", "collate", "forward_probs",

@@ -142,8 +142,8 @@ def score_sequences(
                          "covariance; drop blocks or the covariance object")
     enc = prepared_pairs(model, tokenizer, prompts, answers, encoded, offsets=spans is not None)
     pad = pad_id(tokenizer)
-    first = collate(enc[:1], pad, padding_side)
-    sel = select_params(model, params, run_forward=lambda: token_probs(model, first))
+    sel = select_params(model, params, run_forward=lambda: token_probs(
+        model, collate(enc[:1], pad, padding_side)))
     check_engine(method, sel)
     sharded = is_sharded(model)
     if sharded and (method != "ghost" or spans is not None):

@@ -246,12 +246,12 @@ def test_summed_gram_of_the_gradients_side_by_side_is_exact(kind, blocks, monkey
     ids = torch.randint(4, tiny.VOCAB, (N, T))
     ref = reference(m, params, ids)
     widths = {}
-    block_gram = shared.block_gram
+    product = factors.f32_product  # every Gram's product (block_gram's and the reduction's)
     for devices in (set(), {"cpu", "cuda"}):
         monkeypatch.setattr(shared, "CONCAT_DEVICES", devices)
         seen = widths.setdefault(bool(devices), set())
-        monkeypatch.setattr(shared, "block_gram",
-                            lambda x, k, seen=seen: seen.add(x.shape[-1]) or block_gram(x, k))
+        monkeypatch.setattr(factors, "f32_product", lambda x, y, out=None, seen=seen: seen.add(
+            x.shape[-1]) or product(x, y, out=out))
         torch.testing.assert_close(run(m, params, ids, share=True, detailed=False), ref.sum(1),
                                    rtol=1e-10, atol=1e-14)
     assert widths[True] - widths[False]

@@ -26,6 +26,10 @@ class Call:
     #: the model's output layer (a language model's head, ``get_output_embeddings``): its output
     #: gradient is zero outside the scored positions, which a rule may drop (``Pair.compacted``)
     sparse_output: bool = False
+    #: for the output layer, when the caller knows them (``GhostNorms.head_positions``): (N, K)
+    #: positions of its output's dim 1 that may carry gradient, each row's, padded with ones
+    #: that carry none; None: a rule reads them from the gradient
+    positions: torch.Tensor | None = None
 
 
 def as_tokens(t: torch.Tensor) -> torch.Tensor:

@@ -46,7 +46,7 @@ def contributions(module: nn.Embedding, call: Call) -> dict[str, Contribution]:
     idx = idx.reshape(N, -1)
     B = call.grad.reshape(N, idx.shape[1], -1)
     if module.padding_idx is not None:
-        B = B * (idx != module.padding_idx).unsqueeze(-1).to(B.dtype)
+        B = B.masked_fill((idx == module.padding_idx).unsqueeze(-1), 0)
     scale = _scale(module)
     if scale != 1.0:
         B = B * scale

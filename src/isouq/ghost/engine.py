@@ -32,10 +32,11 @@ import torch
 from torch import nn
 
 from ..errors import InputError, ModelError
-from ..quantized import is_quantized
-from . import fallback
+from ..quantized import is_quantized, logical_numel
+from . import factors, fallback
 from .calls import Call
-from .factors import Contribution, sq_norms
+from .factors import Contribution, Materialized, Pair, choose_gram, sq_norms
+from .reduction import Reduction
 from .registry import owned_parameters
 from .registry import rule_for as rule_for  # rules register themselves (ghost/registry.py)
 from .shared import SharedInputs
@@ -98,6 +99,11 @@ class GhostNorms:
         except (NotImplementedError, AttributeError):
             head = None
         self._head = head if isinstance(head, nn.Module) else None
+        #: (positions (N, K), T) set by a caller that knows where the output layer's output
+        #: (N, T, ·) can carry gradient (the batch loop: the answer positions, each row's,
+        #: padded with a position that carries none): its rule keeps those and reads nothing
+        #: back from the device (``Pair.compacted``); None: read from the gradient
+        self.head_positions: tuple[torch.Tensor, int] | None = None
         stuck = sorted({type(m).__name__ for m, r in self.rules.items() if r is None
                         and any(is_quantized(params[n]) for _, n in self.owners[m])})
         if stuck:
@@ -124,6 +130,11 @@ class GhostNorms:
                 n_owners[name] = n_owners.get(name, 0) + 1
         self._solo = {m for m, owned in self.owners.items()
                       if self.rules[m] is not None and all(n_owners[n] == 1 for _, n in owned)}
+        # entries of each solo module's parameters: what the batched reduction may materialize
+        self._numel = {m: sum(logical_numel(params[n]) for _, n in self.owners[m])
+                       for m in self._solo}
+        self._reduce: Reduction | None = None
+        self._group_of: dict[str, int] | None = None
         self._n_calls: dict[nn.Module, int] = {}
         self._now: dict[str, torch.Tensor] = {}
         self._cache: dict = {}
@@ -186,10 +197,31 @@ class GhostNorms:
         if self._shared is not None:  # members of a group wait for it (shared.py)
             named = self._shared.add(call, named)
         for name, c in named.items():
-            self._now[name] = sq_norms([c], self._cache)
+            if self._reduce is not None:
+                self._reduce_one(c, name)
+            else:
+                self._now[name] = sq_norms([c], self._cache)
         call.grad = None
         if not self._retain:  # another backward over the same graph needs the inputs again
             call.args, call.kwargs, call.output = (), {}, None
+
+    def _reduce_one(self, c: Contribution, name: str) -> None:
+        """A solo parameter's one contribution into the batched reduction (``reduction.py``):
+        materialized, a one-hot Pair's Gram or block, a dense Pair's Gram or block; anything
+        else as its squared norm."""
+        red, group = self._reduce, None if self._group_of is None else self._group_of[name]
+        if isinstance(c, Materialized) and isinstance(c.grad, torch.Tensor):
+            red.materialized(c, group)
+        elif (isinstance(c, Pair) and c.fold == 1 and c.right_gram is None
+              and c.right_fn is None):
+            if not choose_gram([c]):
+                red.block(c, group)
+            elif c.is_index:
+                red.index_gram(c, group)
+            else:
+                red.gram(c.right, [c.left], group)
+        else:
+            red.square(sq_norms([c], self._cache), group)
 
     def _unflatten(self, call: Call) -> None:
         """A call that saw the batch flattened to (N·T, …) (``seq_len`` = T): its input,
@@ -223,6 +255,10 @@ class GhostNorms:
             (a.detach() if dev is None else a.detach().to(dev)) if isinstance(a, torch.Tensor)
             else a for a in args), kwargs=kwargs, output=first,
             sparse_output=module is self._head)
+        if call.sparse_output and self.head_positions is not None:
+            kept, length = self.head_positions
+            if first.ndim == 3 and tuple(first.shape[:2]) == (kept.shape[0], length):
+                call.positions = kept
         if dev is not None:
             call.kwargs = {k: v.to(dev) if isinstance(v, torch.Tensor) else v
                            for k, v in kwargs.items()}
@@ -307,11 +343,20 @@ class GhostNorms:
             c.grad = None
         self._now, self._cache, self._retain, self._N = {}, {}, retain_graph, N
         group_of = None if groups is None else dict(zip(self.names, groups, strict=True))
+        self._group_of = group_of
+        solo = [c for c in self.calls if c.module in self._solo
+                and self._n_calls.get(c.module) == 1]
+        if self.share_grams and not per_param and factors.setting("GRAM_BLOCKS") == 1:
+            # only the total (by group) is wanted: every part is written into buffers and
+            # reduced at the end in a few batched operations (reduction.py)
+            self._reduce = Reduction(
+                N, torch.promote_types(s.dtype, torch.float32), s.device,
+                slots=len(solo), columns=sum(self._numel[c.module] for c in solo),
+                main=self.seq_len or _main_length(solo),
+                groups=None if group_of is None else max(group_of.values(), default=-1) + 1)
         if self.share_grams:  # the calls _maybe_now will compute, grouped by their input
-            self._shared = SharedInputs(
-                [c for c in self.calls if c.module in self._solo
-                 and self._n_calls.get(c.module) == 1], summed=not per_param,
-                group_of=group_of)
+            self._shared = SharedInputs(solo, summed=not per_param, group_of=group_of,
+                                        reduction=self._reduce)
         try:
             if s.requires_grad:
                 s.sum().backward(retain_graph=retain_graph)
@@ -322,7 +367,7 @@ class GhostNorms:
                     c.grad = None
             else:
                 self._release_calls()
-            self._now, self._cache, self._shared = {}, {}, None
+            self._now, self._cache, self._shared, self._reduce = {}, {}, None, None
 
     def _norms(self, N: int, dtype: torch.dtype, device=None, per_param: bool = True,
                group_of: dict[str, int] | None = None
@@ -355,6 +400,14 @@ class GhostNorms:
         finally:
             self._capturing = True
         out = torch.promote_types(dtype, torch.float32)
+        if self._reduce is not None:  # only the total (by group): one batched reduction
+            self._shared.flush()
+            for name, c in contribs.items():
+                if c:
+                    self._reduce.square(sq_norms(c, self._cache),
+                                        None if group_of is None else group_of[name])
+            total, by_group = self._reduce.result()
+            return total, None, by_group
         terms: list[tuple[int | None, torch.Tensor]] = []  # (group, (N,)) of the total
         if self._shared is not None:  # groups with a member s does not depend on
             self._shared.flush()
@@ -389,3 +442,14 @@ class GhostNorms:
         total = (torch.stack(parts).sum(0) if len(parts) > 1 else parts[0] if parts
                  else torch.zeros(N, dtype=out, device=device))
         return total, per, None
+
+
+def _main_length(calls: list[Call]) -> int | None:
+    """The positions most recorded inputs (N, T, d) have: the T of the backward's main Gram
+    shape (T × T), or None."""
+    counts: dict[int, int] = {}
+    for c in calls:
+        x = c.args[0] if c.args else None
+        if isinstance(x, torch.Tensor) and x.ndim >= 3:
+            counts[x.shape[1]] = counts.get(x.shape[1], 0) + 1
+    return max(counts, key=counts.get) if counts else None

@@ -36,6 +36,11 @@ SETTINGS: dict[str, tuple[str, int, str]] = {
         "symmetric Grams X Xᵀ of layers sharing an input (``shared.py``): T split into this "
         "many blocks, only the blocks on and above the diagonal multiplied ((k + 1) / 2k of the "
         "products); 1: the whole Gram in one product"),
+    "REDUCTION_BYTES": (
+        "ISOUQ_GHOST_REDUCTION_BYTES", 64 * 2**20,
+        "the most bytes each buffer of a backward's batched reduction (``reduction.py``: the "
+        "Gram pairs, the materialized blocks) may take; when one is full it is reduced and "
+        "reused"),
     "TOKEN_MULTIPLE": (
         "ISOUQ_TOKEN_MULTIPLE", 8,
         # cuBLAS runs its tensor-core kernels on 16-byte-aligned matrices only, and a T × T
@@ -63,7 +68,8 @@ def setting(name: str) -> int:
 
 
 def __getattr__(name: str) -> int:
-    """``factors.MATERIALIZE_BYTES``, ``GRAM_BLOCKS``, ``TOKEN_MULTIPLE``: :func:`setting`."""
+    """``factors.MATERIALIZE_BYTES``, ``GRAM_BLOCKS``, ``REDUCTION_BYTES``,
+    ``TOKEN_MULTIPLE``: :func:`setting`."""
     if name in SETTINGS:
         return setting(name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -121,13 +127,24 @@ class Pair:
         a = self.index_size if self.is_index else self.left.shape[-1]
         return a, self.right.shape[-1]
 
-    def compacted(self, by: str) -> Pair:
+    def compacted(self, by: str, positions: torch.Tensor | None = None) -> Pair:
         """Drop token positions where the gradient factor (``by``: "left"/"right") is zero.
 
         Such positions add nothing to gᵢ (the lm_head outside the answer, padding). Rows keep
         their own nonzero positions, padded to the longest row with zero positions.
+
+        Args:
+            by: the factor whose zero positions are dropped.
+            positions: (N, K) the positions to keep, when the caller knows them (each row's
+                positions that may carry gradient, padded with ones that carry none: the batch
+                loop's answer positions): nothing is read back from the device. None: they are
+                read from the factor (one host synchronization).
         """
         g = self.left if by == "left" else self.right
+        if positions is not None:
+            if positions.shape[1] > 0.75 * g.shape[1]:
+                return self
+            return self._taken(positions.to(g.device))
         # (N, T): a position is kept if its largest or smallest entry is not 0 (NaN kept): two
         # reductions and no temporary as large as g (g.ne(0).any(-1) writes an N·T·V mask,
         # g.abs() an N·T·V copy: 0.17 s of fresh pages for SmolLM2's logits at batch 32)
@@ -137,7 +154,10 @@ class Pair:
         if Tk > 0.75 * T:
             return self
         Tk = min(T, round_up(max(Tk, 1), token_multiple(g.device)))  # the extra ones are zero
-        order = torch.sort((~keep).to(torch.int8), dim=1, stable=True).indices[:, :Tk]
+        return self._taken(torch.sort((~keep).to(torch.int8), dim=1, stable=True).indices[:, :Tk])
+
+    def _taken(self, order: torch.Tensor) -> Pair:
+        """The pair at the (N, K) positions ``order`` of each row."""
 
         def take(t):
             if t.ndim == 2:
@@ -163,18 +183,23 @@ class Materialized:
 
     A rule that builds the gradient in chunks of examples (convolutions) gives the blocks as a
     tuple: when the parameter has no other contribution, its norms are taken block by block,
-    with no concatenated copy (:func:`sq_norms`).
+    with no concatenated copy (:func:`sq_norms`). ``scale`` (broadcast over the trailing
+    dims, e.g. a norm layer's 1/w): the gradient is ``grad ⊙ scale``, multiplied where it is
+    read (``reduction.py`` scales every norm layer's at once).
     """
 
     grad: torch.Tensor | tuple[torch.Tensor, ...]
+    scale: torch.Tensor | None = None
 
     def blocks(self) -> tuple[torch.Tensor, ...]:
         """The gradient's blocks of examples, in order (one block when it is whole)."""
-        return (self.grad,) if isinstance(self.grad, torch.Tensor) else self.grad
+        grads = (self.grad,) if isinstance(self.grad, torch.Tensor) else self.grad
+        return grads if self.scale is None else tuple(g * self.scale for g in grads)
 
     def dense(self) -> torch.Tensor:
         """The whole (N, *param.shape) gradient, its blocks concatenated."""
-        return self.grad if isinstance(self.grad, torch.Tensor) else torch.cat(self.grad)
+        blocks = self.blocks()
+        return blocks[0] if len(blocks) == 1 else torch.cat(blocks)
 
 
 Contribution = Pair | Materialized
@@ -186,28 +211,49 @@ _F32_OUT: dict[tuple[str, torch.dtype], bool] = {}
 
 def _f32_out_supported(t: torch.Tensor) -> bool:
     """Whether half-precision ``t``'s device multiplies it with a float32 result natively
-    (CUDA's tensor cores: products exact in float32, sums accumulated in float32); probed once
-    per device type and dtype."""
+    (CUDA's tensor cores: products exact in float32, sums accumulated in float32), into a new
+    tensor and into a given one (``out=``); probed once per device type and dtype."""
     key = (t.device.type, t.dtype)
     if key not in _F32_OUT:
         ok = t.device.type == "cuda"
         if ok:
             try:
                 z = torch.ones(1, 2, 2, dtype=t.dtype, device=t.device)
-                ok = bool(torch.bmm(z, z, out_dtype=torch.float32).dtype == torch.float32)
+                into = torch.empty(1, 2, 2, dtype=torch.float32, device=t.device)
+                made = torch.bmm(z, z, out_dtype=torch.float32)
+                torch.bmm(z, z, out_dtype=torch.float32, out=into)
+                ok = bool(made.dtype == torch.float32 and torch.equal(made, into))
             except (RuntimeError, TypeError, NotImplementedError):
                 ok = False
         _F32_OUT[key] = ok
     return _F32_OUT[key]
 
 
-def bmm_f32(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """x @ y (batched) in float32 at least. Half-precision factors of one dtype are multiplied
-    as they are, into a float32 result, where the device can (no upcast copies, the tensor
-    cores' speed); elsewhere they are upcast first. Both are exact to float32 summation."""
+def _transpose_of(y: torch.Tensor, x: torch.Tensor) -> bool:
+    """Whether ``y`` is ``x.mT`` (the same values, the last two dims swapped)."""
+    return (y.data_ptr() == x.data_ptr() and y.dtype == x.dtype and x.ndim == y.ndim >= 2
+            and y.shape == x.mT.shape and y.stride() == x.mT.stride())
+
+
+def f32_product(x: torch.Tensor, y: torch.Tensor, out: torch.Tensor | None = None
+                ) -> torch.Tensor:
+    """x @ y (batched) in float32 at least, written into ``out`` when given (a buffer of the
+    result's dtype: float32 for half-precision factors). Half-precision factors of one dtype are
+    multiplied as they are, into a float32 result, where the device can (no upcast copies, the
+    tensor cores' speed); elsewhere they are upcast first, once for a Gram x xᵀ. Both are exact
+    to float32 summation."""
     if x.dtype in LOW_PRECISION and x.dtype == y.dtype and _f32_out_supported(x):
-        return torch.bmm(x, y, out_dtype=torch.float32)
-    return torch.bmm(at_least_f32(x), at_least_f32(y))
+        if out is None:
+            return torch.bmm(x, y, out_dtype=torch.float32)
+        return torch.bmm(x, y, out_dtype=torch.float32, out=out)
+    x32 = at_least_f32(x)
+    y32 = x32.mT if x32 is not x and _transpose_of(y, x) else at_least_f32(y)
+    return torch.bmm(x32, y32) if out is None else torch.bmm(x32, y32, out=out)
+
+
+def bmm_f32(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """x @ y (batched) in float32 at least (:func:`f32_product` into a new tensor)."""
+    return f32_product(x, y)
 
 
 def _left_gram(p: Pair, q: Pair) -> torch.Tensor:

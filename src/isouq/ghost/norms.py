@@ -153,23 +153,25 @@ def _derivatives(module: nn.Module, call: Call, own: dict, shapes: set
     return exact
 
 
-#: module -> ((weight version, address), whether every |wⱼ| is a normal number): read once per
-#: weight state, not per call (a host synchronization per norm layer stalls a GPU's queue)
-_NORMAL_WEIGHT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+#: module -> ((weight version, address), 1/w when every |wⱼ| is a normal number, else None):
+#: read once per weight state, not per call (a host synchronization per norm layer stalls a
+#: GPU's queue), and 1/w made once with it
+_INVERSE_WEIGHT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _divisible(module: nn.Module, call: Call, own: dict) -> bool:
-    """Whether gᵢ may come from the output divided by w: a lone float32/64 weight over the
-    output's trailing dims, every |wⱼ| a normal number."""
+def _inverse(module: nn.Module, call: Call, own: dict) -> torch.Tensor | None:
+    """1/w when gᵢ may come from the output divided by w: a lone float32/64 weight over the
+    output's trailing dims, every |wⱼ| a normal number; else None."""
     w, y = own.get("weight"), call.output
     if (set(own) != {"weight"} or y.dtype not in (torch.float32, torch.float64)
             or w.dtype != y.dtype or tuple(y.shape[y.ndim - w.ndim:]) != tuple(w.shape)):
-        return False
+        return None
     key = (w._version, w.data_ptr())
-    hit = _NORMAL_WEIGHT.get(module)
-    if hit is None or hit[0] != key:  # NaN: False
-        hit = (key, torch.finfo(w.dtype).tiny <= float(w.abs().min()) < float("inf"))
-        _NORMAL_WEIGHT[module] = hit
+    hit = _INVERSE_WEIGHT.get(module)
+    if hit is None or hit[0] != key:  # NaN: not normal
+        normal = torch.finfo(w.dtype).tiny <= float(w.abs().min()) < float("inf")
+        hit = (key, w.reciprocal() if normal else None)
+        _INVERSE_WEIGHT[module] = hit
     return hit[1]
 
 
@@ -185,25 +187,26 @@ def contributions(module: nn.Module, call: Call) -> dict[str, Contribution]:
         if grad.ndim < k + 1 or tuple(grad.shape[grad.ndim - k:]) != tuple(w.shape):
             raise ModelError(f"{type(module).__name__}.{name} {tuple(w.shape)} does not act on "
                              f"the trailing dims of its output {tuple(grad.shape)}")
-    b = at_least_f32(grad)
+    b = grad  # multiplied by float32 (or wider) derivatives: the products are float32
     with torch.no_grad():
         dtype, y = call.args[0].dtype, call.output.detach()
         scales = _SCALES_OUTPUT.setdefault(module, {})
-        if scales.get(dtype) and _divisible(module, call, own):
+        inverse = _inverse(module, call, own) if scales.get(dtype) else None
+        if inverse is not None:  # gᵢ = (Σₜ bₜ ⊙ yₜ) ⊙ 1/w: the scale applied where it is read
             w = own["weight"]
-            return {"weight": Materialized((b * y).reshape(N, -1, w.numel()).sum(1)
-                                           / w.reshape(-1))}
+            return {"weight": Materialized((b * y).reshape(N, -1, w.numel()).sum(1),
+                                           scale=inverse.reshape(-1))}
         derivatives = _derivatives(module, call, own, shapes)
         if dtype not in scales:  # first call: y = w ⊙ x̂ exactly, with x̂ the verified fused one?
             scales[dtype] = (_FAST_CHECKED.get(module, {}).get(dtype) is not None
-                             and _divisible(module, call, own)
+                             and _inverse(module, call, own) is not None
                              and _agree(y / own["weight"], derivatives["weight"]))
         out: dict[str, Contribution] = {}
         for name, w in own.items():
             D = derivatives[name]
             if D.ndim == 0:  # ∂y/∂b = 1: gᵢ = Σₜ bₜ
-                g = b.reshape(N, -1, w.numel()).sum(1)
+                g = b.reshape(N, -1, w.numel()).sum(1, dtype=torch.promote_types(b.dtype, D.dtype))
             else:
-                g = (D.to(b.dtype) * b).reshape(N, -1, w.numel()).sum(1)
+                g = (at_least_f32(D) * b).reshape(N, -1, w.numel()).sum(1)
             out[name] = Materialized(g)
     return out

@@ -41,7 +41,7 @@ def _linear4bit(module: nn.Module, call: Call) -> dict[str, Contribution]:
     x = call.args[0]
     dtype = getattr(module, "compute_dtype", None) or x.dtype
     return linear_contributions(x.to(dtype), call.grad, module.bias is not None,
-                                call.sparse_output)
+                                call.sparse_output, call.positions)
 
 
 #: device type -> c, the factor the int8 kernel multiplies CA·CB·SCA·SCB by, times 127²
@@ -94,7 +94,8 @@ def _linear8bit(module: nn.Module, call: Call) -> dict[str, Contribution]:
         a = x
     else:
         a = int8_input(x, float(state.threshold))
-    return linear_contributions(a, call.grad, module.bias is not None, call.sparse_output)
+    return linear_contributions(a, call.grad, module.bias is not None, call.sparse_output,
+                                call.positions)
 
 
 class _Once(logging.Filter):

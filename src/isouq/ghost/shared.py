@@ -45,6 +45,7 @@ import torch
 from . import factors
 from .calls import Call
 from .factors import Contribution, Pair, block_gram, block_gram_inner, storage_key
+from .reduction import Reduction
 
 #: devices on which a group's summed output-gradient Gram Σₚ Bₚ Bₚᵀ is one product of the
 #: gradients side by side, [B₁ … Bₘ]: one kernel launch instead of m products and m − 1 sums,
@@ -127,15 +128,19 @@ class SharedInputs:
             A Aᵀ⟩ (in ``totals``), not one norm each (in ``norms``).
         group_of: parameter name -> the index of its group (e.g. its block): summed members of
             different groups are summed apart (one inner product per group, A Aᵀ still once).
+        reduction: with ``summed`` and whole Grams (``GRAM_BLOCKS`` = 1), where the Grams and
+            materialized blocks are written (``reduction.py``: reduced with the backward's
+            others at its end); ``totals`` then stays empty.
 
     After the backward and :meth:`flush`: ``norms`` {parameter name: (N,)} and ``totals``, a
     list of (group index or None, (N,) sum) over parameters that are in no column of ``norms``.
     """
 
     def __init__(self, calls: Iterable[Call], *, summed: bool,
-                 group_of: dict[str, int] | None = None):
+                 group_of: dict[str, int] | None = None, reduction: Reduction | None = None):
         self.summed = summed
         self.group_of = group_of
+        self.reduction = reduction if summed else None
         self.norms: dict[str, torch.Tensor] = {}
         self.totals: list[tuple[int | None, torch.Tensor]] = []
         self._groups: dict[tuple, _Group] = {}
@@ -175,6 +180,9 @@ class SharedInputs:
         for group in groups.values():
             self._finish(group)
 
+    def _group(self, name: str) -> int | None:
+        return None if self.group_of is None else self.group_of[name]
+
     def _finish(self, group: _Group) -> None:
         by_input: dict[tuple, list[tuple[str, Pair]]] = {}
         for name, p in group.members:
@@ -184,7 +192,11 @@ class SharedInputs:
             plan = gram_plan([p for _, p in members])
             grams = [(name, p) for (name, p), g in zip(members, plan, strict=True) if g]
             for (name, p), g in zip(members, plan, strict=True):
-                if not g:
+                if g:
+                    continue
+                if self.reduction is not None:
+                    self.reduction.block(p, self._group(name))
+                else:
                     self.norms[name] = factors.materialized_sq_norms([p], [])
             if grams:
                 self._gram_form(grams)
@@ -194,6 +206,14 @@ class SharedInputs:
         each symmetric Gram as the blocks on and above its diagonal (``factors.GRAM_BLOCKS``)."""
         A = input_factor(members[0][1])
         k = max(1, min(factors.GRAM_BLOCKS, A.shape[1]))
+        if self.reduction is not None and k == 1:  # written into the backward's buffers
+            by: dict[int | None, list[Pair]] = {}
+            for name, p in members:
+                by.setdefault(self._group(name), []).append(p)
+            for group, pairs in by.items():
+                self.reduction.gram(A, [gradient_factor(p) for p in pairs], group,
+                                    concat=A.device.type in CONCAT_DEVICES)
+            return
         gram_a = block_gram(A, k)
 
         def own(p: Pair) -> list[torch.Tensor]:
