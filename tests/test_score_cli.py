@@ -97,6 +97,34 @@ def test_score_matches_library_and_resumes(model_dir, tmp_path):
     same_scores(rows_by_key(out2), full)
 
 
+def test_input_fields_travel_and_the_model_is_recorded(model_dir, tmp_path, capsys):
+    """An input row's own fields (a label, a dataset) reach its answer row unchanged, the row
+    names the model, and `isouq calibrate` reads the labels of those rows with no --model and
+    no meta file; a changed label writes its row again on a resume."""
+    inp = tmp_path / "in.jsonl"
+    rows = [{"id": f"q{i}", "question": QUESTIONS[i % 6], "answer": ANSWERS[i % 6] + " mat" * i,
+             "correct": i % 2, "dataset": "mine", "note": {"why": "kept as it is"}}
+            for i in range(8)]
+    inp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "scores.jsonl"
+    assert main(["score", str(inp), "--out", str(out), "--model", str(model_dir)]) == 0
+    got = read_jsonl(out)
+    assert [(r["correct"], r["dataset"], r["note"]) for r in got] == [
+        (i % 2, "mine", {"why": "kept as it is"}) for i in range(8)]
+    assert {r["model"] for r in got} == {str(model_dir)}
+    alone = tmp_path / "moved" / "scores.jsonl"  # no meta file beside it: the rows say it
+    alone.parent.mkdir()
+    alone.write_text(out.read_text())
+    capsys.readouterr()
+    assert main(["calibrate", str(alone), "--out", str(tmp_path / "cal")]) == 0
+    assert "8 answers, 4 correct" in capsys.readouterr().out
+    rows[3]["correct"] = 0
+    inp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["score", str(inp), "--out", str(out), "--model", str(model_dir)]) == 0
+    assert "1 of them again" in capsys.readouterr().out
+    assert read_jsonl(out)[3]["correct"] == 0
+
+
 def test_bad_input_is_one_clear_line(tmp_path, capsys):
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"prompt": "x"}) + "\n")

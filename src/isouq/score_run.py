@@ -200,6 +200,8 @@ class ScoreRun:
         prune: drop output rows whose key is no longer in the input (stale rows of an edited
             file); False keeps them after the input's rows (a run over fewer rows, ``--limit``).
         meta: more fields of ``<out>.meta.json`` (the model's provenance, the input).
+        model_name: the model as the user named it, written in every row (``model``), so that
+            ``isouq calibrate`` knows the rows' model without the meta file.
         progress: show a progress bar.
         on_batch: called with the number of rows of each batch once it is written.
     """
@@ -223,6 +225,7 @@ class ScoreRun:
     lockstep: bool = False
     prune: bool = False
     meta: dict | None = None
+    model_name: str | None = None
     progress: bool = True
     on_batch: Callable[[int], None] | None = None
 
@@ -410,7 +413,8 @@ class ScoreRun:
 
     # ------------------------------------------------------------------ rows out
     def _base(self, r: PairRow) -> dict:
-        return {"key": r.key, "prompt": r.prompt, "question": r.question, "answer": r.answer,
+        return {**r.extra, "key": r.key, "prompt": r.prompt, "question": r.question,
+                "answer": r.answer, **({"model": self.model_name} if self.model_name else {}),
                 "input_sha": r.fingerprint, "settings_sha": self.settings_sha}
 
     def write_scored(self, items: list[Prepared], res, seconds: float) -> None:
@@ -589,7 +593,7 @@ def score_file(input: str | Path, out: str | Path, *, model: str, load: dict | N
             memory_budget=memory_budget, on_error=on_error, env=env,
             lockstep=shard is not None, prune=limit is None,
             meta={"model": info.to_dict() if hasattr(info, "to_dict") else str(info),
-                  "input": str(input)})
+                  "input": str(input)}, model_name=str(model))
         res = runner.run(iter_pairs(input, limit=limit), total=len(index), locked=True)
     where = "" if env.world == 1 else f" on rank {env.rank} of {env.world}"
     again = f", {res['rescored']} of them again as their input changed" if res["rescored"] else ""

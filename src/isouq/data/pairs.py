@@ -32,11 +32,20 @@ Prompt = str | list[dict]
 Answer = str | list[int]
 
 
+#: the fields of an input row that ``isouq score`` reads or writes itself; any other field (a
+#: label, a dataset, …) travels unchanged to the row's answer row
+OWN_FIELDS: frozenset[str] = frozenset({
+    "key", "id", "answer", "prompt", "question", "spans", "scores", "seconds",
+    "n_answer_tokens", "n_params", "params", "method", "input_sha", "settings_sha", "blocks",
+    "hidden", "error", "reason", "p_correct", "withheld", "model"})
+
+
 @dataclass(frozen=True)
 class PairRow:
     """One validated row: ``answer`` and ``prompt`` or ``question``; ``line``: where it was read
     (1-based line of a JSONL file, 1-based data row of a CSV file); ``spans``: the row's own
-    character ranges of its answer to score as spans, as given (None: none given)."""
+    character ranges of its answer to score as spans, as given (None: none given); ``extra``:
+    the row's other fields (a label, a dataset name, …), which travel to its answer row."""
 
     key: str
     answer: Answer
@@ -44,14 +53,18 @@ class PairRow:
     question: str | None = None
     line: int = 0
     spans: list | None = None
+    extra: dict = field(default_factory=dict)
 
     @cached_property
     def fingerprint(self) -> str:
-        """SHA-256 (16 hex digits) of the content that is scored: prompt, question, answer and
-        the row's own spans (only when given: a row without keeps the digest it always had)."""
+        """SHA-256 (16 hex digits) of the row as given: prompt, question, answer and, only when
+        present (so that a row without them keeps the digest it always had), its own spans and
+        its other fields (a changed label writes its row again)."""
         content = {"prompt": self.prompt, "question": self.question, "answer": self.answer}
         if self.spans is not None:
             content["spans"] = self.spans
+        if self.extra:
+            content["extra"] = self.extra
         return content_sha(content)
 
 
@@ -198,8 +211,9 @@ def validate_row(raw, line: int, path: str | Path) -> PairRow:
         raise DataError(f"{where} needs a 'prompt' or a 'question' "
                         f"(columns found: {', '.join(map(str, raw)) or 'none'})")
     spans = raw.get("spans") if _present(raw.get("spans")) else None
+    extra = {k: v for k, v in raw.items() if k not in OWN_FIELDS}
     return PairRow(key=key, answer=answer, prompt=prompt, question=question, line=line,
-                   spans=spans)
+                   spans=spans, extra=extra)
 
 
 def iter_pairs(path: str | Path, limit: int | None = None) -> Iterator[PairRow]:
