@@ -478,7 +478,7 @@ value("fresh_questions", FRESH)(lambda root: load(root, FRESH)["rows"][0]["quest
 @value("fresh_stacked_below", FRESH)
 def _fresh_stacked_below(root):
     rows = [r for r in load(root, FRESH)["rows"] if r["head"] == list(_heads())[-1] and _rankable(r)]
-    return f"{sum(r['verdict'].startswith('below') for r in rows)} of {len(rows)}"
+    return f"{sum(str(r['verdict']).startswith('below') for r in rows)} of {len(rows)}"
 
 value("qa_pbar_raw_auroc", QA_REPORT)(lambda root: span((r["auroc"] for r in section(
     root, QA_REPORT, "qa-study")["raw_auroc"] if r["score"] == "mean_prob"), fixed))
