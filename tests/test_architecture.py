@@ -20,7 +20,7 @@ LAYERS = [
     ("edges", ("models", "data", "tokens", "llm")),
     ("estimators", ("params", "per_example", "covariance", "engines", "ghost",
                     "estimators", "blocks", "passes", "spans", "prepare", "sequences",
-                    "memory_plan", "hidden")),
+                    "memory_plan", "hidden", "capture")),
     ("evaluation", ("evaluation", "calibration", "calibration_choice", "probe")),
     ("study: reference posteriors", ("study", "study.reference")),
     ("study: experiments", ("study.experiments",)),

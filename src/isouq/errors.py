@@ -27,6 +27,11 @@ class MemoryBudgetError(IsouqError, MemoryError):
     """A request would need more memory than allowed; the message says how much and what to use."""
 
 
+class CaptureRefused(IsouqError, ValueError):
+    """Graph capture (``compile=True``) is not offered: the message names the check that failed
+    (``isouq.capture``), what it found, and the fix (score without it)."""
+
+
 class DataError(IsouqError, ValueError):
     """A dataset or results file is missing, malformed, or has the wrong columns."""
 

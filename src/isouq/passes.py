@@ -167,19 +167,35 @@ def answer_index(batch: Batch) -> tuple[int, torch.Tensor]:
     return first, torch.stack([rows, cols - first, cols, targets])
 
 
-def forward_probs(model: nn.Module, batch: Batch, *, hidden_states: bool = False
-                  ) -> ForwardProbs:
+def forward_probs(model: nn.Module, batch: Batch, *, hidden_states: bool = False,
+                  fixed_shapes: bool = False) -> ForwardProbs:
     """Forward pass: the probability of each answer token, and with ``hidden_states`` the
     model's hidden states from the same forward (no second pass).
 
     No value or size is read back from the device: the answer positions, the first of them and
     the tokens they predict come from the host (:func:`collate`), and a NaN in the model's
-    log-probabilities shows in the scores (``score_encoded`` checks them on the host)."""
+    log-probabilities shows in the scores (``score_encoded`` checks them on the host).
+
+    ``fixed_shapes``: every tensor's shape set by the batch's (rows, length) alone (graph
+    capture, ``isouq.capture``): the logits of every position, each token's probability, the
+    answer mask applied; else only the answer positions' logits are read (less memory)."""
     dev = input_device(model)  # with device_map="auto": the first layer's
+    if fixed_shapes:  # only the tensors whose shapes the (rows, length) sets
+        batch = Batch(batch.input_ids, batch.attention_mask, batch.position_ids,
+                      batch.answer_mask, packed=batch.packed)
     b = batch.to(dev)
+    L = b.input_ids.shape[1]
+    if fixed_shapes:
+        inputs = dict(input_ids=b.input_ids, attention_mask=b.attention_mask,
+                      position_ids=b.position_ids, output_hidden_states=hidden_states)
+        out = model(**inputs)
+        logits = (out.logits if hasattr(out, "logits") else out[0])[:, :-1]
+        lp = torch.log_softmax(logits.float(), -1).gather(-1, b.input_ids[:, 1:, None])[..., 0]
+        states = getattr(out, "hidden_states", None) if hidden_states else None
+        return ForwardProbs(lp.exp() * b.answer_mask, b.answer_mask,
+                            tuple(h.detach() for h in states) if states else None)
     first, index = answer_index(b)
     rows, rel, cols, targets = index
-    L = b.input_ids.shape[1]
     # logits only from the first position that predicts an answer token (lm_head is a large
     # share of a small LM's forward); models without ``logits_to_keep`` compute them all
     inputs = dict(input_ids=b.input_ids, attention_mask=b.attention_mask,
@@ -318,6 +334,8 @@ def score_encoded(
     progress: bool = False,
     after_forward: AfterForward | None = None,
     on_states: OnStates | None = None,
+    fixed_shapes: bool = False,
+    capture: bool = False,
 ) -> SequenceScores:
     """Score prepared pairs, batch after batch (the kernel of :func:`isouq.score_sequences`,
     which checks everything first).
@@ -341,6 +359,11 @@ def score_encoded(
             (:data:`AfterForward`).
         on_states: given each batch's hidden states from its forward (:data:`OnStates`; the
             forward then asks the model for them).
+        fixed_shapes: each batch with shapes set by its (rows, length) alone
+            (``forward_probs``'s ``fixed_shapes``, the LM head not compacted).
+        capture: with fixed shapes, each batch's ghost backward captured as one graph
+            (compiled autograd, :func:`captured`; ``isouq.capture``'s checks decide that it is
+            offered).
 
     Returns:
         :class:`SequenceScores` of the pairs, in their order.
@@ -381,15 +404,19 @@ def score_encoded(
                     e, pp = _per_example_batch(model, params, batch, covariance)
             else:
                 ghost.seq_len = batch.input_ids.shape[1]
-                ghost.head_positions = _head_positions(model, batch)
+                fixed = fixed_shapes or capture
+                ghost.head_positions = _head_positions(model, batch, every=fixed)
                 with torch.enable_grad():
-                    p, mask, states = forward_probs(model, batch, hidden_states=want)
+                    p, mask, states = forward_probs(model, batch, hidden_states=want,
+                                                    fixed_shapes=fixed)
                     T = batch.n_tokens.to(p.device)
                     mean = p.sum(1) / T  # p̄, what the backward differentiates
                     if after_forward is not None:  # e.g. span backwards over the same graph
                         after_forward(ghost, p, mask, rows)
                     if method == "ghost":  # without per_param, the shared groups' summed form
-                        res = ghost.backward_detailed(mean, per_param=per_param, groups=groups)
+                        with captured() if capture else nullcontext():
+                            res = ghost.backward_detailed(mean, per_param=per_param,
+                                                          groups=groups)
                         e, pp, pb = res.total, res.per_param, res.per_group
                     else:
                         e, pp = _per_token(ghost, p, mask)
@@ -424,14 +451,31 @@ def score_encoded(
     )
 
 
-def _head_positions(model: nn.Module, batch: Batch) -> tuple[torch.Tensor, int]:
+def _head_positions(model: nn.Module, batch: Batch, every: bool = False
+                    ) -> tuple[torch.Tensor, int]:
     """(positions (N, K), T) of the model's head output (N, T, V) that may carry gradient: the
     batch's answer positions (``GhostNorms.head_positions``), counted from ``first`` when the
-    forward keeps only the logits from there on (``logits_to_keep``)."""
+    forward keeps only the logits from there on (``logits_to_keep``); with ``every``, all T
+    positions (no compaction: shapes set by the batch's length alone)."""
     L = batch.input_ids.shape[1]
+    if every:
+        return torch.arange(L).expand(batch.input_ids.shape[0], L), L
     if takes_logits_to_keep(model):
         return batch.answer_positions, L - batch.first
     return batch.answer_positions + batch.first, L
+
+
+#: the torch.compile backend a captured backward runs on (``isouq.capture`` checks with it)
+CAPTURE_BACKEND = "aot_eager"
+
+
+def captured():
+    """The context a captured batch's backward runs in: compiled autograd, one graph of the
+    whole backward (hooks included, ``fullgraph``: a graph break is an error) on
+    :data:`CAPTURE_BACKEND`."""
+    from torch._dynamo import compiled_autograd
+
+    return compiled_autograd._enable(torch.compile(backend=CAPTURE_BACKEND, fullgraph=True))
 
 
 def _to_host(total: torch.Tensor, mean: torch.Tensor, p: torch.Tensor, mask: torch.Tensor,

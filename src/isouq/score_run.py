@@ -43,7 +43,7 @@ from .distributed import (
     write_ordered,
 )
 from .engines import engine_name
-from .errors import InputError, IsouqError
+from .errors import CaptureRefused, InputError, IsouqError
 from .prepare import Limits, Prepared, RowProblem, plan, prepare_pair, prompt_for
 from .runio import JsonlWriter, dumps, exclusive, read_jsonl
 from .sequences import score_sequences
@@ -228,6 +228,7 @@ class ScoreRun:
     model_name: str | None = None
     progress: bool = True
     on_batch: Callable[[int], None] | None = None
+    compile: bool = False  # score_sequences(compile=True): graph capture where it is offered
 
     def __post_init__(self) -> None:
         if self.on_error not in ON_ERROR:
@@ -397,8 +398,10 @@ class ScoreRun:
                                   [it.answer for it in items], batch_size=len(items),
                                   method=self.method, params=self.params,
                                   encoded=[it.encoded for it in items], blocks=self.blocks,
-                                  hidden=self.hidden,
+                                  hidden=self.hidden, compile=self.compile,
                                   **({"spans": spans} if spans is not None else {}))
+        except CaptureRefused:
+            raise  # the run stops with the reason, no row fails for it
         except (IsouqError, RuntimeError, ValueError, IndexError) as e:
             if len(items) == 1 or not retry:
                 for it in items:
@@ -495,7 +498,7 @@ def score_file(input: str | Path, out: str | Path, *, model: str, load: dict | N
                limit: int | None = None, on_error: str = "skip",
                memory_budget: str | int | None = None, calibration=None,
                spans: str | None = None, shard: str | None = None,
-               blocks: bool = False, hidden: bool = False) -> list[str]:
+               blocks: bool = False, hidden: bool = False, compile: bool = False) -> list[str]:
     """``isouq score``: check everything a user can get wrong, then load the model and score
     the file's rows into ``out`` (resumable; under torchrun each rank its share).
 
@@ -519,6 +522,8 @@ def score_file(input: str | Path, out: str | Path, *, model: str, load: dict | N
             calibration that reads it.
         hidden: each row also gets its mean hidden states (:class:`ScoreRun`); implied by a
             calibration whose probe reads them.
+        compile: graph capture of each batch's backward (``score_sequences``), or a
+            ``CaptureRefused`` naming why not.
 
     Returns:
         The lines that say what was done.
@@ -593,7 +598,7 @@ def score_file(input: str | Path, out: str | Path, *, model: str, load: dict | N
             memory_budget=memory_budget, on_error=on_error, env=env,
             lockstep=shard is not None, prune=limit is None,
             meta={"model": info.to_dict() if hasattr(info, "to_dict") else str(info),
-                  "input": str(input)}, model_name=str(model))
+                  "input": str(input)}, model_name=str(model), compile=compile)
         res = runner.run(iter_pairs(input, limit=limit), total=len(index), locked=True)
     where = "" if env.world == 1 else f" on rank {env.rank} of {env.world}"
     again = f", {res['rescored']} of them again as their input changed" if res["rescored"] else ""

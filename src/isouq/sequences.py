@@ -25,7 +25,7 @@ from torch import nn
 from .blocks import block_map
 from .covariance import Covariance, Identity
 from .engines import engine_name
-from .errors import InputError
+from .errors import CaptureRefused, InputError
 from .ghost.weights import is_sharded, placement
 from .hidden import StatesOfForward, mean_hidden_states
 from .params import ParamSpec, param_info, select_params
@@ -65,6 +65,7 @@ def score_sequences(
     spans=None,
     span_strategy: str | None = None,
     encoded: Sequence[Encoded] | None = None,
+    compile: bool = False,
 ) -> SequenceScores:
     """Score N answers of a causal LM (any Hugging Face ``AutoModelForCausalLM``).
 
@@ -109,6 +110,11 @@ def score_sequences(
             again (``Encoded.scored_from`` is honoured). ``prompts`` and ``answers`` must be the
             pairs they were made from: spans read the answers' text; without spans they are
             only counted.
+        compile: capture each batch's ghost backward as one graph (compiled autograd), with
+            shapes set by the batch's (rows, length) alone; offered only where the checks of
+            ``isouq.capture`` pass on the caller's first batch (the same operations and shapes
+            for every batch of a bucket, no value read back, no graph break, the eager
+            scores), else refused. Ghost, without spans, on an unsharded model.
 
     Returns:
         SequenceScores with, each (N,): ``epistemic`` ‖∇θ p̄‖² (probability² units),
@@ -121,6 +127,8 @@ def score_sequences(
             outside the vocabulary, an answer longer than the context window (a
             ``prepare.RowProblem`` with its reason code), a combination the engine cannot run.
         ModelError: ``blocks=True`` for a model whose blocks cannot be named.
+        CaptureRefused: ``compile=True`` where graph capture is not offered: the message names
+            the check that failed and what it found.
     """
     method = engine_name(method, ("auto", "ghost", "per_example", "per_token"))
     if batch_size < 1:
@@ -155,6 +163,19 @@ def score_sequences(
     options = dict(pad=pad, method=method, covariance=covariance, batch_size=batch_size,
                    per_param=per_param, padding_side=padding_side, progress=progress,
                    blocks=block_map(model, tuple(sel)) if blocks else None)
+    if compile:
+        if method != "ghost" or spans is not None or sharded:
+            raise CaptureRefused("compile=True captures the ghost backward of whole answers on "
+                                 "one process: use method='ghost' without spans on an unsharded "
+                                 "model, or score without compile=True")
+        from .capture import require_capture
+
+        require_capture(model, enc, sel, info, options)
+        states = StatesOfForward(len(enc)) if hidden else None
+        res = score_encoded(model, enc, sel, info, on_states=states, capture=True, **options)
+        if states is not None:
+            res.hidden = states.result()
+        return res
     if spans is not None:
         resolved = spans_of(tokenizer, answers, spans, enc)
         res = score_spans(model, enc, resolved, sel, info, strategy=span_strategy, **options)

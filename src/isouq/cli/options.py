@@ -116,6 +116,17 @@ def add_params_option(p: argparse.ArgumentParser) -> None:
                    + " — or parameter name patterns (default: all)")
 
 
+def add_compile_option(p: argparse.ArgumentParser) -> None:
+    """``--compile``: graph capture of each batch's ghost backward (``score_sequences(...,
+    compile=True)``, ``isouq.capture``), where its checks pass; refused in one line where not."""
+    p.add_argument("--compile", action="store_true",
+                   help="capture each batch's ghost backward as one graph (compiled autograd), "
+                        "offered only where isouq's checks pass on the first batch (the same "
+                        "operations and shapes for every batch of a bucket, no value read "
+                        "back, no graph break, the eager scores); refused with the reason "
+                        "otherwise")
+
+
 def add_sampling_options(p: argparse.ArgumentParser, *, k: int, what: str) -> None:
     """The sampling settings of the methods that need K sampled answers (one rule for every
     command: ``methods.check_sampling``)."""

@@ -13,6 +13,7 @@ from ..errors import InputError
 from ..runtime import configure
 from .extras import require_extras
 from .options import (
+    add_compile_option,
     add_model_options,
     add_params_option,
     calibration_of,
@@ -70,6 +71,7 @@ def add_to(sub: argparse._SubParsersAction) -> None:
                         "three quarters of the model's depth and its final-norm output, from the "
                         "scores' own forward (a `hidden` object per row, what `isouq calibrate "
                         "--features ... hidden` reads; implied by a --calibration that reads it)")
+    add_compile_option(p)
     p.set_defaults(func=cmd_score)
 
     p = sub.add_parser("merge", help="merge the per-rank shards of a torchrun `score` run")
@@ -95,7 +97,8 @@ def cmd_score(args: argparse.Namespace) -> int:
                            bucket=not args.no_bucketing, limit=args.limit,
                            on_error=args.on_error, memory_budget=args.memory_budget,
                            calibration=calibration_of(args), spans=args.spans,
-                           shard=args.shard, blocks=args.blocks, hidden=args.hidden):
+                           shard=args.shard, blocks=args.blocks, hidden=args.hidden,
+                           compile=args.compile):
         print(line)
     if args.html is not None:
         from ..distributed import dist_env

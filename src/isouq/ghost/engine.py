@@ -357,6 +357,10 @@ class GhostNorms:
         if self.share_grams:  # the calls _maybe_now will compute, grouped by their input
             self._shared = SharedInputs(solo, summed=not per_param, group_of=group_of,
                                         reduction=self._reduce)
+        for c in self.calls:  # weight-dependent decisions, outside the backward
+            rule = self.rules[c.module]
+            if rule is not None and rule.before_backward is not None:
+                rule.before_backward(c.module, c)
         try:
             if s.requires_grad:
                 s.sum().backward(retain_graph=retain_graph)

@@ -53,6 +53,7 @@ SETTINGS: dict[str, tuple[str, int, str]] = {
 }
 
 
+@torch.compiler.assume_constant_result  # read once when a backward is captured (isouq.capture)
 def setting(name: str) -> int:
     """The value of ghost setting ``name`` (:data:`SETTINGS`) now: an assigned
     ``factors.NAME``, else its environment variable, else its default.
@@ -113,6 +114,10 @@ class Pair:
     # Conv1D): only its Gram is cached over a backward (an input may feed several layers, as
     # q/k/v share theirs); an output gradient serves one layer and is freed after its hook
     input_side: str = "right"
+    # what the input factor's values are, when a rule knows: equal sources of one layer input
+    # are equal values (``("input", dtype)``: the recorded input as it is, or cast to dtype);
+    # None: told apart by storage (``shared.py``)
+    source: tuple | None = None
 
     def dense_right(self) -> torch.Tensor:
         """R itself (built now when the rule gave it lazily)."""

@@ -12,16 +12,16 @@ from .registry import register_rule
 
 
 def linear_contributions(x: torch.Tensor, grad: torch.Tensor, bias: bool,
-                         compact: bool = False, positions: torch.Tensor | None = None
-                         ) -> dict[str, Contribution]:
+                         compact: bool = False, positions: torch.Tensor | None = None,
+                         source: tuple | None = None) -> dict[str, Contribution]:
     """y = x Wᵀ (+ b) with input ``x`` (N, ..., in) as multiplied and output gradient ``grad``
     (N, ..., out): weight Pair(B, A) (Gram or materialized by the cost rule), bias Σₜ bₜ;
     ``compact`` (the LM head, ``Call.sparse_output``): the positions with no gradient dropped
     first, where it pays: at ``positions`` (``Call.positions``, known to the caller), else read
-    from the gradient (one host synchronization)."""
+    from the gradient (one host synchronization); ``source``: what ``x`` is (``Pair.source``)."""
     A = as_tokens(x)
     B = as_tokens(grad)
-    pair = Pair(B, A)
+    pair = Pair(B, A, source=source)
     if compact:
         pair = pair.compacted(by="left", positions=positions)
     out: dict[str, Contribution] = {"weight": pair}
@@ -38,4 +38,5 @@ def linear_contributions(x: torch.Tensor, grad: torch.Tensor, bias: bool,
 def contributions(module: nn.Linear, call: Call) -> dict[str, Contribution]:
     """weight: Pair(B, A) (Gram or materialized by the cost rule); bias: Σₜ bₜ (N, out)."""
     return linear_contributions(call.args[0].to(call.grad.dtype), call.grad,
-                                module.bias is not None, call.sparse_output, call.positions)
+                                module.bias is not None, call.sparse_output, call.positions,
+                                source=("input", call.grad.dtype))

@@ -175,7 +175,16 @@ def _inverse(module: nn.Module, call: Call, own: dict) -> torch.Tensor | None:
     return hit[1]
 
 
-@register_rule(nn.LayerNorm, nn.RMSNorm, match=_by_name, applies=applies, subclasses=True)
+def before_backward(module: nn.Module, call: Call) -> None:
+    """1/w of a module found to scale its output (``_SCALES_OUTPUT``), into ``call.extra``
+    before the backward: its cache is keyed by the weight's storage, which a captured backward
+    cannot read (``isouq.capture``)."""
+    if _SCALES_OUTPUT.get(module, {}).get(call.args[0].dtype) and call.output is not None:
+        call.extra["inverse"] = _inverse(module, call, rule_params(module, call))
+
+
+@register_rule(nn.LayerNorm, nn.RMSNorm, match=_by_name, applies=applies, subclasses=True,
+               before_backward=before_backward)
 def contributions(module: nn.Module, call: Call) -> dict[str, Contribution]:
     """Per-example gradient of each affine parameter, materialized: (N, *w.shape)."""
     own = rule_params(module, call)  # offloaded or sharded weights: as the forward had them
@@ -191,7 +200,8 @@ def contributions(module: nn.Module, call: Call) -> dict[str, Contribution]:
     with torch.no_grad():
         dtype, y = call.args[0].dtype, call.output.detach()
         scales = _SCALES_OUTPUT.setdefault(module, {})
-        inverse = _inverse(module, call, own) if scales.get(dtype) else None
+        inverse = (call.extra["inverse"] if "inverse" in call.extra
+                   else _inverse(module, call, own) if scales.get(dtype) else None)
         if inverse is not None:  # gᵢ = (Σₜ bₜ ⊙ yₜ) ⊙ 1/w: the scale applied where it is read
             w = own["weight"]
             return {"weight": Materialized((b * y).reshape(N, -1, w.numel()).sum(1),

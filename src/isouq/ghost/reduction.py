@@ -141,7 +141,10 @@ class Reduction:
 
     # ------------------------------------------------------------------ materialized form
     def _columns_for(self, like: torch.Tensor, width: int, group) -> torch.Tensor | None:
-        """(N, width) free columns of the block buffer, or None (wider than the buffer)."""
+        """(N, width) free columns of the block buffer, or None (wider than the buffer, or in a
+        captured backward, which writes into no strided buffer)."""
+        if torch.compiler.is_compiling():
+            return None
         dtype = torch.promote_types(like.dtype, torch.float32)
         key = (like.device, dtype)
         cols = self._columns.get(key)

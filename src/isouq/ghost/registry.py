@@ -54,6 +54,10 @@ class Rule:
         return bool(self.composite(module) if callable(self.composite) else self.composite)
     uses_output: bool = True
     reads_params: bool = True
+    #: called as ``before_backward(module, call)`` for each recorded call before the backward
+    #: runs: decisions that read a weight's values (and caches keyed by its storage) are made
+    #: there, outside the backward (which may be captured as one graph, ``isouq.capture``)
+    before_backward: Callable[[nn.Module, Call], None] | None = None
 
 
 _BY_TYPE: dict[type, Rule] = {}
@@ -70,6 +74,7 @@ def register_rule(
     composite: bool | Callable[[nn.Module], bool] = False,
     uses_output: bool = True,
     reads_params: bool = True,
+    before_backward: Callable[[nn.Module, Call], None] | None = None,
 ) -> Callable[[RuleFn], RuleFn]:
     """Decorator registering ``fn(module, call) -> {local param name: Contribution}``.
 
@@ -91,6 +96,9 @@ def register_rule(
             weights for it. A rule that reads them must do so through
             ``isouq.ghost.weights.rule_params(module, call)``, exact for weights accelerate
             offloads or FSDP2 shards.
+        before_backward: ``fn(module, call)`` run for each recorded call before the backward
+            (outside it): what a rule decides from a weight's values goes there (it may leave
+            its result in ``call.extra``).
 
     Returns:
         The decorator; it returns ``fn`` unchanged.
@@ -103,7 +111,7 @@ def register_rule(
 
     def deco(fn: RuleFn) -> RuleFn:
         rule = Rule(fn, getattr(fn, "__qualname__", repr(fn)), subclasses, composite, applies,
-                    uses_output, reads_params)
+                    uses_output, reads_params, before_backward)
         for t in types:
             _BY_TYPE[t] = rule
         if match is not None:

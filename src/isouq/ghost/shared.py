@@ -22,8 +22,10 @@ the same tensor (device, address, shape, strides, dtype and version; every call 
 so no other tensor can take that address meanwhile). The engine hands a member's contributions
 over when its output gradient arrives (:meth:`SharedInputs.add`); a group is computed as soon as
 its last member has arrived, then released (the input and its Gram are not held to the end of
-the backward). Members are sorted further by the tensor their Pair actually multiplies (a rule
-that casts the input makes a new one), so only identical factors share a Gram. Only what
+the backward). Members are sorted further by what their Pair actually multiplies (its
+``source`` where the rule names it: the recorded input as it is or cast to one dtype, equal
+values; else the tensor's storage: a rule that rounds the input makes another), so only
+identical factors share a Gram. Only what
 ``sq_norms`` would compute from one dense Pair joins: a weight used by several calls (tied,
 reused) needs its cross terms and stays out, as do embedding indices, folded groups and Grams a
 rule gives itself.
@@ -186,7 +188,8 @@ class SharedInputs:
     def _finish(self, group: _Group) -> None:
         by_input: dict[tuple, list[tuple[str, Pair]]] = {}
         for name, p in group.members:
-            by_input.setdefault(storage_key(input_factor(p)), []).append((name, p))
+            key = p.source if p.source is not None else storage_key(input_factor(p))
+            by_input.setdefault(key, []).append((name, p))
         group.members = []
         for members in by_input.values():
             plan = gram_plan([p for _, p in members])
