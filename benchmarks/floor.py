@@ -25,12 +25,19 @@ def activation_gradients_only(model):
 
 def floor_and_ghost(model, tok, prompts, answers):
     """({"floor": f, "ghost": g}, the padded batch): f and g each run once on the whole batch
-    of (prompt, answer) pairs. The floor runs on the pairs encoded once, here; ghost is
-    ``score_sequences`` as a user calls it (encoding included). Uses only what every version
-    of ``isouq`` has (``benchmarks/score_sequences_ab.py`` runs it against earlier ones)."""
+    of (prompt, answer) pairs, from the same pairs encoded once, here: the floor on their padded
+    batch, ghost as ``score_sequences(..., encoded=...)`` on those token ids (so neither side
+    tokenizes inside the timed call). Uses only what every version of ``isouq`` has
+    (``benchmarks/score_sequences_ab.py`` runs it against earlier ones): a version without
+    ``encoded=`` encodes the pairs itself."""
+    import inspect
+
     from isouq.sequences import collate, encode, score_sequences, summarize, token_probs
 
-    b = collate(encode(tok, prompts, answers), tok.pad_token_id or 0)
+    enc = encode(tok, prompts, answers)
+    b = collate(enc, tok.pad_token_id or 0)
+    given = ({"encoded": enc} if "encoded" in inspect.signature(score_sequences).parameters
+             else {})
 
     def floor():
         with activation_gradients_only(model):
@@ -38,6 +45,7 @@ def floor_and_ghost(model, tok, prompts, answers):
             summarize(p, mask)[0].sum().backward()
 
     def ghost():
-        score_sequences(model, tok, prompts, answers, method="ghost", batch_size=len(prompts))
+        score_sequences(model, tok, prompts, answers, method="ghost", batch_size=len(prompts),
+                        **given)
 
     return {"floor": floor, "ghost": ghost}, b

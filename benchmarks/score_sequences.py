@@ -12,6 +12,10 @@ SmolLM2-135M-Instruct), each method runs in its own subprocess (so peak RSS is i
   backward of a 4-bit model differentiates, its 4-bit weights left out);
 - ghost: ``score_sequences(method="ghost")``, every answer from one backward pass.
 
+Every method runs on the same pairs, encoded once before any timed call (the floor on their
+padded batch, the loop and ghost with ``encoded=``), and is timed by the same wrapper
+(:func:`timed`): the ratios compare the same work.
+
 Variants, for before/after comparisons in one run (asked for by name in --methods; each is a
 method under the environment it names):
 
@@ -119,9 +123,11 @@ def method_fn(method: str, model, tok, prompts, answers, batch: int):
     from isouq.ghost.factors import token_multiple
     from isouq.sequences import collate, encode, input_device, score_sequences, summarize, token_probs
 
-    # padded as score_sequences pads (a multiple of 8 positions on CUDA)
-    b = collate(encode(tok, prompts, answers), tok.pad_token_id or 0,
-                multiple=token_multiple(input_device(model)))
+    # the pairs encoded once: the floor's batch (padded as score_sequences pads, a multiple of
+    # 8 positions on CUDA) and every score_sequences call below read the same token ids, so no
+    # side tokenizes inside the timed call
+    enc = encode(tok, prompts, answers)
+    b = collate(enc, tok.pad_token_id or 0, multiple=token_multiple(input_device(model)))
 
     def forward():
         with torch.no_grad():
@@ -140,14 +146,14 @@ def method_fn(method: str, model, tok, prompts, answers, batch: int):
         model.zero_grad(set_to_none=True)
 
     def loop():
-        score_sequences(model, tok, prompts, answers, method="loop", batch_size=batch)
+        score_sequences(model, tok, prompts, answers, method="loop", batch_size=batch, encoded=enc)
 
     def loop_trainable():
         score_sequences(model, tok, prompts, answers, method="loop", batch_size=batch,
-                        params="trainable")
+                        params="trainable", encoded=enc)
 
     def ghost():
-        score_sequences(model, tok, prompts, answers, method="ghost", batch_size=batch)
+        score_sequences(model, tok, prompts, answers, method="ghost", batch_size=batch, encoded=enc)
 
     fns = {"forward": forward, "floor": floor, "full_backward": full_backward, "loop": loop,
            "loop_trainable": loop_trainable, "ghost": ghost}

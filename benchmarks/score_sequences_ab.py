@@ -9,7 +9,8 @@ when the run started (its ``src/`` and ``benchmarks/*.py`` copied then, so that 
 while it runs do not reach it; the files that differ from HEAD are listed in the result). Three
 things are timed on each side, in seconds per answer:
 
-- ``ghost``: ``score_sequences(method="ghost")`` as a user calls it (encoding included);
+- ``ghost``: ``score_sequences(method="ghost")`` on the pairs encoded once, as the floor's
+  batch is (``encoded=``, where that side's isouq takes it; encoding included otherwise);
 - ``floor``: the library's floor (``benchmarks/floor.py``): forward + activation-only backward
   through isouq's own ``token_probs``;
 - ``hf_floor``: the independent floor (``benchmarks/hf_floor.py``): the same forward +
