@@ -129,7 +129,6 @@ def main(argv=None) -> int:
         print(m)
     return 1 if a.check and messages else 0
 
-
 # --------------------------------------------------------------------------- formats
 
 def sig(x, n: int = 3) -> str:
@@ -315,11 +314,17 @@ def _heads() -> dict:
     from isouq.study.report.polygraph import REFERENCE_HEAD
     return {REFERENCE_HEAD: "block head", PROBE: "hidden-state probe", STACKED.name: "stacked head"}
 
+def _vs_msp(h) -> str:  # a head against MSP's own map: Δ PRR [95% CI] (verdict or why none)
+    why = h.get("verdict") or h.get("note") or ("< 30" if h["counted"] else "not counted")
+    return minus(f"{fixed(h['delta'], 3)} [{fixed(h['ci_low'], 3)}, {fixed(h['ci_high'], 3)}] "
+                 f"({why})") if "delta" in h else why
+
 @table("trust_answers", PG_REPORT)
 def _trust_answers(root):
-    pg, rows = _pg(root), []
-    heads = by(pg["heads"], "model", "dataset", "quality", "head")
-    est: dict = {}
+    from isouq.study.analysis.learned_heads import CONTROL
+    pg, rows, est = _pg(root), [], {}
+    heads = by([h for h in pg["heads"] if h["against"] == CONTROL.name], "model", "dataset",
+               "quality", "head")
     for r in pg["estimators"]:
         est.setdefault((r["model"], r["dataset"], r["quality"]), {})[r["estimator"]] = r
     for key in (k for k in by(pg["ranks"], "model", "dataset", "quality").items() if _rankable(k[1])):
@@ -328,19 +333,19 @@ def _trust_answers(root):
                   key=lambda v: _point(v["PRR [95% CI]"]))
         rows.append([setting(*key[0][:2]), key[0][2], minus(named["MaximumSequenceProbability"][
             "PRR [95% CI]"]), f"{one['estimator'][2:]}: {minus(one['PRR [95% CI]'])}", *(
-            f"{minus(h['PRR [95% CI]'])}; Δ {minus(h['Δ PRR vs MSP'])}" if h else MISSING
-            for h in (heads.get((*key[0], head)) for head in _heads())),
+            _vs_msp(h) if h else MISSING for h in (heads.get((*key[0], n)) for n in _heads())),
             sig(one.get("s / answer"))])
-    return grid(["model × dataset", "quality", "MSP", "isouq's best single score",
-                 *(f"{n}, Δ vs MSP" for n in _heads().values()), "isouq s / answer"], rows)
+    return grid(["model × dataset", "quality", "MSP", "isouq's best single score", *(
+        f"{n}: Δ PRR vs MSP's map" for n in _heads().values()), "isouq s / answer"], rows)
 
 @table("polygraph_fresh", FRESH)
 def _polygraph_fresh(root):
+    from isouq.study.analysis.learned_heads import CONTROL
     names = _heads()
-    return columns([r for r in load(root, FRESH)["rows"] if r["head"] in names], {
-        "dataset": lambda r: DATASETS[r["dataset"]], "quality": "quality",
-        "questions": "questions", "head": lambda r: names[r["head"]], "PRR [95% CI]":
-        "PRR [95% CI]", "Δ PRR vs MSP": "Δ PRR vs MSP", "verdict": "verdict"})
+    return columns([r for r in load(root, FRESH)["rows"] if r["head"] in names and r[
+        "against"] == CONTROL.name], {"dataset": lambda r: DATASETS[r["dataset"]],
+        "quality": "quality", "questions": "questions", "head": lambda r: names[r["head"]],
+        "Δ PRR vs MSP's map [95% CI]": _vs_msp})
 
 QA_LONG, SPAN_HEAD = "results/qa_long/results.json", "results/qa_long/span_head.json"
 SPAN_SCORES = {"span aleatoric": "aleatoric", "span epistemic": "epistemic",
@@ -474,11 +479,6 @@ value("polygraph_1p5b_correct", PG_REPORT)(lambda root: ", ".join(
     f"{r['answers'].split()[0]} of {r['n']} ({DATASETS[r['dataset']]})" for r in _pg(root)["ranks"]
     if r["model"] == "qwen2.5-coder-1.5b" and r["quality"] == "accuracy"))
 value("fresh_questions", FRESH)(lambda root: load(root, FRESH)["rows"][0]["questions"])
-
-@value("fresh_stacked_below", FRESH)
-def _fresh_stacked_below(root):
-    rows = [r for r in load(root, FRESH)["rows"] if r["head"] == list(_heads())[-1] and _rankable(r)]
-    return f"{sum(str(r['verdict']).startswith('below') for r in rows)} of {len(rows)}"
 
 value("qa_pbar_raw_auroc", QA_REPORT)(lambda root: span((r["auroc"] for r in section(
     root, QA_REPORT, "qa-study")["raw_auroc"] if r["score"] == "mean_prob"), fixed))

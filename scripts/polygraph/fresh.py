@@ -8,8 +8,9 @@ were seen on the three small models and on the first 336 questions of each datas
 Qwen2.5-Coder 1.5B; the 1.5B's later questions were answered and scored after it was fixed. Its
 verdict on those alone is a check on fresh data of a choice made on the rest. Each answer's
 value is the cross-fitted one of ``results/polygraph/heads/`` (fitted on the other folds, over
-all questions); only the answers judged change. PRR, AUROC, differences to MSP and verdicts
-as ``isouq report`` computes them (``report.polygraph.head_rows``, questions resampled).
+all questions); only the answers judged change. PRR, AUROC, differences to MSP's map and
+verdicts as ``isouq report`` computes them (``report.polygraph.head_rows``, answers resampled;
+``judge_heads``: one verdict per answer set, Holm over this model's answer sets).
 
 Written: ``results/polygraph/fresh/<model>.json`` (the rows, the start and why) and its table
 ``results/polygraph/fresh/<model>.md``. Runs in the main venv.
@@ -39,11 +40,12 @@ def fresh_rows(model: str, start: int, *, n_bootstrap: int = 1000, seed: int = 0
 
     Returns:
         ``head_rows``'s rows of every dataset and quality metric, each with ``questions``
-        (which are judged, "first–last", counted from 1).
+        (which are judged, "first–last", counted from 1), judged (``judge_heads``).
     """
     from isouq.study.report.polygraph import (
         PREFIX,
         head_rows,
+        judge_heads,
         load_heads,
         load_polygraph,
         questions_from,
@@ -61,7 +63,7 @@ def fresh_rows(model: str, start: int, *, n_bootstrap: int = 1000, seed: int = 0
                 rows += [{**r, "questions": f"{start + 1}–{start + len(doc['questions'])}"}
                          for r in head_rows(doc, heads, metric, n_bootstrap=n_bootstrap,
                                             seed=seed)]
-    return rows
+    return judge_heads(rows)
 
 
 def main(argv=None) -> int:
@@ -87,8 +89,13 @@ def main(argv=None) -> int:
            "why": WHY if a.start == DESIGNED_ON else "", "n_bootstrap": a.n_bootstrap,
            "seed": a.seed, "rows": rows}
     (out / f"{a.model}.json").write_text(dumps(doc) + "\n", encoding="utf-8")
-    cols = ["dataset", "quality", "questions", "head", "PRR [95% CI]", "Δ PRR vs MSP", "verdict"]
-    table = make_table("fresh", rows, columns=cols, caption=doc["why"])
+    from isouq.study.report.polygraph import head_table
+
+    shown = [{**t, "questions": r["questions"]} for t, r in zip(head_table(rows), rows,
+                                                                strict=True)]
+    cols = ["dataset", "quality", "questions", "head", "against", "PRR", "Δ PRR [95% CI]",
+            "Holm p", "verdict"]
+    table = make_table("fresh", shown, columns=cols, caption=doc["why"])
     (out / f"{a.model}.md").write_text(to_markdown(table), encoding="utf-8")
     print(f"{out / a.model}.json: {len(rows)} rows in {time.perf_counter() - t0:.0f} s")
     return 0

@@ -31,6 +31,7 @@ from omegaconf import OmegaConf  # noqa: E402
 
 from isouq.errors import ModelError  # noqa: E402
 from isouq.integrations import polygraph as pg  # noqa: E402
+from isouq.integrations.polygraph_stats import HIDDEN_STATS  # noqa: E402
 from isouq.models import load_model  # noqa: E402
 
 from .conftest import QUESTIONS, isouq_score  # noqa: E402
@@ -104,7 +105,8 @@ def test_loaded_by_module_path_through_lm_polygraphs_factories():
     assert isinstance(est, pg.IsouqEstimator) and est.level == "sequence"
     calc = create_stat_calculator("isouq.integrations.polygraph",
                                   OmegaConf.create({"batch_size": 4}), None)
-    assert calc.stats == [*pg.STATS, *pg.BLOCK_STATS] and calc.stat_dependencies == ["greedy_tokens"]
+    assert calc.stats == [*pg.STATS, *pg.BLOCK_STATS, *HIDDEN_STATS]
+    assert calc.stat_dependencies == ["greedy_tokens"]
     assert calc.batch_size == 4
     # as polygraph_eval reads a config's stat_calculators entry
     sc = StatCalculatorContainer(name=pg.CALCULATOR, builder="isouq.integrations.polygraph",

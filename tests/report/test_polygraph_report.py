@@ -22,7 +22,7 @@ from isouq.study.report.polygraph import (
 KEPT = Path(__file__).resolve().parents[2] / "results" / "polygraph"
 
 
-def doc(n=80, seed=0, correct_rate=0.4, model="tiny", dataset="triviaqa") -> dict:
+def doc(n=120, seed=0, correct_rate=0.4, model="tiny", dataset="triviaqa") -> dict:
     """A benchmark file: one estimator that knows the answers, isouq's noisier copies, noise."""
     rng = np.random.default_rng(seed)
     acc = (rng.random(n) < correct_rate).astype(float)
@@ -109,8 +109,10 @@ def test_ranks_intervals_and_verdict():
 def test_too_few_correct_answers_are_not_ranked():
     t = polygraph_tables([doc(correct_rate=0.0)], n_bootstrap=50)
     acc = next(r for r in t["ranks"] if r["quality"] == "accuracy")
-    assert acc["verdict"] == "not rankable: 0 correct answer(s) of 80"
-    assert "could not be ranked" in verdict(t["ranks"])
+    assert acc["verdict"] == "not rankable: 0 correct answer(s) of 120"
+    rouge = next(r for r in t["ranks"] if r["quality"] == "ROUGE-L")  # none at ROUGE-L ≥ 0.5
+    assert rouge["verdict"].startswith("not rankable: fewer than 30 answers of a class")
+    assert "no setting could rank" in verdict(t["ranks"])
 
 
 def test_isouq_report_renders_the_section(tmp_path):
@@ -123,7 +125,7 @@ def test_isouq_report_renders_the_section(tmp_path):
     html = build_report([d], tmp_path / "report", n_bootstrap=50)
     md = (tmp_path / "report" / "tables.md").read_text()
     assert "LM-Polygraph benchmark" in md and "Verdict:" in md
-    assert "PARTIAL: m2 × truthfulqa has 80 of 500 questions" in md
+    assert "PARTIAL: m2 × truthfulqa has 120 of 500 questions" in md
     rep = json.loads((tmp_path / "report" / "report.json").read_text())
     sec = next(s for s in rep["sections"] if s["kind"] == "polygraph")
     assert {r["model"] for r in sec["tables"]["ranks"]} == {"tiny", "m2"}
@@ -146,41 +148,49 @@ def _with_msp(d: dict, seed: int = 1) -> dict:
     return d
 
 
-def test_learned_heads_join_the_ranks_and_are_judged_against_msp(tmp_path):
-    from isouq.study.report.polygraph import heads_verdict, load_heads, polygraph_section
+CONTROL = "MSP's own map (control)"
 
-    d = _with_msp(doc(n=120))
+
+def test_learned_heads_join_the_ranks_and_are_judged_against_msps_map(tmp_path):
+    """A head that knows the answers is ahead of MSP's map on the dataset's primary quality
+    (TriviaQA: accuracy); its ROUGE-L row is reported, not counted; a head that could not be
+    fitted says so; every estimator is ranked on the answers with features."""
+    from isouq.study.report.polygraph import load_heads, polygraph_section
+
+    d = _with_msp(doc(n=200))
     rouge = np.array([q["quality"]["Rouge_rougeL"] for q in d["questions"]])
     path = tmp_path / "polygraph__triviaqa__tiny.json"
     path.write_text(json.dumps(d))
-    head = list(-rouge + 0.1 * np.random.default_rng(2).standard_normal(120))
+    head = list(-rouge + 0.1 * np.random.default_rng(2).standard_normal(200))
     (tmp_path / "heads").mkdir()
-    # MSP itself, less 10 answers (features not rebuilt): judged on the answers it has
-    msp = [None if i < 10 else q["ue"]["MaximumSequenceProbability"]
+    # MSP's map: MSP itself as an uncertainty, less 10 answers (features not rebuilt)
+    msp = [None if i < 10 else 1 / (1 + np.exp(q["ue"]["MaximumSequenceProbability"]))
            for i, q in enumerate(d["questions"])]
     head[:3] = [None] * 3  # three answers without features: no learned value
     heads = {"keys": [q["key"] for q in d["questions"]],
-             "density": {"RDESeq": [None] * 3 + [0.0] * 117},
+             "density": {"RDESeq": [None] * 3 + [0.0] * 197},
              "metrics": {m: {"labels": "x", "cross_fitted": {"isouq block head": head},
                              "transfer": {"isouq block head (trained on truthfulqa)":
-                                          [None] * 120},
-                             "control": {"MSP's own map (control)": msp}}
+                                          [None] * 200},
+                             "control": {CONTROL: [None if v is None else 1 - v
+                                                   for v in msp]}}
                          for m in ("Accuracy", "Rouge_rougeL")}}
     (tmp_path / "heads" / "triviaqa__tiny.json").write_text(json.dumps(heads))
     assert load_heads(path, d)["keys"] == heads["keys"]
-    sec, tables = polygraph_section([(path, d)], set(), n_bootstrap=60)
-    rows = {(r["quality"], r["head"]): r for r in tables["heads"]}
-    assert rows[("ROUGE-L", "isouq block head")]["verdict"] == "ahead of MSP beyond noise"
-    assert rows[("ROUGE-L", "isouq block head (trained on truthfulqa)")]["verdict"] == \
-        "no head could be fitted"
-    ctl = rows[("ROUGE-L", "MSP's own map (control)")]  # MSP on the same answers: Δ 0
-    assert ctl["verdict"] == "within noise of MSP" and ctl["Δ PRR vs MSP"].startswith("0")
+    sec, tables = polygraph_section([(path, d)], set(), n_bootstrap=200)
+    rows = {(r["quality"], r["head"], r["against"]): r for r in tables["heads"]}
+    acc = rows[("accuracy", "isouq block head", CONTROL)]
+    assert acc["counted"] and acc["verdict"] == "ahead" and acc["ci_low"] > 0
+    assert acc["n"] == 190 and acc["family"] == 1  # the answers both have a value for
+    rouge_row = rows[("ROUGE-L", "isouq block head", CONTROL)]
+    assert not rouge_row["counted"] and rouge_row["verdict"] is None
+    moved = rows[("accuracy", "isouq block head (trained on truthfulqa)", CONTROL)]
+    assert moved["note"] == "no head could be fitted" and moved["verdict"] is None
     ranked = {r["estimator"] for r in tables["estimators"]}
     assert "★ isouq block head" in ranked and "RDESeq" in ranked  # ours, and theirs
-    assert {r["n"] for r in tables["ranks"]} == {117}  # ranked on the answers with features
+    assert {r["n"] for r in tables["ranks"]} == {197}  # ranked on the answers with features
     assert not any("control" in e for e in ranked)  # a control is not an estimator
-    assert "isouq block head (cross-fitted)" in heads_verdict(tables["heads"])
-    assert any("Learned P(correct)" in n for n in sec.notes)
+    assert any("Holm's correction over the answer sets" in n for n in sec.notes)
     (tmp_path / "heads" / "triviaqa__tiny.json").write_text(json.dumps({**heads, "keys": []}))
     with pytest.raises(DataError, match="other answers"):
         load_heads(path, d)
@@ -190,48 +200,50 @@ def test_a_supervised_anchor_is_ranked_and_judged_but_is_neither_sides(tmp_path)
     from isouq.study.analysis.learned_heads import PROBE
     from isouq.study.report.polygraph import polygraph_section
 
-    d = _with_msp(doc(n=120))
+    d = _with_msp(doc(n=200))
     rouge = np.array([q["quality"]["Rouge_rougeL"] for q in d["questions"]])
     path = tmp_path / "polygraph__triviaqa__tiny.json"
     path.write_text(json.dumps(d))
     heads = {"keys": [q["key"] for q in d["questions"]], "density": {},
              "metrics": {m: {"labels": "x", "cross_fitted": {"isouq block head": list(
-                 -rouge + 0.5 * np.random.default_rng(2).standard_normal(120))},
+                 -rouge + 0.5 * np.random.default_rng(2).standard_normal(200))},
                              "anchors": {PROBE: list(-rouge)}}  # the anchor knows every answer
                          for m in ("Accuracy", "Rouge_rougeL")}}
     (tmp_path / "heads").mkdir()
     (tmp_path / "heads" / "triviaqa__tiny.json").write_text(json.dumps(heads))
-    sec, tables = polygraph_section([(path, d)], set(), n_bootstrap=40)
+    sec, tables = polygraph_section([(path, d)], set(), n_bootstrap=200)
     first = [r for r in tables["estimators"] if r["quality"] == "ROUGE-L"][0]
     assert first["estimator"] == "† " + PROBE and first["rank"] == 1
     for r in tables["ranks"]:  # not LM-Polygraph's best, nor isouq's
         assert r["best LM-Polygraph"] != PROBE and r["isouq best"] != PROBE
-    rows = {(r["quality"], r["head"]): r for r in tables["heads"]}
-    assert rows[("ROUGE-L", PROBE)]["verdict"] == "ahead of MSP beyond noise"
+    rows = {(r["quality"], r["head"], r["against"]): r for r in tables["heads"]}
+    # no control in the file: judged against LM-Polygraph's MSP itself
+    assert rows[("accuracy", PROBE, "MaximumSequenceProbability")]["verdict"] == "ahead"
     assert any("† a supervised anchor" in n for n in sec.notes)
     # held against the block head on the same answers too: it knows them all, the head not
-    anchor = rows[("ROUGE-L", PROBE)]
-    assert anchor["vs isouq block head"] == "ahead of isouq block head beyond noise"
-    assert float(anchor["Δ PRR vs isouq block head"].split()[0]) > 0
-    assert "vs isouq block head" not in rows[("ROUGE-L", "isouq block head")]
-    said = next(n for n in sec.notes if n.startswith("Learned P(correct)"))
-    assert (f"Against isouq block head on the same answers (PRR): {PROBE}, over 2: ahead beyond "
-            "noise in 2, within noise in 0, below in 0.") in said
+    anchor = rows[("accuracy", PROBE, "isouq block head")]
+    assert anchor["verdict"] == "ahead" and anchor["delta"] > 0
+    assert ("accuracy", "isouq block head", "isouq block head") not in rows
 
 
-def test_heads_verdict_counts_cross_fitted_and_transferred_heads_apart():
-    from isouq.study.report.polygraph import heads_verdict
+def test_judge_heads_holm_over_the_counted_answer_sets():
+    """One family per (head, reference): Holm over the answer sets counted (primary quality)
+    and rankable; the other rows get no verdict."""
+    from isouq.study.report.polygraph import judge_heads, verdict_counts
 
-    rows = [{"head": "h", "verdict": "ahead of MSP beyond noise"},
-            {"head": "h", "verdict": "within noise of MSP"},
-            {"head": "h", "verdict": "not rankable"},
-            {"head": "h (trained on a)", "verdict": "below MSP beyond noise"},
-            {"head": "h (trained on b)", "verdict": "below MSP beyond noise"}]
-    v = heads_verdict(rows)
-    assert "h (cross-fitted), over 2 rankable setting(s): ahead of MSP beyond noise (PRR) in 1, " \
-           "within noise in 1, below in 0." in v
-    assert "other dataset instead: h, over 2 rankable setting(s): ahead of MSP beyond noise " \
-           "(PRR) in 0, within noise in 0, below in 2." in v
+    def row(ds, quality, p, delta=0.1, rankable=True, counted=True):
+        return {"head": "h", "against": CONTROL, "dataset": ds, "quality": quality, "p": p,
+                "delta": delta, "rankable": rankable, "counted": counted}
+
+    got = judge_heads([row("triviaqa", "accuracy", 0.001), row("truthfulqa", "ROUGE-L", 0.03),
+                       row("truthfulqa", "accuracy", 0.001, counted=False),
+                       row("x", "accuracy", 0.001, rankable=False)])
+    assert [r["verdict"] for r in got] == ["ahead", "ahead", None, None]
+    tight = judge_heads([row("triviaqa", "accuracy", 0.03), row("truthfulqa", "ROUGE-L", 0.04)])
+    assert [r["verdict"] for r in tight] == ["within noise"] * 2  # 0.06, 0.06 after Holm
+    assert [r["p_holm"] for r in got[:2]] == pytest.approx([0.002, 0.03])
+    assert {r["family"] for r in got} == {2}
+    assert verdict_counts(got) == (2, 0, 0)
 
 
 def test_questions_from_judges_the_later_answers_as_a_file_of_them_alone():
@@ -254,9 +266,9 @@ def test_questions_from_judges_the_later_answers_as_a_file_of_them_alone():
                    "metrics": {"Rouge_rougeL": {"cross_fitted": {"isouq block head": head[90:]}}}}
     got = head_rows(late, late_heads, "Rouge_rougeL", n_bootstrap=50)
     want = head_rows(alone, alone_heads, "Rouge_rougeL", n_bootstrap=50)
-    assert [r["PRR [95% CI]"] for r in got] == [r["PRR [95% CI]"] for r in want]
-    assert [r["Δ PRR vs MSP"] for r in got] == [r["Δ PRR vs MSP"] for r in want]
+    keys = ("PRR", "delta", "ci_low", "ci_high", "AUROC", "n")
+    assert [[r[k] for k in keys] for r in got] == [[r[k] for k in keys] for r in want]
     full = head_rows(d, heads, "Rouge_rougeL", n_bootstrap=50)
-    assert got[0]["PRR [95% CI]"] != full[0]["PRR [95% CI]"]  # other answers, other values
+    assert got[0]["PRR"] != full[0]["PRR"]  # other answers, other values
     with pytest.raises(DataError, match="leaves none"):
         questions_from(d, heads, 150)

@@ -110,7 +110,9 @@ def prediction_rejection_area(ue, target, max_rejection: float = 1.0) -> float:
     """LM-Polygraph's PRR: the area under the prediction-rejection curve, exactly as
     LM-Polygraph 0.7's ``PredictionRejectionArea`` after ``UEManager``'s NaN handling
     (uncertainties clipped, questions without a quality value dropped): higher uncertainty
-    rejected first; quality min-max normalized. (n,) uncertainty, (n,) quality -> float."""
+    rejected first; quality min-max normalized. Tied uncertainties keep the input order (a
+    stable sort: LM-Polygraph's default sort orders ties differently on different CPUs).
+    (n,) uncertainty, (n,) quality -> float."""
     ue = np.nan_to_num(np.asarray(ue, dtype=float), nan=-1e7, neginf=-1e7, posinf=1e7)
     target = np.asarray(target, dtype=float)
     keep = ~np.isnan(target)
@@ -119,7 +121,7 @@ def prediction_rejection_area(ue, target, max_rejection: float = 1.0) -> float:
     k = int(max_rejection * n)
     if k == 0:
         return float("nan")
-    sorted_t = target[np.argsort(ue)]
+    sorted_t = target[np.argsort(ue, kind="stable")]  # ties in input order, on every CPU
     cumsum = np.cumsum(sorted_t)[-k:]
     scores = (cumsum / np.arange(n - k + 1, n + 1))[::-1]
     return float(np.sum(scores) / k)

@@ -40,8 +40,8 @@ from .tables import format_value, make_table
 KIND = "isouq-polygraph"
 PREFIX = "polygraph__"
 METRIC_NAMES = {"Accuracy": "accuracy", "Rouge_rougeL": "ROUGE-L"}
-#: fewer correct answers than this (or one quality value only): PRR ranks nothing
-MIN_CORRECT = 5
+#: fewer answers of a class than this (or one quality value only): no verdict on the ranks
+MIN_CORRECT = 30
 
 
 # --------------------------------------------------------------------------- files
@@ -168,8 +168,8 @@ def setting_stats(doc: Mapping, metric: str, *, n_bootstrap: int = 300, seed: in
     finite = q[~np.isnan(q)]
     binary = bool(np.isin(finite, (0.0, 1.0)).all())
     correct = int(finite.sum()) if binary else None
-    degenerate = len(np.unique(finite)) < 2 or (binary and min(correct, len(finite) - correct)
-                                                < MIN_CORRECT)
+    right = int((finite >= 0.5).sum())  # a fractional quality counts as correct at ≥ 0.5
+    degenerate = len(np.unique(finite)) < 2 or min(right, len(finite) - right) < MIN_CORRECT
     return {"estimators": ests, "point": point, "boot": boot, "n": n, "binary": binary,
             "correct": correct, "mean_quality": float(finite.mean()) if len(finite) else None,
             "degenerate": degenerate}
@@ -214,7 +214,7 @@ def rank_row(doc: Mapping, metric: str, st: Mapping) -> dict:
     })
     if st["degenerate"]:
         what = (f"{st['correct']} correct answer(s) of {st['n']}" if st["binary"]
-                else "one quality value")
+                else f"fewer than {MIN_CORRECT} answers of a class (quality ≥ 0.5)")
         row["verdict"] = f"not rankable: {what}"
     elif rank == 1:
         row["verdict"] = ("first; ahead of the best LM-Polygraph estimator beyond noise"
@@ -321,7 +321,8 @@ def polygraph_tables(docs: Sequence[Mapping], *, n_bootstrap: int = 300, seed: i
             per += estimator_rows(dm, metric, st)
             if h is not None:
                 vs_msp += head_rows(d, h, metric, n_bootstrap=n_bootstrap, seed=seed)
-    return {"ranks": ranks, "estimators": per, "cost": cost_rows(docs), "heads": vs_msp}
+    return {"ranks": ranks, "estimators": per, "cost": cost_rows(docs),
+            "heads": judge_heads(vs_msp)}
 
 
 def questions_from(doc: Mapping, heads: Mapping, start: int) -> tuple[dict, dict]:
@@ -354,148 +355,133 @@ def questions_from(doc: Mapping, heads: Mapping, start: int) -> tuple[dict, dict
              "density": cut(heads.get("density", {}))})
 
 
-def head_rows(doc: Mapping, heads: Mapping, metric: str, *, n_bootstrap: int = 300,
+#: the quality metric a dataset's verdict is counted on (the other is reported beside it):
+#: TriviaQA's exact-match accuracy, TruthfulQA's ROUGE-L (a fractional label)
+PRIMARY = {"triviaqa": "Accuracy", "truthfulqa": "Rouge_rougeL"}
+
+
+def counted(dataset: str, metric: str) -> bool:
+    """Whether a setting's verdict counts: its dataset's primary quality (one verdict per
+    answer set), or the only metric of a dataset without one."""
+    return PRIMARY.get(dataset, metric) == metric
+
+
+def head_rows(doc: Mapping, heads: Mapping, metric: str, *, n_bootstrap: int = 1000,
               seed: int = 0) -> list[dict]:
-    """Each learned head (cross-fitted, and transferred from the other dataset), the control
-    (MSP's own map cross-fitted, ``learned_heads.CONTROL``) and the supervised anchors against
-    MSP on the same answers (those the head has a value for: an answer whose features could not
-    be rebuilt is left out of both): PRR and AUROC (of the correct labels the heads were fitted
-    on), each with its difference to MSP and 95% bootstrap intervals (questions resampled, both
-    on the same resample), and a verdict."""
-    from ...evaluation.auroc import auroc
-    from ..analysis.learned_heads import binary_labels
+    """Each learned head (cross-fitted, and transferred from the other dataset) and the
+    supervised anchors against MSP's own map (the control, ``learned_heads.CONTROL``: MSP made
+    a probability on the heads' folds; LM-Polygraph's MSP where a heads file has none), on
+    the same answers (those both have a value for): PRR and AUROC, each difference with its
+    95% bootstrap interval and p-value (``evaluation.verdict.paired_difference``: answers
+    resampled, one fold seed), and whether the row is ``counted`` (its dataset's primary
+    quality) and ``rankable`` (≥ 30 answers of each class). Verdicts come from
+    :func:`judge_heads`, over answer sets."""
+    from ...evaluation import verdict as V
+    from ..analysis.learned_heads import CONTROL
 
     q = _quality(doc, metric)
-    y = binary_labels(q, metric)
-    msp = _matrix(doc, [MSP])[:, 0]
     m = heads["metrics"].get(metric, {})
-    cols = {**m.get("cross_fitted", {}), **m.get("transfer", {}), **m.get("control", {}),
-            **m.get("anchors", {})}
-    st = setting_stats(doc, metric, n_bootstrap=1, seed=seed)
-    rng = np.random.default_rng(seed)
-    n = len(q)
-    idx = [rng.integers(0, n, n) for _ in range(n_bootstrap)]
+    control = m.get("control", {}).get(CONTROL.name)
+    ref_name = CONTROL.name if control is not None else MSP
+    # as a P(correct): the heads file keeps uncertainties (1 − P(correct)); MSP's own value
+    # already ranks as one
+    msp = (1.0 - np.array([np.nan if v is None else v for v in control], dtype=float)
+           if control is not None else -_matrix(doc, [MSP])[:, 0])
+    cols = {**m.get("cross_fitted", {}), **m.get("transfer", {}), **m.get("anchors", {})}
+    if ref_name != CONTROL.name:
+        cols |= m.get("control", {})
+    ref_head = m.get("cross_fitted", {}).get(REFERENCE_HEAD)
+    ok = V.rankable(q[~np.isnan(q)])
 
-    def both(u, i):
-        ok = ~np.isnan(y[i])
-        return (prr(u[i], q[i]), auroc(y[i][ok], -np.nan_to_num(u[i][ok], nan=np.inf)))
+    def p_correct(vals) -> np.ndarray:  # a head's value is its uncertainty 1 − P(correct)
+        return 1.0 - np.array([np.nan if v is None else v for v in vals], dtype=float)
 
-    msp_on: dict[bytes, tuple] = {}  # missing answers -> MSP (point, per resample) less them
+    def diff(a, b, name, against):
+        both = ~(np.isnan(a) | np.isnan(b) | np.isnan(q))
+        if both.sum() < 2:
+            return {"model": doc["model"], "dataset": doc["dataset"],
+                    "quality": METRIC_NAMES.get(metric, metric), "head": name,
+                    "against": against, "counted": counted(doc["dataset"], metric),
+                    "rankable": False, "note": f"no answers with values of both ({against})"}
+        d_prr = V.paired_difference(a[both], b[both], q[both], "PRR", n_bootstrap=n_bootstrap,
+                                    seed=seed)
+        d_auc = V.paired_difference(a[both], b[both], q[both], "AUROC",
+                                    n_bootstrap=n_bootstrap, seed=seed)
+        return {"model": doc["model"], "dataset": doc["dataset"],
+                "quality": METRIC_NAMES.get(metric, metric), "labels": m.get("labels"),
+                "head": name, "against": against, "n": d_prr.n,
+                "PRR": d_prr.value_a, "delta": d_prr.delta, "ci_low": d_prr.ci_low,
+                "ci_high": d_prr.ci_high, "p": d_prr.p, "AUROC": d_auc.value_a,
+                "delta_auroc": d_auc.delta, "ci_low_auroc": d_auc.ci_low,
+                "ci_high_auroc": d_auc.ci_high,
+                "counted": counted(doc["dataset"], metric), "rankable": ok}
 
-    def judged(u, missing):
-        """(point, per resample) of ``both``, less the answers a head has no value for (their
-        features could not be rebuilt)."""
-        return (both(u, np.flatnonzero(~missing)),
-                np.array([both(u, i[~missing[i]]) for i in idx]))
-
-    def values(vals) -> np.ndarray:
-        return np.array([np.nan if v is None else v for v in vals], dtype=float)
-
-    ref = m.get("cross_fitted", {}).get(REFERENCE_HEAD)
     rows = []
     for name, vals in cols.items():
-        u = values(vals)
-        empty = np.isnan(u).all()
-        if empty:
-            u = np.zeros(n)  # no head: a constant, whose row says so below
-        missing = np.isnan(u)
-        (p, a), b = judged(u, missing)
-        key = missing.tobytes()
-        if key not in msp_on:  # heads missing the same answers share MSP's values
-            msp_on[key] = judged(msp, missing)
-        (p_msp, a_msp), b_msp = msp_on[key]
-        dp, da = b[:, 0] - b_msp[:, 0], b[:, 1] - b_msp[:, 1]
-        lo, hi = _ci(dp)
-        row = {"model": doc["model"], "dataset": doc["dataset"],
-               "quality": METRIC_NAMES.get(metric, metric), "labels": m.get("labels"),
-               "head": name, "PRR [95% CI]": _pm(p, *_ci(b[:, 0])),
-               "Δ PRR vs MSP": _pm(p - p_msp, lo, hi),
-               "AUROC [95% CI]": _pm(a, *_ci(b[:, 1])),
-               "Δ AUROC vs MSP": _pm(a - a_msp, *_ci(da))}
-        if st["degenerate"] or empty:
-            row["verdict"] = "not rankable" if st["degenerate"] else "no head could be fitted"
-        else:
-            row["verdict"] = _sign(lo, hi, "MSP")
+        u = p_correct(vals)
+        if np.isnan(u).all():
+            rows.append({"model": doc["model"], "dataset": doc["dataset"],
+                         "quality": METRIC_NAMES.get(metric, metric), "head": name,
+                         "against": ref_name, "counted": counted(doc["dataset"], metric),
+                         "rankable": False, "note": "no head could be fitted"})
+            continue
+        rows.append(diff(u, msp, name, ref_name))
         judged_too = name in m.get("anchors", {}) or name in m.get("cross_fitted", {})
-        if judged_too and name != REFERENCE_HEAD and ref is not None and not empty:
-            r = values(ref)
-            both_have = missing | np.isnan(r)
-            (p_a, _), b_a = judged(u, both_have)
-            (p_r, _), b_r = judged(r, both_have)
-            lo_r, hi_r = _ci(b_a[:, 0] - b_r[:, 0])
-            row[f"Δ PRR vs {REFERENCE_HEAD}"] = _pm(p_a - p_r, lo_r, hi_r)
-            if not st["degenerate"]:
-                row[f"vs {REFERENCE_HEAD}"] = _sign(lo_r, hi_r, REFERENCE_HEAD)
-        rows.append(row)
+        if judged_too and name != REFERENCE_HEAD and ref_head is not None:
+            rows.append(diff(u, p_correct(ref_head), name, REFERENCE_HEAD))
     return rows
 
 
-def _verdicts(other: str) -> tuple[str, str, str]:
-    """The verdicts of an estimator held against ``other``: ahead, within noise, below."""
-    return (f"ahead of {other} beyond noise", f"within noise of {other}",
-            f"below {other} beyond noise")
+def judge_heads(rows: Sequence[Mapping]) -> list[dict]:
+    """The verdicts of :func:`head_rows`' rows: for each (head, reference), Holm's correction
+    over the answer sets it is counted and rankable on (``evaluation.verdict.judge``); the
+    other rows get no verdict (``verdict`` None: not counted, or not rankable)."""
+    from ...evaluation import verdict as V
+
+    out = [dict(r) for r in rows]
+    families: dict[tuple[str, str], list[int]] = {}
+    for i, r in enumerate(out):
+        families.setdefault((r["head"], r["against"]), []).append(i)
+    for idx in families.values():
+        fam = [{**out[i], "rankable": bool(out[i].get("counted") and out[i].get("rankable")
+                                           and "delta" in out[i])} for i in idx]
+        for i, j in zip(idx, V.judge(fam), strict=True):
+            out[i].update(p_holm=j["p_holm"], verdict=j["verdict"], family=j["family"])
+    return out
 
 
-def _sign(lo: float, hi: float, other: str) -> str:
-    """The verdict of a difference's 95% interval against ``other``."""
-    ahead, within, below = _verdicts(other)
-    return ahead if lo > 0 else below if hi < 0 else within
+def head_table(rows: Sequence[Mapping]) -> list[dict]:
+    """The judged heads rows as the report shows them (numbers with their intervals)."""
+    def pm(r, key):
+        return _pm(r[key], r[f"ci_low{key[5:]}"], r[f"ci_high{key[5:]}"]) if key in r else ""
+
+    return [{"model": r["model"], "dataset": r["dataset"], "quality": r["quality"],
+             "head": r["head"], "against": r["against"],
+             "PRR": format_value(r.get("PRR")), "Δ PRR [95% CI]": pm(r, "delta"),
+             "Holm p": format_value(r.get("p_holm")),
+             "AUROC": format_value(r.get("AUROC")), "Δ AUROC [95% CI]": pm(r, "delta_auroc"),
+             "verdict": r.get("verdict") or r.get("note") or (
+                 "reported, not counted" if not r.get("counted") else "not rankable (< 30 of a "
+                                                                       "class)")}
+            for r in rows]
 
 
-#: the verdicts of a head judged against MSP in a rankable setting: ahead, within noise, below
-HEAD_VERDICTS = _verdicts("MSP")
-
-
-def verdict_groups(rows: Sequence[Mapping], other: str = "MSP"
+def verdict_groups(rows: Sequence[Mapping], against: str | None = None
                    ) -> tuple[list[Mapping], list[Mapping], list[Mapping]]:
-    """The heads-against-MSP rows split by verdict, (ahead, within noise, below), or against
-    ``other`` (the rows' ``vs <other>``); those not judged (a setting that cannot be ranked, no
-    fitted head) are in none."""
-    key = "verdict" if other == "MSP" else f"vs {other}"
-    ahead, within, below = ([r for r in rows if r.get(key) == v] for v in _verdicts(other))
-    return ahead, within, below
+    """Judged heads rows split by verdict, (ahead, within noise, below), against ``against``
+    (default: MSP's map); rows without a verdict are in none."""
+    from ...evaluation import verdict as V
+    from ..analysis.learned_heads import CONTROL
+
+    against = against or CONTROL.name
+    mine = [r for r in rows if r.get("against") == against]
+    return tuple([r for r in mine if r.get("verdict") == v] for v in V.VERDICTS)
 
 
-def verdict_counts(rows: Sequence[Mapping], other: str = "MSP") -> tuple[int, int, int]:
-    """(ahead, within noise, below) over heads-against-MSP rows, or against ``other``: the
-    sizes of :func:`verdict_groups`."""
-    ahead, within, below = verdict_groups(rows, other)
-    return len(ahead), len(within), len(below)
-
-
-def heads_verdict(rows: Sequence[Mapping]) -> str:
-    """The plain-words summary of the heads-against-MSP rows: per cross-fitted head (and the
-    control), then per head transferred from the model's other dataset."""
-    if not rows:
-        return ""
-
-    def counts(name: str, mine: list) -> str:
-        ahead, within, below = verdict_counts(mine)
-        return (f"{name}, over {len(mine)} rankable setting(s): ahead of MSP beyond noise (PRR) "
-                f"in {ahead}, within noise in {within}, below in {below}.")
-
-    def judged(pick) -> dict[str, list]:
-        out: dict[str, list] = {}
-        for r in rows:
-            if pick(r["head"]) and r["verdict"] in HEAD_VERDICTS:
-                out.setdefault(r["head"].split(" (trained on")[0], []).append(r)
-        return out
-
-    crossed = judged(lambda h: "trained on" not in h)
-    moved = judged(lambda h: "trained on" in h)
-    parts = [counts(f"{h} (cross-fitted)", m) for h, m in crossed.items()]
-    if moved:
-        parts.append("Trained on the model's other dataset instead: " + " ".join(
-            counts(h, m) for h, m in moved.items()))
-    against: dict[str, list] = {}
-    for r in rows:
-        if r.get(f"vs {REFERENCE_HEAD}"):
-            against.setdefault(r["head"], []).append(r)
-    if against:
-        parts.append(f"Against {REFERENCE_HEAD} on the same answers (PRR): " + " ".join(
-            "{}, over {}: ahead beyond noise in {}, within noise in {}, below in {}.".format(
-                h, len(v), *verdict_counts(v, REFERENCE_HEAD)) for h, v in against.items()))
-    return "Learned P(correct) against MaximumSequenceProbability: " + " ".join(parts)
+def verdict_counts(rows: Sequence[Mapping], against: str | None = None
+                   ) -> tuple[int, int, int]:
+    """(ahead, within noise, below): the sizes of :func:`verdict_groups`."""
+    return tuple(len(g) for g in verdict_groups(rows, against))
 
 
 # --------------------------------------------------------------------------- section
@@ -523,7 +509,15 @@ def polygraph_section(found: Sequence[tuple[Path, Mapping]], taken: set[str], *,
         meta["timed on"] = "; ".join(sorted(machines))
     notes = [verdict(tables["ranks"])]
     if tables["heads"]:
-        notes.append(heads_verdict(tables["heads"]))
+        notes.append(
+            "Learned P(correct) against MSP's own map (MSP made a probability on the heads' "
+            "folds): one verdict per answer set, on its dataset's primary quality (TriviaQA "
+            "accuracy, TruthfulQA ROUGE-L; the other is reported, not counted), only with at "
+            "least 30 answers of each class; PRR differences by a paired bootstrap over the "
+            "answers (one fold seed), Holm's correction over the answer sets of each head. "
+            "These are the design-set answers: the heads were designed after results on them "
+            "had been seen; the pre-registered verdict on fresh questions is "
+            "results/polygraph_prereg/verdict/.")
     if partial:
         notes.append("PARTIAL: " + ", ".join(f"{d['model']} × {d['dataset']} has "
                                              f"{d.get('n_questions')} of "
@@ -553,7 +547,7 @@ def polygraph_section(found: Sequence[tuple[Path, Mapping]], taken: set[str], *,
                                "LM-Polygraph's metrics, cost")),
         Block(make_table("polygraph_cost", tables["cost"],
                          title="Cost per answer (seconds) beyond the shared greedy generation")),
-        *((Block(make_table("polygraph_heads", tables["heads"],
+        *((Block(make_table("polygraph_heads", head_table(tables["heads"]),
                             title="Learned P(correct) against MSP (cross-fitted; transferred "
                                   "from the other dataset)")),) if tables["heads"] else ()),
     )
