@@ -5,11 +5,13 @@
 Writes, from the rows of ``results/qa`` (no model is loaded):
 
 * ``OUT/<model>__<dataset>__<labels>/``: what ``isouq calibrate ROWS --labels L --max-risk 0.7
-  --delta 0.1`` writes (calibration.json, crossfit.jsonl, results.json, tables.md, PNGs);
+  --delta 0.1`` writes (the verdict against the reference map, what the floor saved,
+  calibration.json, crossfit.jsonl, results.json, tables.md, PNGs);
   where the rows hold too few correct answers to set a map and a threshold on separate halves,
   the calibration is made without a threshold (noted in the summary);
-* ``OUT/summary/``: results.json + tables.md + figure: one row per calibration (cross-fitted
-  metrics beside the base rate and the best single score), the certified coverage at several
+* ``OUT/summary/``: results.json + tables.md + figure: one row per calibration (what was
+  saved and why, its nested metrics beside the base rate and the best one-score map, the
+  isouq head's verdict against the reference), the certified coverage at several
   error rates α, and the transfer table (calibrated on one dataset, evaluated on the other).
 """
 
@@ -33,6 +35,8 @@ DATASETS = ("truthfulqa", "triviaqa")
 LABELS = ("judge", "hand")
 ALPHA, DELTA = 0.7, 0.1  # the answers are mostly wrong (8-30% correct): α = 0.7 can be met
 ALPHAS = (0.5, 0.6, 0.7, 0.8)
+#: the one-score maps of isouq calibrate (calibration_choice): the reference and p̄'s
+SINGLES = ("MSP's map", "p̄")
 
 
 def short(e: Exception) -> str:
@@ -59,17 +63,25 @@ def one(qa: Path, out: Path, model: str, dataset: str, labels: str) -> dict:
         path = run_calibration([rows_file(qa, dataset, model)], d, labels=labels)
     doc = json.loads(path.read_text())
     m = {r["predictor"]: r for r in doc["tables"]["metrics"]}
-    cal, base = m["calibrated (selected per fold)"], m["base rate (constant)"]
-    singles = [r for k, r in m.items() if k.endswith("alone (Platt)")]
+    cal, base = m[doc["saved"]], m["base rate (constant)"]
+    singles = [r for k, r in m.items() if k in SINGLES]
     best = min(singles, key=lambda r: r["log_loss"])
     rc = (doc["tables"].get("risk_control") or [None])[0]
+    head = next((r for r in doc["tables"].get("verdict", ())
+                 if r["predictor"] == "isouq head" and r["against"] in SINGLES), None)
+    missing = doc["tables"]["decision"][0].get("short_of_floor") or {}
     return {
         "model": model, "dataset": dataset, "labels": labels, "n": cal["n"],
-        "correct": round(cal["accuracy"] * cal["n"]), "map": doc["selected"],
+        "correct": round(cal["accuracy"] * cal["n"]), "saved": doc["saved"],
+        "map": doc["selected"],
+        "isouq head vs reference": (
+            "no head: needs " + ", ".join(f"{k} more {c}" for c, k in missing.items())
+            if missing else "n/a" if head is None
+            else f"{head['verdict']} (Δ PRR {head['delta']:+.3f})"),
         "ECE": cal["ece"], "Brier": cal["brier"], "log-loss": cal["log_loss"],
         "AUROC": cal["auroc"], "AURAC": cal["aurac"],
         "base Brier": base["brier"], "base log-loss": base["log_loss"],
-        "best single": best["predictor"].removesuffix(" alone (Platt)"),
+        "best single": best["predictor"],
         "its log-loss": best["log_loss"], "its AUROC": best["auroc"],
         f"threshold (α={ALPHA})": None if rc is None else rc["threshold"],
         "coverage": None if rc is None else rc["coverage"],
@@ -114,8 +126,7 @@ def transfer(qa: Path, out: Path, model: str, labels: str) -> list[dict]:
             continue
         got = evaluate(cal, b["rows"], labels, b["gold_rows"])
         own = json.loads((out / f"{model}__{dst}__{labels}" / "results.json").read_text())
-        own_m = next(r for r in own["tables"]["metrics"]
-                     if r["predictor"] == "calibrated (selected per fold)")
+        own_m = next(r for r in own["tables"]["metrics"] if r["predictor"] == own["saved"])
         src_rate = cal.doc["labels"]["correct"] / cal.doc["labels"]["n"]
         y = np.array([r["correct"] for r in
                       (json.loads(line) for line in
@@ -143,8 +154,8 @@ def figure(rows: list[dict], path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(11, 4.5))
     x = np.arange(len(rows))
     w = 0.27
-    for i, (key, lab) in enumerate((("log-loss", "calibrated (cross-fitted)"),
-                                    ("its log-loss", "best single score (Platt)"),
+    for i, (key, lab) in enumerate((("log-loss", "saved choice (nested)"),
+                                    ("its log-loss", "best single score's map (Platt)"),
                                     ("base log-loss", "base rate"))):
         ax.bar(x + (i - 1) * w, [r[key] for r in rows], w, label=lab)
     ax.set_xticks(x, [f"{r['model']}\n{r['dataset']}, {r['labels']}" for r in rows], fontsize=7,

@@ -426,8 +426,8 @@ def _qa_evidence(root):
 @table("calibration_crossfit", CAL)
 def _calibration_crossfit(root):
     return columns(load(root, CAL)["tables"]["calibrations"], {k: k for k in (
-        "model", "dataset", "labels", "n", "correct", "map", "ECE", "log-loss", "base log-loss",
-        "best single", "its log-loss", "AUROC", "threshold (α=0.7)", "coverage")})
+        "model", "dataset", "labels", "n", "correct", "saved", "isouq head vs reference", "ECE",
+        "log-loss", "base log-loss", "AUROC", "threshold (α=0.7)", "coverage")})
 
 @table("hmc_cost", R + "scaling/cost.json")
 def _hmc_cost(root):
