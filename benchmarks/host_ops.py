@@ -292,17 +292,24 @@ def _per_layer(a: dict, b: dict, layers: int) -> dict:
     return {k: v / layers for k, v in sorted(diff.items()) if v}
 
 
-def row_of(m: dict) -> dict:
-    """One line of the table: the floor's and ghost's counts and ghost − floor."""
+def row_of(m: dict, before: dict | None = None) -> dict:
+    """One line of the table: the floor's and ghost's counts and ghost − floor, and, given the
+    same configuration's row ``before`` (another checkout's), its ghost − floor."""
     f, g = m["floor"], m["ghost"]
-    return {"model": f"Llama {m['width']} (hidden {m['hidden']})", "dtype": m["dtype"],
-            "path": m["path"], "floor ops / layer": f["per_layer"],
-            "ghost ops / layer": g["per_layer"],
-            "ghost − floor / layer": g["per_layer"] - f["per_layer"],
-            "fixed ghost − floor / call": g["fixed"] - f["fixed"],
-            "host reads (floor, ghost)": f"{f['reads']}, {g['reads']}",
-            "device→host copies (floor, ghost)": f"{f['copies']}, {g['copies']}",
-            "ghost − floor syncs": (g["reads"] + g["copies"]) - (f["reads"] + f["copies"])}
+    row = {"model": f"Llama {m['width']} (hidden {m['hidden']})", "dtype": m["dtype"],
+           "path": m["path"], "floor ops / layer": f["per_layer"],
+           "ghost ops / layer": g["per_layer"],
+           "ghost − floor / layer": g["per_layer"] - f["per_layer"],
+           "fixed ghost − floor / call": g["fixed"] - f["fixed"],
+           "host reads (floor, ghost)": f"{f['reads']}, {g['reads']}",
+           "device→host copies (floor, ghost)": f"{f['copies']}, {g['copies']}",
+           "ghost − floor syncs": (g["reads"] + g["copies"]) - (f["reads"] + f["copies"])}
+    if before is not None:
+        b = row_of(before)
+        row.update({f"{k} (before)": b[k] for k in ("ghost − floor / layer",
+                                                    "fixed ghost − floor / call",
+                                                    "ghost − floor syncs")})
+    return row
 
 
 TARGETS = ("Targets (issue 64; float32, the CPU path, the public API): ghost − floor ≤ 16 "
@@ -311,15 +318,21 @@ TARGETS = ("Targets (issue 64; float32, the CPU path, the public API): ghost −
 
 
 def markdown(doc: dict) -> str:
-    """The docs table (``docs/tables/host_ops.md``), written by this script."""
+    """The docs table (``docs/tables/host_ops.md``, written by this script): the table alone
+    (what it was counted on is in the JSON: commit, date, rows, depths)."""
     from isouq.runio import markdown_table
 
-    lines = [f"<!-- written by benchmarks/host_ops.py ({doc['date']}, commit "
-             f"{doc.get('commit') or '?'}); do not edit by hand -->", "",
-             markdown_table(doc["table"], floatfmt=".4g").rstrip(), "",
-             f"Counted on the CPU, {doc['rows']} answers in one batch, slope between "
-             f"{DEPTHS[0]} and {DEPTHS[1]} decoder layers; views excluded. {TARGETS}"]
-    return "\n".join(lines) + "\n"
+    return markdown_table(doc["table"], floatfmt=".4g")
+
+
+def matching(measured: list[dict], path: Path | None) -> list[dict | None]:
+    """Each measured configuration's row in the kept result file ``path`` (None: not there)."""
+    if path is None or not path.exists():
+        return [None] * len(measured)
+    kept = json.loads(path.read_text())["measured"]
+    key = lambda m: (m["width"], m["dtype"], m["path"], m["rows"])  # noqa: E731
+    by = {key(m): m for m in kept}
+    return [by.get(key(m)) for m in measured]
 
 
 def source_commit(src: Path) -> str | None:
@@ -341,6 +354,9 @@ def main() -> None:
     ap.add_argument("--table", default=str(ROOT / "docs" / "tables" / "host_ops.md"),
                     help="where the Markdown table goes")
     ap.add_argument("--no-table", action="store_true", help="write no Markdown table")
+    ap.add_argument("--before", default=str(HERE / "results" / "host_ops_before.json"),
+                    help="a kept result of another checkout (--tag before): its ghost − floor "
+                         "beside this one's in the table, where it has the configuration")
     ap.add_argument("--child", nargs=3, metavar=("WIDTH", "DTYPE", "PATH"),
                     help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -361,9 +377,15 @@ def main() -> None:
                     raise SystemExit(f"{width} {dtype} {path}: {res.stderr[-3000:]}")
                 measured.append(json.loads(res.stdout.strip().splitlines()[-1]))
                 print(json.dumps(row_of(measured[-1]), ensure_ascii=False), flush=True)
+    before = None if a.tag == "before" else Path(a.before)
     doc = {"date": time.strftime("%Y-%m-%d %H:%M"), "src": str(src),
            "commit": source_commit(src), "rows": a.rows, "depths": list(DEPTHS),
-           "targets": TARGETS, "table": [row_of(m) for m in measured], "measured": measured}
+           "targets": TARGETS,
+           "before": None if before is None or not before.exists() else {
+               k: json.loads(before.read_text()).get(k) for k in ("commit", "date")},
+           "table": [row_of(m, b) for m, b in zip(measured, matching(measured, before),
+                                                  strict=True)],
+           "measured": measured}
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     stem = "host_ops" + (f"_{a.tag}" if a.tag else "")

@@ -12,7 +12,13 @@ pairs at each batch size B, three methods, each in its own process per model:
 - full_backward: forward + an ordinary backward of Σ p̄ᵢ (the batch's summed weight gradient);
 - ghost: ``score_sequences(method="ghost")``, every answer's ‖∇θ p̄ᵢ‖² from one backward;
 - asked for by name, floor_unaligned and ghost_unaligned: the same without rows padded to a
-  multiple of 8 positions (``ISOUQ_TOKEN_MULTIPLE=1``), the before/after of that padding.
+  multiple of 8 positions (``ISOUQ_TOKEN_MULTIPLE=1``), the before/after of that padding;
+- asked for by name, ghost_compiled: ghost with graph capture (``compile=True``), on the same
+  card, pairs and timing wrapper as the eager floor and ghost (its first, untimed calls run the
+  capture's checks and compile; where capture is refused the row keeps the reason).
+
+Every method reads the same pairs, encoded once, and is timed by one wrapper
+(``score_sequences.timed``).
 
 Seconds per answer are the median of --repeats timed calls after --warmups, divided by B, each
 taken after a device synchronize; peak memory is the GPU's ``max_memory_allocated`` during the
@@ -42,6 +48,8 @@ PAPER_SECONDS = {"olmo-1b": 0.06, "llama-3.2-3b": 0.08, "llama-2-7b": 0.12, "phi
 METHODS = ("floor", "full_backward", "ghost")
 #: asked for by name: rows not padded to 8 positions (``score_sequences.VARIANTS``)
 UNALIGNED = ("floor_unaligned", "ghost_unaligned")
+#: asked for by name: ghost with graph capture (``compile=True``; a refusal is kept as such)
+COMPILED = ("ghost_compiled",)
 
 
 def config_dir(model: str) -> str:
@@ -56,6 +64,7 @@ def child(model_dir: str, method: str, batches: list[int], tokenizer: str, devic
     the 4-bit ones as their dequantized values)."""
     import torch
 
+    from isouq.errors import IsouqError
     from isouq.quantized import autograd_ready
     from random_weights import random_model
     from score_sequences import load_pairs, method_fn, timed
@@ -87,6 +96,8 @@ def child(model_dir: str, method: str, batches: list[int], tokenizer: str, devic
                        seconds_all=times, peak_gib=peak, oom=False)
         except torch.OutOfMemoryError:
             row.update(oom=True)
+        except IsouqError as e:  # compile=True not offered here: the reason, one line
+            row.update(oom=False, refused=str(e))
         if cuda:
             torch.cuda.empty_cache()
         rows.append(row)
@@ -141,16 +152,21 @@ def table(rows: list[dict]) -> list[dict]:
     for m in dict.fromkeys(r["model"] for r in rows):
         for b in sorted({r["batch"] for r in rows if r["model"] == m}):
             got = {r["method"]: r for r in rows if r["model"] == m and r["batch"] == b}
-            t = {k: r["seconds_per_answer"] for k, r in got.items() if not r.get("oom")}
+            t = {k: r["seconds_per_answer"] for k, r in got.items()
+                 if not r.get("oom") and "seconds_per_answer" in r}
             row = {"model": m, "params_B": round(next(iter(got.values()))["n_params"] / 1e9, 2),
                    "batch": b}
             row.update({f"{k} s/answer": t.get(k) for k in METHODS})
-            for k in UNALIGNED:
+            for k in (*UNALIGNED, *COMPILED):
                 if k in t:
                     row[f"{k} s/answer"] = t[k]
             if {"ghost_unaligned", "floor_unaligned"} <= t.keys():
                 row["unaligned ghost/floor"] = t["ghost_unaligned"] / t["floor_unaligned"]
             row["ghost/floor"] = t["ghost"] / t["floor"] if {"ghost", "floor"} <= t.keys() else None
+            if "ghost_compiled" in got:  # eager and compiled, on the same card and pairs
+                row["compiled ghost/floor"] = (t["ghost_compiled"] / t["floor"]
+                                               if {"ghost_compiled", "floor"} <= t.keys()
+                                               else got["ghost_compiled"].get("refused"))
             row["ghost/(fwd+full bwd)"] = (t["ghost"] / t["full_backward"]
                                            if {"ghost", "full_backward"} <= t.keys() else None)
             row["ghost peak GiB"] = got["ghost"].get("peak_gib") if "ghost" in got else None
@@ -162,7 +178,7 @@ def table(rows: list[dict]) -> list[dict]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="+", default=list(MODELS))
-    ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=[*METHODS, *UNALIGNED])
+    ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=[*METHODS, *UNALIGNED, *COMPILED])
     ap.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 16, 64])
     ap.add_argument("--tokenizer", required=True, help="folder of a saved tokenizer")
     ap.add_argument("--device", default="cuda")

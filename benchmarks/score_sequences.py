@@ -155,8 +155,12 @@ def method_fn(method: str, model, tok, prompts, answers, batch: int):
     def ghost():
         score_sequences(model, tok, prompts, answers, method="ghost", batch_size=batch, encoded=enc)
 
+    def ghost_compiled():  # graph capture, where isouq.capture's checks offer it
+        score_sequences(model, tok, prompts, answers, method="ghost", batch_size=batch,
+                        encoded=enc, compile=True)
+
     fns = {"forward": forward, "floor": floor, "full_backward": full_backward, "loop": loop,
-           "loop_trainable": loop_trainable, "ghost": ghost}
+           "loop_trainable": loop_trainable, "ghost": ghost, "ghost_compiled": ghost_compiled}
     return fns[VARIANTS.get(method, (method,))[0]], b
 
 

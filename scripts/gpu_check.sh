@@ -20,6 +20,10 @@
 #    and a profile of the 3B model's floor and ghost at batch 16;
 #    aligned: the 3B model's floor and ghost with and without rows padded to a multiple of 8
 #    positions (tensor-core-aligned T × T Grams; ISOUQ_TOKEN_MULTIPLE), at batch 16 and 64;
+#    compiled (asked for by name, STEPS=compiled): the 3B model's floor, ghost and ghost with
+#    graph capture (compile=True) at batch 16 and 64, on the same card, from the same encoded
+#    pairs, through the same timing wrapper (issue 64's targets: ghost/floor ≤ 1.3 at 16,
+#    ≤ 1.15 at 64); a refused capture is kept with its reason;
 # 6. spans: benchmarks/spans.py, 16 answers of 5 sentences, span scores against the whole answer
 #    and the per-span loop, on SmolLM2's architecture (float32) and Llama 3.2 3B (bfloat16);
 # 7. serve: `isouq serve --device cuda` on SmolLM2's architecture (random weights saved by
@@ -45,7 +49,7 @@ step() {  # name, seconds allowed, command...
   echo "== $name: exit $?, $((SECONDS - t0)) s"
 }
 # the steps run in this file's order, paper_sizes (the longest) last
-STEPS=${STEPS:-tests aligned spans paper_sizes}  # more: serve llm_fp32 llm_bf16 half_precision classifiers
+STEPS=${STEPS:-tests aligned spans paper_sizes}  # more: compiled serve llm_fp32 llm_bf16 half_precision classifiers
 want() { [[ " $STEPS " == *" $1 "* ]]; }
 want tests && step tests 150 env ISOUQ_TEST_DEVICE=cuda python3 -m pytest -q -n 8 -p no:cacheprovider \
   --ignore=tests/ghost/test_memory.py tests/ghost tests/test_classifier_classes.py tests/test_sequences.py \
@@ -61,6 +65,9 @@ want classifiers && step classifiers 150 python3 benchmarks/classifiers.py --dev
 want aligned && step aligned 120 python3 benchmarks/paper_sizes.py --models llama-3.2-3b \
   --methods floor ghost floor_unaligned ghost_unaligned --tokenizer .gpu/smollm2 --device cuda \
   --dtype bfloat16 --batch-sizes 16 64 --tag cuda_bf16_aligned --out "$OUT"
+want compiled && step compiled ${COMPILED_LIMIT:-420} python3 benchmarks/paper_sizes.py --models llama-3.2-3b \
+  --methods floor ghost ghost_compiled --tokenizer .gpu/smollm2 --device cuda --dtype bfloat16 \
+  --batch-sizes 16 64 --warmups 2 --tag cuda_bf16_compiled --out "$OUT"
 want spans && step spans 150 python3 benchmarks/spans.py --config .gpu/smollm2 --device cuda \
   --out "$OUT/spans_cuda.json"
 want spans && step spans_3b 150 python3 benchmarks/spans.py --config benchmarks/configs/llama-3.2-3b \
