@@ -12,9 +12,12 @@ into buffers allocated once per backward, and summed by a few batched operations
 - Materialized form: a Linear weight's per-example block Bᵀ A is written by one product into
   its columns of one (N, P) buffer, an embedding's by one scatter; the buffer's row norms are
   one reduction when it is full (or, with groups, when the group changes) and at the end.
-- A norm layer's per-example gradient comes as c ⊙ s (``Materialized.scale``: a weight that
-  scales the normalized input, c = Σₜ bₜ ⊙ yₜ, s = 1/w): kept as it is and scaled, squared and
-  summed with the others at the end.
+- A materialized gradient (N, P) a rule gives (a norm layer's, a bias) is kept, its scale
+  with it (``Materialized.scale``: for a norm weight that scales the normalized input,
+  c = Σₜ bₜ ⊙ yₜ and s = 1/w), and the kept ones are reduced together, one product by their
+  scales and one norm per example, at the end (or when the group changes, or the kept ones
+  reach the cap). In a captured backward (``isouq.capture``) no product is written into a
+  strided buffer: blocks are reduced at once.
 - Anything else (tied weights' cross terms, fallbacks, other shapes) comes as its (N,) squared
   norm.
 
