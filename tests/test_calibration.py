@@ -766,3 +766,42 @@ def test_score_hidden_and_a_probe_head_in_score_and_ask(model_dir, tmp_path, cap
     err = capsys.readouterr().err
     assert "probe reads hidden_states[40]" in err and "Traceback" not in err
     assert "--hidden" in err and not (tmp_path / "o.jsonl").exists()  # refused before scoring
+
+
+def test_a_calibration_that_reads_no_gradient_scores_without_a_backward(model_dir, tmp_path,
+                                                                        capsys):
+    """A map on the forward's scores (p̄ and the aleatoric score): `isouq score --calibration`
+    scores with the forward pass only and says so; its P(correct) equals the one computed from
+    the full scores; an explicit --method ghost still computes the gradient scores."""
+    rows = synth_rows(120)
+    cal = Calibrator.fit(rows, features=["mean_prob", "aleatoric"])
+    assert not cal.needs_backward
+    assert Calibrator.fit(rows, features=["mean_prob", "epistemic"]).needs_backward
+    path = _for(cal, model_dir, tmp_path / "cal.json")
+    inp = _questions(tmp_path)
+    capsys.readouterr()
+    code, got = _score(inp, tmp_path / "fwd.jsonl", model_dir, "--calibration", str(path))
+    assert code == 0 and "forward pass only" in capsys.readouterr().out
+    assert all(r["scores"]["epistemic"] is None and r["method"] == "forward" for r in got)
+    code, full = _score(inp, tmp_path / "ghost.jsonl", model_dir, "--calibration", str(path),
+                        "--method", "ghost")
+    assert code == 0 and all(r["scores"]["epistemic"] > 0 for r in full)
+    assert [r["p_correct"] for r in got] == pytest.approx([r["p_correct"] for r in full],
+                                                          rel=1e-5)
+
+
+def test_the_server_skips_the_backward_for_a_calibration_that_reads_no_gradient():
+    from isouq.serve.engine import Engine
+
+    class Cal:
+        needs_backward = False
+
+    eng = Engine.__new__(Engine)  # only the choice of engine is asked here
+    eng.calibration = Cal()
+    assert eng.method(blocks=False, spans=False) == "forward"
+    assert eng.method(blocks=True, spans=False) == "ghost"  # a request shows its profile
+    assert eng.method(blocks=False, spans=True) == "ghost"
+    Cal.needs_backward = True
+    assert eng.method(blocks=False, spans=False) == "ghost"
+    eng.calibration = None
+    assert eng.method(blocks=False, spans=False) == "ghost"

@@ -121,6 +121,28 @@ def test_batch_size_and_padding_side_do_not_change_scores(family, tok):
             assert rel(s, base) < 1e-4, (bs, side)
 
 
+@pytest.mark.parametrize("family", tiny.FAMILIES[:2])
+def test_forward_only_gives_the_forward_scores_and_no_gradient(family, tok):
+    """method='forward': p̄, the aleatoric score and the sequence log-probability as the
+    brute-force forward gives them (and as the ghost engine does), the hidden states of its
+    forward, no gradient score (NaN) and no backward (no weight or activation gradient)."""
+    model = tiny.causal_lm(family)
+    ref = brute_force(model, tok, PROMPTS, ANSWERS)
+    f = isouq.score_sequences(model, tok, PROMPTS, ANSWERS, method="forward", batch_size=2,
+                              hidden=True)
+    g = isouq.score_sequences(model, tok, PROMPTS, ANSWERS, batch_size=2, hidden=True)
+    assert torch.isnan(f.epistemic).all() and f.method == "forward"
+    assert torch.allclose(f.mean_prob, torch.stack([r["pbar"] for r in ref]), rtol=1e-5)
+    assert torch.allclose(f.aleatoric, torch.stack([r["alea"] for r in ref]), rtol=1e-5)
+    assert torch.allclose(f.seq_logprob, g.seq_logprob, rtol=1e-5)
+    assert all(torch.allclose(torch.as_tensor(f.hidden[k]), torch.as_tensor(g.hidden[k]),
+                              atol=1e-6) for k in g.hidden)
+    assert all(p.grad is None for p in model.parameters())
+    for bad in ({"blocks": True}, {"spans": "sentences"}, {"per_param": True}):
+        with pytest.raises(InputError, match="method='forward' computes no gradient"):
+            isouq.score_sequences(model, tok, PROMPTS, ANSWERS, method="forward", **bad)
+
+
 def test_params_subset_and_token_id_answers(tok):
     model = tiny.causal_lm("llama-tied")
     ids = [tok(a, add_special_tokens=False)["input_ids"] for a in ANSWERS]

@@ -22,6 +22,9 @@ ENGINES: dict[str, str] = {
                    "per answer, the paper's way)",
     "per_token": "LLM answers: one backward per answer token position (the paper's per-token "
                  "comparison)",
+    "forward": "LLM answers: the forward pass only (p̄, the sequence log-probability, the "
+               "aleatoric score, hidden states; no gradient score): what a calibration that "
+               "reads no gradient needs",
 }
 #: older names, accepted for the engine they name
 ALIASES: dict[str, str] = {"functorch": "per_example", "loop": "per_example"}

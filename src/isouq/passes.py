@@ -346,7 +346,8 @@ def score_encoded(
         params: name -> parameter of those that take part (``params.select_params``).
         info: their :class:`ParamInfo`.
         pad: the padding id (``tokens.pad_id``).
-        method: ``"ghost"``, ``"per_example"`` or ``"per_token"`` (resolved, ``engines``).
+        method: ``"ghost"``, ``"per_example"``, ``"per_token"`` or ``"forward"`` (no backward:
+            the gradient score is NaN) (resolved, ``engines``).
         covariance: a :class:`Covariance` (anything but the identity: ``per_example`` only).
         batch_size: answers per forward/backward.
         per_param: also the (N, n_tensors) norms by parameter tensor.
@@ -381,7 +382,8 @@ def score_encoded(
         bar = tqdm(total=n, desc=f"scoring ({method})", unit="answer")
     host: list[torch.Tensor] = []  # per batch, its scores copied to the host in one copy
     # one set of hooks for every batch (set up once: milliseconds per call on an LLM)
-    hooks = GhostNorms(model, params) if method != "per_example" else nullcontext()
+    hooks = GhostNorms(model, params) if method not in ("per_example", "forward") \
+        else nullcontext()
     with eval_mode(model), autograd_ready(model), hooks as ghost:
         starts = range(0, n, batch_size)
         for k in range(_lockstep(len(starts)) if lockstep else len(starts)):
@@ -393,7 +395,15 @@ def score_encoded(
             batch = collate(list(enc[rows]), pad, padding_side, multiple)
             pb = None
             want = on_states is not None
-            if method == "per_example":
+            if method == "forward":  # no backward: no gradient score
+                with torch.no_grad():
+                    p, mask, states = forward_probs(model, batch, hidden_states=want)
+                    T = batch.n_tokens.to(p.device)
+                    mean = p.sum(1) / T
+                    e = torch.full_like(mean, float("nan"))
+                if after_forward is not None:
+                    after_forward(None, p, mask, rows)
+            elif method == "per_example":
                 with torch.no_grad():
                     p, mask, states = forward_probs(model, batch, hidden_states=want)
                     T = batch.n_tokens.to(p.device)

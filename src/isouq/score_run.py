@@ -23,6 +23,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -237,7 +238,8 @@ class ScoreRun:
             raise InputError(f"spans={self.spans!r} is not one of {', '.join(SPLITTERS)}")
         self.env = self.env or DistEnv()
         self.out = Path(self.out)
-        self.method = engine_name(self.method, ("auto", "ghost", "per_example", "per_token"))
+        self.method = engine_name(self.method, ("auto", "ghost", "per_example", "per_token",
+                                                 "forward"))
         self.settings = {**(self.settings or {}), "method": self.method, "params": self.params}
         if self.spans is not None:  # absent otherwise: runs made before spans existed resume
             self.settings["spans"] = self.spans
@@ -426,8 +428,10 @@ class ScoreRun:
         for j, it in enumerate(items):
             self._writer.write({
                 **self._base(it.source),
-                "scores": res.row_scores(j),
-                "seconds": {"gradient": round(seconds, 5)},
+                "scores": {k: v if math.isfinite(v) else None  # JSON has no NaN
+                           for k, v in res.row_scores(j).items()},
+                "seconds": {"forward" if self.method == "forward" else "gradient":
+                            round(seconds, 5)},
                 "n_answer_tokens": int(res.n_tokens[j]),
                 "n_params": res.params.n_params,
                 "params": {"set": res.params.set, "n_params": res.params.n_params,
@@ -493,7 +497,7 @@ def score_rows(model, tokenizer, rows: Iterable[PairRow], out: str | Path, *,
 
 
 def score_file(input: str | Path, out: str | Path, *, model: str, load: dict | None = None,
-               method: str = "ghost", params=None, batch_size: int = 16,
+               method: str | None = None, params=None, batch_size: int = 16,
                max_tokens_per_batch: int | None = None, bucket: bool = True,
                limit: int | None = None, on_error: str = "skip",
                memory_budget: str | int | None = None, calibration=None,
@@ -509,7 +513,9 @@ def score_file(input: str | Path, out: str | Path, *, model: str, load: dict | N
         load: options of ``models.load_model`` (device, dtype, trust_remote_code,
             allow_pickle).
         method, params, batch_size, max_tokens_per_batch, bucket, on_error: as
-            :class:`ScoreRun`.
+            :class:`ScoreRun`; ``method`` None: ``"forward"`` (no backward pass) when the
+            calibration reads no gradient score and neither blocks nor spans are asked for,
+            else ``"ghost"``.
         limit: score only the first ``limit`` rows.
         memory_budget: bytes, or text such as ``"8GB"`` (``memory_plan.parse_bytes``).
         calibration: a ``Calibrator`` for this model: each row gets ``p_correct``.
@@ -534,7 +540,10 @@ def score_file(input: str | Path, out: str | Path, *, model: str, load: dict | N
     from .runio import exclusive
 
     load = dict(load or {})
-    method = engine_name(method, ("auto", "ghost", "per_example", "per_token"))
+    forward_only = (method is None and calibration is not None
+                    and not calibration.needs_backward and not blocks and spans is None)
+    method = engine_name("forward" if forward_only else method or "ghost",
+                         ("auto", "ghost", "per_example", "per_token", "forward"))
     options = content_options(load.get("quantize"), load.get("adapter"))
     # everything a user can get wrong is checked before the model loads
     index = scan_pairs(input, limit=limit, check=check_row_spans)
@@ -611,6 +620,10 @@ def score_file(input: str | Path, out: str | Path, *, model: str, load: dict | N
         lines.append(f"parameters scored: set {info.set!r}, {info.n_params:,} of "
                      f"{info.n_model:,} ({100 * info.share:.2f}% of the model); --params all "
                      "scores every weight")
+    if forward_only and res["written"]:
+        lines.append(f"the calibration reads no gradient score: scored with the forward pass "
+                     f"only (--method forward), no backward: {res['seconds'] / res['written']:.3g}"
+                     " s per answer")
     if calibration is not None and env.is_main:
         from .calibrate_run import annotate_file
 

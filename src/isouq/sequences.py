@@ -36,7 +36,7 @@ from .scores import SequenceScores
 from .spans import score_spans
 from .tokens import Encoded, Prompt, check_counts, encode, given_encoding, pad_id
 
-SeqMethod = Literal["auto", "ghost", "per_example", "per_token", "loop"]
+SeqMethod = Literal["auto", "ghost", "per_example", "per_token", "forward", "loop"]
 
 
 def check_lengths(model: nn.Module, enc: list[Encoded]) -> None:
@@ -79,7 +79,10 @@ def score_sequences(
         method: the engine (``isouq.engines.ENGINES``): ``"ghost"`` (default: every answer of
             a batch from one backward pass), ``"per_example"`` (one backward per answer, the
             paper's way; any covariance; ``"loop"`` is its older name), ``"per_token"`` (the
-            paper's per-token comparison) or ``"auto"`` (ghost for the identity covariance).
+            paper's per-token comparison), ``"forward"`` (the forward pass only: p̄, the
+            sequence log-probability, the aleatoric score and the hidden states, the gradient
+            scores NaN; what a calibration that reads no gradient needs) or ``"auto"`` (ghost
+            for the identity covariance).
         params: which parameters take part: ``"all"`` (default: every weight as the model
             computes with it), ``"trainable"``, ``"adapter"``, ``"last-layer"``, name patterns
             or tensors (see ``isouq.params.select_params``); recorded in ``params``.
@@ -130,7 +133,11 @@ def score_sequences(
         CaptureRefused: ``compile=True`` where graph capture is not offered: the message names
             the check that failed and what it found.
     """
-    method = engine_name(method, ("auto", "ghost", "per_example", "per_token"))
+    method = engine_name(method, ("auto", "ghost", "per_example", "per_token", "forward"))
+    if method == "forward" and (blocks or per_param or spans is not None or compile):
+        raise InputError("method='forward' computes no gradient, so no block profile, "
+                         "per-parameter norms, span scores or captured backward: drop them or "
+                         "use method='ghost'")
     if batch_size < 1:
         raise InputError(f"batch_size must be ≥ 1, got {batch_size}")
     if isinstance(covariance, str) and covariance == "identity":

@@ -105,7 +105,7 @@ def test_loaded_by_module_path_through_lm_polygraphs_factories():
     assert isinstance(est, pg.IsouqEstimator) and est.level == "sequence"
     calc = create_stat_calculator("isouq.integrations.polygraph",
                                   OmegaConf.create({"batch_size": 4}), None)
-    assert calc.stats == [*pg.STATS, *pg.BLOCK_STATS, *HIDDEN_STATS]
+    assert calc.stats == [*pg.STATS, *pg.BLOCK_STATS, *HIDDEN_STATS, pg.METHOD_STAT]
     assert calc.stat_dependencies == ["greedy_tokens"]
     assert calc.batch_size == 4
     # as polygraph_eval reads a config's stat_calculators entry
@@ -217,3 +217,31 @@ def test_hidden_states_and_a_probe_p_correct_in_the_manager(tiny_llama_dir, tmp_
     got = est({"model": model, "input_texts": texts, "greedy_tokens": greedy})
     want = 1 - Calibrator.load(path).predict(pg.stats_rows(stats, len(texts)))
     np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_a_p_correct_that_reads_no_gradient_skips_the_backward(tiny_llama_dir, tmp_path):
+    """IsouqPCorrect of a calibration on p̄ and the aleatoric score computes the stats with the
+    forward pass only (no gradient score in them) and gives what the calibration gives on the
+    full scores; an epistemic estimator on the same stats then computes the gradient scores."""
+    from isouq.calibration import Calibrator
+
+    model = whitebox(tiny_llama_dir, False)
+    texts = [f"question {q} answer" for q in QUESTIONS]
+    hf, tok, instruct = pg.unwrap(model)
+    greedy = [tok("the cat sat", add_special_tokens=False)["input_ids"]] * len(texts)
+    rng = np.random.default_rng(0)
+    rows = [{"key": f"k{i}", "model": "m", "correct": bool(rng.random() < 0.5),
+             "scores": {"mean_prob": float(rng.uniform(0.1, 0.9)),
+                        "aleatoric": float(rng.uniform(0.05, 0.2))}} for i in range(60)]
+    path = Calibrator.fit(rows, features=["mean_prob", "aleatoric"]).save(tmp_path / "c.json")
+    est = pg.load_estimator({"score": "p_correct", "calibration": str(path)})
+    assert not est.needs_backward
+    stats = {"model": model, "input_texts": texts, "greedy_tokens": greedy}
+    got = est(stats)
+    assert stats[pg.METHOD_STAT] == "forward" and np.isnan(stats["isouq_epistemic"]).all()
+    full = pg.load_stat_calculator({})({"greedy_tokens": greedy}, texts, model)
+    want = 1 - Calibrator.load(path).predict(pg.stats_rows(full, len(texts)))
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    epi = pg.load_estimator({"score": "epistemic"})(stats)
+    np.testing.assert_allclose(epi, full["isouq_epistemic"], rtol=1e-5)
+    assert stats[pg.METHOD_STAT] == "ghost"

@@ -255,7 +255,8 @@ def test_metrics(client):
         assert name in text, name
 
 
-def calibrator():
+def calibrator(features=("epistemic",)):
+    """A Platt map of the tiny model on ``features`` (default: the gradient score alone)."""
     from isouq.calibration import Calibrator
 
     rng = np.random.default_rng(0)
@@ -265,7 +266,8 @@ def calibrator():
         rows.append({"key": str(i), "model": "tiny", "correct": bool(rng.random() < p * 12),
                      "scores": {"epistemic": float(np.exp(rng.normal(-4, 1))),
                                 "aleatoric": p * (1 - p), "mean_prob": p}})
-    return Calibrator.fit(rows, labels="judge", model="tiny", max_risk=0.6, delta=0.2)
+    return Calibrator.fit(rows, labels="judge", model="tiny", max_risk=0.6, delta=0.2,
+                          features=list(features), kinds=("platt",))
 
 
 def test_calibration_adds_p_correct_and_withheld(lm):
@@ -282,6 +284,19 @@ def test_calibration_adds_p_correct_and_withheld(lm):
         want = cal.predict({k: [u[k]] for k in ("epistemic", "aleatoric", "mean_prob")})[0]
         assert u["p_correct"] == pytest.approx(float(want), rel=1e-6)
     assert card["calibration"].startswith("P(ok)") and asked["calibration"]
+
+
+def test_a_calibration_that_reads_no_gradient_is_served_without_a_backward(lm):
+    """A map on p̄ alone: every answer is scored by the forward pass only (no gradient score),
+    with its P(correct)."""
+    cal = calibrator(("mean_prob",))
+    assert not cal.needs_backward
+    with TestClient(make_app(lm, calibration=cal)) as c:
+        scored = c.post("/v1/score", json={"prompt": "a", "answer": "b"}).json()
+    u = scored["data"][0]["uncertainty"]
+    assert u["epistemic"] is None and u["epistemic_log"] is None and 0 < u["mean_prob"] <= 1
+    assert u["p_correct"] == pytest.approx(float(cal.predict({"mean_prob": [u["mean_prob"]]})[0]),
+                                           rel=1e-6)
 
 
 @pytest.fixture(scope="module")

@@ -32,10 +32,11 @@ def add_to(sub: argparse._SubParsersAction) -> None:
                    help="output JSONL (resumable: done keys skipped)")
     add_model_options(p)
     p.add_argument("--batch-size", type=positive_int, default=16)
-    p.add_argument("--method", choices=[*ENGINES, *ALIASES], default="ghost", metavar="ENGINE",
+    p.add_argument("--method", choices=[*ENGINES, *ALIASES], default=None, metavar="ENGINE",
                    help="the engine (isouq.engines): " + "; ".join(
                        f"{k}: {v}" for k, v in ENGINES.items()) + " (older names: " + ", ".join(
-                       f"{k} = {v}" for k, v in ALIASES.items()) + "; default: ghost)")
+                       f"{k} = {v}" for k, v in ALIASES.items()) + "; default: ghost, or "
+                       "forward with a --calibration that reads no gradient score)")
     add_params_option(p)
     p.add_argument("--limit", type=positive_int, default=None, help="score only the first N rows")
     p.add_argument("--max-tokens-per-batch", type=positive_int, default=None,

@@ -65,6 +65,7 @@ from .polygraph_stats import (
     CALCULATOR,
     ESTIMATORS,
     EXTRA,
+    METHOD_STAT,
     P_CORRECT,
     STATS,
     WHAT,
@@ -76,7 +77,8 @@ from .polygraph_stats import (
     unwrap,
 )
 
-__all__ = ["BLOCK_STATS", "CALCULATOR", "ESTIMATORS", "EXTRA", "P_CORRECT", "STATS", "WHAT",
+__all__ = ["BLOCK_STATS", "CALCULATOR", "ESTIMATORS", "EXTRA", "METHOD_STAT", "P_CORRECT",
+           "STATS", "WHAT",
            "calculator_container", "lm_polygraph_prompt_ids", "lm_polygraph_prompts",
            "load_estimator", "load_stat_calculator", "polygraph_stats", "score_generations",
            "stats_rows", "unwrap"]

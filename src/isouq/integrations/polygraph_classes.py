@@ -14,6 +14,7 @@ from .polygraph_stats import (
     CALCULATOR,
     EXTRA,
     HIDDEN_STATS,
+    METHOD_STAT,
     STATS,
     WHAT,
     polygraph_stats,
@@ -34,16 +35,20 @@ class IsouqScoresCalculator(StatCalculator):
 
     @staticmethod
     def meta_info():
-        return [*STATS, *BLOCK_STATS, *HIDDEN_STATS], ["greedy_tokens"]
+        return [*STATS, *BLOCK_STATS, *HIDDEN_STATS, METHOD_STAT], ["greedy_tokens"]
 
     def __init__(self, batch_size: int | None = None, blocks: bool = False,
-                 hidden: bool = False):
+                 hidden: bool = False, method: str = "ghost"):
         super().__init__()
+        if method not in ("ghost", "forward"):
+            raise InputError(f"IsouqScoresCalculator method={method!r}: use 'ghost' or "
+                             "'forward' (no backward: for a calibration that reads no gradient)")
         self.batch_size, self.blocks, self.hidden = batch_size, bool(blocks), bool(hidden)
+        self.method = method
 
     def __call__(self, dependencies, texts, model, max_new_tokens: int = 100, **kwargs):
         return polygraph_stats(model, texts, dependencies["greedy_tokens"], self.batch_size,
-                               blocks=self.blocks, hidden=self.hidden)
+                               blocks=self.blocks, hidden=self.hidden, method=self.method)
 
     def __repr__(self):
         return CALCULATOR
@@ -62,13 +67,16 @@ class IsouqEstimator(Estimator):
     needs_blocks = False
     #: whether it needs the answers' hidden states in the batch's stats
     needs_hidden = False
+    #: whether its score needs the backward pass (a gradient score)
+    needs_backward = True
 
     def __init__(self, calculator: bool = False, batch_size: int | None = None):
         if not self.score:
             raise TypeError(f"{type(self).__name__} is the base of isouq's estimators; use one "
                             "of them: IsouqEpistemic, IsouqEpistemicLog, IsouqAleatoric, "
                             "IsouqNormalizedEpistemic, IsouqPCorrect")
-        reads = [f"isouq_{self.score}"] if self.score != "p_correct" else ["isouq_epistemic"]
+        reads = ([f"isouq_{self.score}"] if self.score != "p_correct" else
+                 ["isouq_epistemic" if self.needs_backward else "isouq_mean_prob"])
         reads += ["isouq_blocks"] if self.needs_blocks else []
         reads += ["isouq_hidden"] if self.needs_hidden else []
         deps = reads if calculator else ["greedy_tokens"]
@@ -80,7 +88,9 @@ class IsouqEstimator(Estimator):
 
     def _stats(self, stats: Mapping) -> Mapping:
         """The batch's stats with isouq's in them (computed once per batch when missing)."""
-        missing = ("isouq_epistemic" not in stats
+        backward = self.needs_backward or self.needs_blocks
+        missing = ("isouq_mean_prob" not in stats
+                   or (backward and stats.get(METHOD_STAT) == "forward")
                    or (self.needs_blocks and "isouq_blocks" not in stats)
                    or (self.needs_hidden and "isouq_hidden" not in stats))
         if missing:
@@ -90,7 +100,8 @@ class IsouqEstimator(Estimator):
                                      "through LM-Polygraph's UEManager")
             stats.update(polygraph_stats(stats["model"], stats["input_texts"],
                                          stats["greedy_tokens"], self.batch_size,
-                                         blocks=self.needs_blocks, hidden=self.needs_hidden))
+                                         blocks=self.needs_blocks, hidden=self.needs_hidden,
+                                         method="ghost" if backward else "forward"))
         return stats
 
     def __call__(self, stats: Mapping) -> np.ndarray:
@@ -110,9 +121,11 @@ class IsouqEpistemicLog(IsouqEstimator):
 
 
 class IsouqAleatoric(IsouqEstimator):
-    """isouq's aleatoric score of the greedy answer: (1/T) Σₜ pₜ(1 − pₜ)."""
+    """isouq's aleatoric score of the greedy answer: (1/T) Σₜ pₜ(1 − pₜ) (the forward pass
+    alone gives it)."""
 
     score = "aleatoric"
+    needs_backward = False
 
 
 class IsouqNormalizedEpistemic(IsouqEstimator):
@@ -124,7 +137,8 @@ class IsouqNormalizedEpistemic(IsouqEstimator):
 class IsouqPCorrect(IsouqEstimator):
     """1 − P(correct) of the greedy answer, P(correct) from a calibration of ``isouq calibrate``
     for this model (``calibration``: its file; a map on the block profile makes the stats carry
-    the profiles, one with a hidden-state probe the hidden states)."""
+    the profiles, one with a hidden-state probe the hidden states; one that reads no gradient
+    score is computed without a backward pass)."""
 
     score = "p_correct"
 
@@ -135,6 +149,7 @@ class IsouqPCorrect(IsouqEstimator):
         self.calibration = Calibrator.load(calibration)
         self.needs_blocks = self.calibration.needs_blocks
         self.needs_hidden = self.calibration.needs_hidden
+        self.needs_backward = self.calibration.needs_backward
         super().__init__(calculator=calculator, batch_size=batch_size)
 
     def __str__(self):
@@ -148,7 +163,7 @@ class IsouqPCorrect(IsouqEstimator):
         if self.needs_hidden and "isouq_hidden" not in stats:
             raise InputError(f"{self} reads the hidden states; register IsouqScoresCalculator "
                              "with cfg {hidden: true}, or use calculator: false")
-        n = len(stats["isouq_epistemic"])
+        n = len(stats["isouq_mean_prob"])
         return 1.0 - self.calibration.predict(stats_rows(stats, n))
 
 

@@ -30,6 +30,8 @@ STATS = tuple(f"isouq_{k}" for k in (*SequenceScores.KEYS, "n_tokens", "seconds"
 BLOCK_STATS = ("isouq_blocks", "isouq_block_names")
 #: each answer's mean hidden states {state name: d floats}, what a calibration's probe reads
 HIDDEN_STATS = ("isouq_hidden",)
+#: which engine made the batch's stats: "ghost", or "forward" (no gradient score in them)
+METHOD_STAT = "isouq_method"
 
 
 # --------------------------------------------------------------------------- isouq side
@@ -54,7 +56,7 @@ def score_generations(model: torch.nn.Module, tokenizer, input_texts: Sequence,
                       greedy_tokens: Sequence[Sequence[int]], *, instruct: bool = False,
                       prompt_ids: Sequence[Sequence[int]] | None = None,
                       batch_size: int | None = None, blocks: bool = False,
-                      hidden: bool = False) -> dict[str, np.ndarray]:
+                      hidden: bool = False, method: str = "ghost") -> dict[str, np.ndarray]:
     """isouq's scores of LM-Polygraph generations: (input text, greedy token ids) pairs in,
     the scores of ``SequenceScores.KEYS`` with ``"n_tokens"`` and ``"seconds"`` out, one value
     per answer (``seconds``: the batch's wall time shared equally); with ``blocks`` also
@@ -66,8 +68,9 @@ def score_generations(model: torch.nn.Module, tokenizer, input_texts: Sequence,
     unpadded prompt token ids LM-Polygraph fed the model; when given, isouq's tokenization of
     each prompt must equal them (else :class:`ModelError`). ``batch_size``: answers per
     backward pass (default: all of them, one backward). ``blocks``: also each answer's block
-    profile (``score_sequences(blocks=True)``), from the same backward."""
-    if torch.is_inference_mode_enabled():
+    profile (``score_sequences(blocks=True)``), from the same backward. ``method``:
+    ``"forward"`` computes no gradient score (NaN): what a calibration that reads none needs."""
+    if torch.is_inference_mode_enabled() and method != "forward":
         raise ModelError("isouq's LM-Polygraph estimators need gradients, and they were called "
                          "inside torch.inference_mode(); call them outside it")
     prompts = lm_polygraph_prompts(input_texts, instruct)
@@ -86,7 +89,7 @@ def score_generations(model: torch.nn.Module, tokenizer, input_texts: Sequence,
     t0 = time.perf_counter()
     s = score_sequences(model, tokenizer, prompts, answers,
                         batch_size=batch_size or max(len(answers), 1), blocks=blocks,
-                        hidden=hidden)
+                        hidden=hidden, method=method)
     sec = (time.perf_counter() - t0) / max(len(answers), 1)
     out = {k: getattr(s, k).double().numpy() for k in SequenceScores.KEYS}
     out |= {"n_tokens": s.n_tokens.numpy(), "seconds": np.full(len(answers), sec)}
@@ -131,14 +134,16 @@ def lm_polygraph_prompt_ids(model, input_texts: Sequence) -> list[list[int]]:
 
 
 def polygraph_stats(model, input_texts: Sequence, greedy_tokens: Sequence,
-                    batch_size: int | None = None, blocks: bool = False, hidden: bool = False
-                    ) -> dict[str, np.ndarray]:
-    """The calculator's stats (``isouq_*``) for one LM-Polygraph batch."""
+                    batch_size: int | None = None, blocks: bool = False, hidden: bool = False,
+                    method: str = "ghost") -> dict:
+    """The calculator's stats (``isouq_*``) for one LM-Polygraph batch, and ``isouq_method``:
+    ``"forward"`` when they hold no gradient score (``score_generations``)."""
     hf, tok, instruct = unwrap(model)
     scores = score_generations(hf, tok, input_texts, greedy_tokens, instruct=instruct,
                                prompt_ids=lm_polygraph_prompt_ids(model, input_texts),
-                               batch_size=batch_size, blocks=blocks, hidden=hidden)
-    return {f"isouq_{k}": v for k, v in scores.items()}
+                               batch_size=batch_size, blocks=blocks, hidden=hidden,
+                               method=method)
+    return {**{f"isouq_{k}": v for k, v in scores.items()}, METHOD_STAT: method}
 
 
 def stats_rows(stats: Mapping, n: int) -> list[dict]:

@@ -411,6 +411,7 @@ class Engine:
                                   params=self.settings.params,
                                   encoded=[it.encoded for it in part],
                                   blocks=blocks, hidden=self.needs_hidden,
+                                  method=self.method(blocks, spans is not None),
                                   **({"spans": spans} if spans is not None else {}))
             self.params_info = res.params
             for r, (i, it) in enumerate(zip(idx, part, strict=True)):
@@ -422,6 +423,13 @@ class Engine:
                 if self.needs_hidden:
                     out[i]["hidden"] = res.row_hidden(r)
         return out
+
+    def method(self, blocks: bool, spans: bool) -> str:
+        """``forward`` (no backward pass) when the calibration reads no gradient score and no
+        answer of the pass asks for its block profile or span scores; else ``ghost``."""
+        forward = (self.calibration is not None and not self.calibration.needs_backward
+                   and not blocks and not spans)
+        return "forward" if forward else "ghost"
 
     @property
     def needs_hidden(self) -> bool:
