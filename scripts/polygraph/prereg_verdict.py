@@ -16,7 +16,7 @@ Two steps, each resumable by answer set (dataset × model):
    kept ``RESULTS/verdict/<dataset>__<model>.oof.json`` with the labels, so that step 2 needs
    no model, cache or fit.
 2. Always: from the kept ``.oof.json`` files alone, the two pre-registered comparisons per
-   answer set (``calibration_choice.compare``: PRR, paired bootstrap of 2,000 resamples over
+   answer set (``evaluation.verdict.compare``: PRR, paired bootstrap of 2,000 resamples over
    answers and fold seeds, seed 0; AUROC beside), Holm's correction over the rankable answer
    sets of each comparison (``evaluation.verdict.judge``), the verdicts. Written:
    ``RESULTS/verdict/verdict.json``, ``verdict.md`` (the table) and ``verdict.png``. The
@@ -138,7 +138,6 @@ def fit(doc: dict, results: Path, out: Path) -> None:
 
 def judge_kept(folder: Path, prereg: Path) -> dict:
     """Step 2: the verdict from the kept out-of-fold files alone."""
-    from isouq.calibration_choice import compare
     from isouq.evaluation import verdict as V
 
     rows = []
@@ -150,7 +149,7 @@ def judge_kept(folder: Path, prereg: Path) -> dict:
         oof = {k: np.asarray(v, dtype=float) for k, v in got["oof"].items()}
         q = np.asarray(got["quality"], dtype=float)
         right, wrong = V.class_counts(q)
-        for r in compare(oof, q, comparisons(), n_bootstrap=N_BOOTSTRAP, seed=0):
+        for r in V.compare(oof, q, comparisons(), n_bootstrap=N_BOOTSTRAP, seed=0):
             rows.append({"dataset": dataset, "model": model, "metric": got["metric"],
                          "correct": right, "wrong": wrong, **r})
     families = []

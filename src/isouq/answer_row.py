@@ -12,10 +12,11 @@ Every row has::
 
 and each command adds its own fields beside them: ``isouq score`` the ``prompt``, ``model`` (as
 the user named it), ``method``, ``n_params``, ``input_sha`` and ``settings_sha`` (resume), and
-every other field of the input row as it was (a label travels to ``isouq calibrate``); ``isouq ask`` the ``samples``,
-``semantic_clusters``, ``percentiles`` ({score: %} among reference answers), ``p_correct`` and
-``withheld`` (calibration); ``isouq qa run`` the ``model``, ``dataset``, ``references``,
-``correct``, the judge's verdict, ``passes`` and ``revision``. A row that could not be scored
+every other field of the input row as it was (a label travels to ``isouq calibrate``);
+``isouq ask`` the ``samples``, ``semantic_clusters``, ``percentiles`` ({score: %} among
+reference answers), ``p_correct`` and ``withheld`` (calibration); ``isouq qa run`` the
+``model``, ``dataset``, ``references``, ``correct``, the judge's verdict, ``passes`` and
+``revision``. A row that could not be scored
 has an ``error`` (its reason) instead of scores.
 
 Rows written before the scores moved into ``scores`` (flat: ``{"epistemic": ..., ...}``) are

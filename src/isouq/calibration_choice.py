@@ -208,43 +208,15 @@ def _cross_fitted(rows, cols, y, preds, seeds, folds, states, fraction, progress
     return out
 
 
-def compare(oof: Mapping[str, np.ndarray], quality: np.ndarray,
-            pairs: Sequence[tuple[str, str]], *, n_bootstrap: int = V.N_BOOTSTRAP,
-            seed: int = 0) -> list[dict]:
-    """The paired differences of ``pairs`` (a, b) on the same answers, not yet judged: PRR and
-    AUROC of a, Δ PRR with its interval and p-value (the verdict's metric), Δ AUROC with its
-    interval, and whether the answers are ``rankable`` (``evaluation.verdict``).
-
-    Args:
-        oof: name -> (repeats, n) out-of-fold P(correct) (:func:`cross_fitted`).
-        quality: (n,) the labels (0/1 or fractional).
-        pairs: (a, b) names of ``oof``: a judged against b.
-        n_bootstrap, seed: the paired bootstrap's.
-    """
-    ok = V.rankable(quality)
-    rows = []
-    for a, b in pairs:
-        d_prr = V.paired_difference(oof[a], oof[b], quality, "PRR", n_bootstrap=n_bootstrap,
-                                    seed=seed)
-        d_auc = V.paired_difference(oof[a], oof[b], quality, "AUROC", n_bootstrap=n_bootstrap,
-                                    seed=seed)
-        rows.append({"predictor": a, "against": b, "PRR": d_prr.value_a,
-                     "AUROC": d_auc.value_a, "delta": d_prr.delta, "ci_low": d_prr.ci_low,
-                     "ci_high": d_prr.ci_high, "p": d_prr.p, "delta_auroc": d_auc.delta,
-                     "ci_low_auroc": d_auc.ci_low, "ci_high_auroc": d_auc.ci_high,
-                     "n": d_prr.n, "repeats": d_prr.repeats, "rankable": ok})
-    return rows
-
-
 def comparisons(oof: Mapping[str, np.ndarray], quality: np.ndarray, *,
                 against: str, n_bootstrap: int = V.N_BOOTSTRAP, seed: int = 0) -> list[dict]:
     """Each predictor against ``against`` (and the isouq head against the forward-only head),
-    judged together: :func:`compare`'s rows with ``p_holm``, ``verdict`` and ``family``
-    (``evaluation.verdict.judge``: Holm over the rows, verdict by PRR)."""
+    judged together: ``evaluation.verdict.compare``'s rows with ``p_holm``, ``verdict`` and
+    ``family`` (``evaluation.verdict.judge``: Holm over the rows, verdict by PRR)."""
     pairs = [(name, against) for name in oof if name != against]
     if FORWARD in oof and ISOUQ in oof:
         pairs.append((ISOUQ, FORWARD))
-    return V.judge(compare(oof, quality, pairs, n_bootstrap=n_bootstrap, seed=seed))
+    return V.judge(V.compare(oof, quality, pairs, n_bootstrap=n_bootstrap, seed=seed))
 
 
 @dataclass(frozen=True)
@@ -350,6 +322,6 @@ def default_features(rows: Sequence[Mapping]) -> tuple[str, ...]:
 
 
 __all__ = ["FLOOR_PER_CLASS", "FOLDS", "FORWARD", "FORWARD_FEATURES", "ISOUQ", "MSP", "MSP_MAP",
-           "PBAR", "PROBE", "REPEATS", "Decision", "Predictor", "compare", "comparisons", "cross_fitted",
+           "PBAR", "PROBE", "REPEATS", "Decision", "Predictor", "comparisons", "cross_fitted",
            "decide", "default_features", "feature_sets_of", "learning_curve", "needs_backward", "predictors",
            "reference", "shortfall"]

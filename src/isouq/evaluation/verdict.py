@@ -160,6 +160,38 @@ def paired_difference(a: np.ndarray, b: np.ndarray, quality: np.ndarray, metric:
                   repeats=repeats, n_bootstrap=n_bootstrap, confidence=confidence)
 
 
+def compare(predictions: Mapping[str, np.ndarray], quality: np.ndarray,
+            pairs: Sequence[tuple[str, str]], *, n_bootstrap: int = N_BOOTSTRAP,
+            seed: int = 0) -> list[dict]:
+    """The paired differences of ``pairs`` (a, b) on the same answers, not yet judged.
+
+    Args:
+        predictions: name -> P(correct), (n,) or (repeats, n) (a repeated cross-fit).
+        quality: (n,) the labels (0/1 or fractional).
+        pairs: (a, b) names of ``predictions``: a judged against b.
+        n_bootstrap, seed: the paired bootstrap's.
+
+    Returns:
+        One row per pair: predictor, against, PRR and AUROC of a, ``delta`` (Δ PRR, the
+        verdict's metric) with ``ci_low``, ``ci_high`` and ``p``, ``delta_auroc`` with its
+        interval, ``n``, ``repeats`` and ``rankable`` (:func:`rankable`); :func:`judge` adds
+        the verdicts.
+    """
+    ok = rankable(quality)
+    rows = []
+    for a, b in pairs:
+        d_prr = paired_difference(predictions[a], predictions[b], quality, "PRR",
+                                  n_bootstrap=n_bootstrap, seed=seed)
+        d_auc = paired_difference(predictions[a], predictions[b], quality, "AUROC",
+                                  n_bootstrap=n_bootstrap, seed=seed)
+        rows.append({"predictor": a, "against": b, "PRR": d_prr.value_a,
+                     "AUROC": d_auc.value_a, "delta": d_prr.delta, "ci_low": d_prr.ci_low,
+                     "ci_high": d_prr.ci_high, "p": d_prr.p, "delta_auroc": d_auc.delta,
+                     "ci_low_auroc": d_auc.ci_low, "ci_high_auroc": d_auc.ci_high,
+                     "n": d_prr.n, "repeats": d_prr.repeats, "rankable": ok})
+    return rows
+
+
 def holm(pvalues: Sequence[float]) -> np.ndarray:
     """Holm-adjusted p-values of one family; NaN p-values stay NaN and are not counted."""
     p = np.asarray(pvalues, dtype=float).reshape(-1)
@@ -200,5 +232,6 @@ def counts(rows: Sequence[Mapping]) -> dict[str, int]:
 
 
 __all__ = ["AHEAD", "ALPHA", "BELOW", "CLASS_THRESHOLD", "METRICS", "MIN_PER_CLASS",
-           "N_BOOTSTRAP", "Paired", "VERDICTS", "WITHIN", "auroc_at", "class_counts", "counts",
+           "N_BOOTSTRAP", "Paired", "VERDICTS", "WITHIN", "auroc_at", "class_counts", "compare",
+           "counts",
            "holm", "judge", "paired_difference", "prr", "rankable", "verdict"]

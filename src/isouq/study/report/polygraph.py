@@ -397,24 +397,17 @@ def head_rows(doc: Mapping, heads: Mapping, metric: str, *, n_bootstrap: int = 1
         return 1.0 - np.array([np.nan if v is None else v for v in vals], dtype=float)
 
     def diff(a, b, name, against):
+        where = {"model": doc["model"], "dataset": doc["dataset"],
+                 "quality": METRIC_NAMES.get(metric, metric), "labels": m.get("labels"),
+                 "head": name, "against": against, "counted": counted(doc["dataset"], metric)}
         both = ~(np.isnan(a) | np.isnan(b) | np.isnan(q))
         if both.sum() < 2:
-            return {"model": doc["model"], "dataset": doc["dataset"],
-                    "quality": METRIC_NAMES.get(metric, metric), "head": name,
-                    "against": against, "counted": counted(doc["dataset"], metric),
-                    "rankable": False, "note": f"no answers with values of both ({against})"}
-        d_prr = V.paired_difference(a[both], b[both], q[both], "PRR", n_bootstrap=n_bootstrap,
-                                    seed=seed)
-        d_auc = V.paired_difference(a[both], b[both], q[both], "AUROC",
-                                    n_bootstrap=n_bootstrap, seed=seed)
-        return {"model": doc["model"], "dataset": doc["dataset"],
-                "quality": METRIC_NAMES.get(metric, metric), "labels": m.get("labels"),
-                "head": name, "against": against, "n": d_prr.n,
-                "PRR": d_prr.value_a, "delta": d_prr.delta, "ci_low": d_prr.ci_low,
-                "ci_high": d_prr.ci_high, "p": d_prr.p, "AUROC": d_auc.value_a,
-                "delta_auroc": d_auc.delta, "ci_low_auroc": d_auc.ci_low,
-                "ci_high_auroc": d_auc.ci_high,
-                "counted": counted(doc["dataset"], metric), "rankable": ok}
+            return {**where, "rankable": False,
+                    "note": f"no answers with values of both ({against})"}
+        (row,) = V.compare({name: a[both], against: b[both]}, q[both], [(name, against)],
+                           n_bootstrap=n_bootstrap, seed=seed)
+        return {**where, **{k: v for k, v in row.items() if k not in ("predictor", "rankable")},
+                "rankable": ok}
 
     rows = []
     for name, vals in cols.items():
