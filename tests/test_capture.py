@@ -106,6 +106,13 @@ def test_where_the_checks_pass_the_captured_scores_are_exact():
     ref = isouq.score_sequences(model, tok, PROMPTS, ANSWERS, method="per_example")
     torch.testing.assert_close(got.epistemic, ref.epistemic, rtol=1e-5, atol=0)
     torch.testing.assert_close(got.mean_prob, ref.mean_prob, rtol=1e-6, atol=0)
+    # the next call of the bucket reuses the captured graph: no check, no compile again
+    from torch._dynamo.utils import counters
+
+    graphs = counters["stats"]["unique_graphs"]
+    again = isouq.score_sequences(model, tok, PROMPTS, ANSWERS, compile=True)
+    assert counters["stats"]["unique_graphs"] == graphs
+    torch.testing.assert_close(again.epistemic, ref.epistemic, rtol=1e-5, atol=0)
 
 
 def test_isouq_score_compile_refuses_in_one_line(tiny_llama_dir, tmp_path, capsys):

@@ -30,6 +30,9 @@ class Call:
     #: positions of its output's dim 1 that may carry gradient, each row's, padded with ones
     #: that carry none; None: a rule reads them from the gradient
     positions: torch.Tensor | None = None
+    #: the call's place among the forward's recorded calls (the same for every batch of a
+    #: model): what the backward's bookkeeping keys a call by, not the object's identity
+    index: int = -1
 
 
 def as_tokens(t: torch.Tensor) -> torch.Tensor:

@@ -254,7 +254,7 @@ class GhostNorms:
         call = Call(module=module, args=tuple(
             (a.detach() if dev is None else a.detach().to(dev)) if isinstance(a, torch.Tensor)
             else a for a in args), kwargs=kwargs, output=first,
-            sparse_output=module is self._head)
+            sparse_output=module is self._head, index=len(self.calls))
         if call.sparse_output and self.head_positions is not None:
             kept, length = self.head_positions
             if first.ndim == 3 and tuple(first.shape[:2]) == (kept.shape[0], length):

@@ -145,13 +145,17 @@ class SharedInputs:
         self.reduction = reduction if summed else None
         self.norms: dict[str, torch.Tensor] = {}
         self.totals: list[tuple[int | None, torch.Tensor]] = []
-        self._groups: dict[tuple, _Group] = {}
-        self._key_of: dict[int, tuple] = {}
+        # each group named by its first call's index (the same for every batch of a model: no
+        # address is read in the backward, which may be captured as one graph)
+        self._groups: dict[int, _Group] = {}
+        self._key_of: dict[int, int] = {}
+        first: dict[tuple, int] = {}
         for c in calls:
             k = input_key(c)
             if k is not None:
-                self._groups.setdefault(k, _Group()).expected += 1
-                self._key_of[id(c)] = k
+                g = first.setdefault(k, c.index)
+                self._groups.setdefault(g, _Group()).expected += 1
+                self._key_of[c.index] = g
 
     def add(self, call: Call, contribs: dict[str, Contribution]) -> dict[str, Contribution]:
         """Hand over one call's contributions {parameter name: contribution} (its output
@@ -160,7 +164,7 @@ class SharedInputs:
         Returns:
             The contributions that joined no group (the caller computes them).
         """
-        k = self._key_of.pop(id(call), None)
+        k = self._key_of.pop(call.index, None)
         if k is None:
             return contribs
         group = self._groups[k]
