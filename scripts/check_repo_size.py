@@ -26,8 +26,9 @@ from pathlib import Path
 MB = 1_000_000
 #: the largest tracked file, in MB, outside the allow-list
 MAX_FILE_MB = 2.0
-#: the most the tracked files under ``results/`` may add up to, in MB
-RESULTS_BUDGET_MB = 75.0
+#: the most the tracked files under ``results/`` may add up to, in MB (75 before the
+#: pre-registered fresh questions of results/polygraph_prereg/, about 12 MB when complete)
+RESULTS_BUDGET_MB = 90.0
 #: result files over MAX_FILE_MB kept as they are, each with the most it may grow to, in MB: the
 #: QA runs' answer rows (`isouq report` reads them) and sampled answers (cache/*.samples.jsonl,
 #: which a resumed run reuses instead of generating them again)
