@@ -224,9 +224,9 @@ def _blocks_cost(root):
         "hidden / summed": ratio("hidden_over_ghost"), "both / summed": ratio(
             "blocks_hidden_over_ghost"), "summed path's own spread": lambda r: pct(r["ghost_spread"])})
 
-for _name, _rel, _i in (("long_prompts", B + "long_prompts.md", 0),
-                        ("peer_opacus", B + "peer_opacus_b16_t128.md", 0)):
-    table(_name, _rel)(lambda root, rel=_rel, i=_i: kept(root, rel, i))
+for _name, _rel in (("long_prompts", B + "long_prompts.md"), ("peer_opacus", B + "peer_opacus_b16_t128.md"),
+                    ("prereg_verdict", "results/polygraph_prereg/verdict/verdict.md")):
+    table(_name, _rel)(lambda root, rel=_rel: kept(root, rel, 0))
 
 @table("classifiers_cpu", B + "classifiers_cpu_quiet.json")
 def _classifiers_cpu(root):
