@@ -1,4 +1,5 @@
-"""Local LM-Polygraph datasets from the shipped TriviaQA and TruthfulQA (no network).
+"""Local LM-Polygraph datasets from the shipped TriviaQA and TruthfulQA and isouq's exact-label
+tasks (no network).
 
     python scripts/polygraph/prepare_data.py --dataset triviaqa --style chat --limit 500 \
         --chunk 125 --out .cache/polygraph_data
@@ -12,7 +13,15 @@ question becomes
 ``--style plain`` followed by ``\\nAnswer:``; for ``--style chat`` LM-Polygraph's ``instruct``
 mode puts it in one user turn of the chat template, as ``isouq qa run`` does) and ``output``:
 the list of correct references (TriviaQA: the aliases; TruthfulQA: the best and the other
-correct answers), for LM-Polygraph's multi-reference metrics.
+correct answers; a task of ``isouq.data.tasks``: its accepted answers), for LM-Polygraph's
+multi-reference metrics.
+
+The tasks (``compare``, ``units``, ``truthfulqa-mc1``) take the same options: a generated task's
+``--limit N`` is the first N items of its stream for ``--seed`` (the design set: ``--limit
+500``), and ``--after M`` leaves out the first M, which never share a problem with the others
+(fresh: ``--limit 1500 --after 500``); ``truthfulqa-mc1`` picks TruthfulQA's seeded questions
+(the design set: the same 500 questions as ``--dataset truthfulqa --limit 500``; fresh: the
+other 317).
 
 Written: ``OUT/NAME.csv`` (key, question, input, output as a JSON list) and, per chunk of
 ``--chunk`` questions, ``OUT/NAME/chunk-KKK/`` as a Hugging Face ``datasets`` folder that
@@ -28,6 +37,8 @@ import argparse
 import csv
 import json
 from pathlib import Path
+
+from isouq.data.tasks import TASKS
 
 BRIEF = "Answer the following question as briefly as possible.\n"
 
@@ -83,7 +94,7 @@ def prepare(dataset: str, style: str, limit: int, seed: int, chunk: int, out: Pa
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dataset", choices=["triviaqa", "truthfulqa"], required=True)
+    ap.add_argument("--dataset", choices=["triviaqa", "truthfulqa", *TASKS], required=True)
     ap.add_argument("--style", choices=["chat", "plain"], required=True)
     ap.add_argument("--limit", type=int, default=500)
     ap.add_argument("--seed", type=int, default=0)

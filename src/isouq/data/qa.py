@@ -8,7 +8,9 @@ Sources, in the order :func:`load_dataset` tries them:
   aliases; research use only; see each folder's SOURCE.md);
 - Hugging Face ``datasets`` names when online: ``truthful_qa/generation``,
   ``trivia_qa/unfiltered.nocontext`` or ``trivia_qa/rc.nocontext`` (``datasets`` is imported
-  only then).
+  only then);
+- the exact-label tasks of :mod:`isouq.data.tasks` by name (``compare``, ``lists``,
+  ``truthfulqa-mc1``; :func:`load_task`).
 
 ``limit`` with a ``seed`` picks a deterministic subset, returned in file order; for one seed
 the subsets are nested (the first 100 picked are inside the first 200). ``seed=None`` takes
@@ -25,6 +27,7 @@ from pathlib import Path
 
 from ..errors import DataError, InputError
 from ..runio import read_jsonl
+from . import tasks
 
 SHIPPED = {
     ("truthfulqa", "validation"): "truthfulqa/truthfulqa.jsonl",
@@ -297,9 +300,14 @@ def load_dataset(
     file; or a Hugging Face name with config, "truthful_qa/generation",
     "trivia_qa/unfiltered.nocontext", "trivia_qa/rc.nocontext" (any other as "hf:NAME/CONFIG").
     split: "validation" (TriviaQA also "train": the shipped 8,837-question train subset).
-    limit, seed: see :func:`pick`.
+    limit, seed: see :func:`pick` (an exact-label task: see :func:`load_task`).
     """
     text = str(name)
+    if tasks.is_task(text):
+        if path is not None or split != "validation":
+            raise InputError(f"{text!r} is a built-in task: it takes no data file and no split "
+                             "(drop --data/path and split)")
+        return load_task(text, limit=limit, seed=seed)
     if path is not None:
         dataset = NAMES.get(text.lower(), Path(path).stem.lower())
         return pick(read_qa_file(path, dataset=dataset), limit, seed)
@@ -312,10 +320,29 @@ def load_dataset(
     key = NAMES.get(text.lower())
     if key is None:
         raise DataError(
-            f"unknown dataset {text!r}: use 'truthfulqa', 'triviaqa', a JSONL/CSV file, or a "
-            "Hugging Face name such as 'truthful_qa/generation'"
+            f"unknown dataset {text!r}: use 'truthfulqa', 'triviaqa', a task "
+            f"({', '.join(tasks.TASKS)}), a JSONL/CSV file, or a Hugging Face name such as "
+            "'truthful_qa/generation'"
         )
     return pick(read_qa_file(shipped_path(key, split), dataset=key), limit, seed)
+
+
+def load_task(name: str, *, limit: int | None = None, seed: int | None = 0) -> list:
+    """The items of an exact-label task (:mod:`isouq.data.tasks`), as ``TaskItem`` s.
+
+    Args:
+        name: a generated task (``tasks.GENERATED``) or ``"truthfulqa-mc1"``.
+        limit: a generated task: its first ``limit`` items for ``seed`` (default all
+            ``tasks.SIZE``); MC1: the seeded subset :func:`pick` gives, the same questions as
+            ``load_dataset("truthfulqa", limit=limit, seed=seed)``.
+        seed: the generator's seed (``None``: 0) or, for MC1, :func:`pick`'s.
+
+    Returns:
+        The items; for one seed, the items of a smaller limit are among those of a larger one.
+    """
+    if str(name).lower() == tasks.MC1:
+        return pick(tasks.truthfulqa_mc1(load_truthfulqa_mc(), load_truthfulqa()), limit, seed)
+    return tasks.generate(name, limit, seed)
 
 
 def load_truthfulqa(
