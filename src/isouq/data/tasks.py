@@ -1,20 +1,22 @@
 """Exact-label tasks: generated questions with a computed answer, and TruthfulQA MC1 as a
 generated-answer task. Each item is a :class:`TaskItem` (a ``QAItem``-like record).
 
-Generated tasks (:data:`GENERATED`): a seed gives a stream of distinct questions, built by a
-``random.Random`` seeded with the task's name and the seed (no hash order, no global state).
-Item ``i`` has the difficulty level ``MIX[i % len(MIX)]`` of its task, so every run of
-consecutive items mixes the levels in fixed proportions. No two items of one stream are the
-same problem (the same operation on the same numbers, the same words: the item's signature);
-the first ``n`` items of a stream do not depend on ``n``. Hence, for one seed, items
-``m+1`` to ``n`` never coincide with the first ``m``: the design set is the first 500 items
-of seed 0, the fresh set the items after them (``load_dataset(task, limit=n)`` less
-``load_dataset(task, limit=500)``, as ``scripts/polygraph/prepare_data.py --after 500`` takes
-them). Answers are computed apart from the question text (Python integers; ``datetime`` for
-dates).
+Generated tasks (:data:`GENERATED`): ``compare`` (which of two numbers is larger or smaller:
+whole, close, decimal, fractions; which word has more letters) and ``units`` (which of two
+quantities is longer, heavier or more, in the same unit, one or two units apart, far or close).
+A seed gives a stream of distinct questions, built by a ``random.Random`` seeded with the
+task's name and the seed (no hash order, no global state). Item ``i`` has the difficulty level
+``mix[i % len(mix)]`` of its task, so every run of consecutive items mixes the levels in fixed
+proportions. No two items of one stream are the same problem (the same values asked the same
+way, in either order: the item's signature); the first ``n`` items of a stream do not depend
+on ``n``. Hence, for one seed, items ``m+1`` to ``n`` never coincide with the first ``m``: the
+design set is the first 500 items of seed 0, the fresh set the items after them
+(``load_dataset(task, limit=n)`` less ``load_dataset(task, limit=500)``, as
+``scripts/polygraph/prepare_data.py --after 500`` takes them). The answer is computed from the
+values, not from the text (exact fractions; whole numbers of the smallest unit).
 
-Accepted answers: the bare answer first, then the few sentence shapes small models answer in
-("9 + 5 = 14", "The answer is 14"), each kept once as :func:`normalize` (LM-Polygraph's
+Accepted answers: the bare answer first, then the few sentence shapes models answer in ("21 is
+smaller than 85", "The answer is 21"), each kept once as :func:`normalize` (LM-Polygraph's
 exact-match normalization in ``configs/polygraph/processing.py``) sees it. A label is exact
 match of the normalized answer with one of them; no accepted answer normalizes to the empty
 string (an empty answer is never right).
@@ -22,10 +24,10 @@ string (an empty answer is never right).
 TruthfulQA MC1 (:data:`MC1`): the 817 questions of ``mc_task_v1.json``, in the order of the
 shipped ``truthfulqa.jsonl``, so ``load_dataset("truthfulqa-mc1", limit=500, seed=0)`` asks the
 same questions as ``load_dataset("truthfulqa", limit=500, seed=0)`` (the design set) and the
-other 317 are the fresh ones. Question ``i`` shows ``MC1_OPTIONS[i % 3]`` options (2, 3 or 4:
-the true one and the first false ones of the file; fewer where the file has fewer), shuffled
-by a generator seeded with the question's key and
-numbered ``1)``, ``2)``, …: numbers, not letters, because the normalization drops the article
+other 317 are the fresh ones. Question ``i`` shows ``MC1_OPTIONS[i % 2]`` options (2 or 3: the
+true one and the first false ones of the file; 2 where the file has only 2), shuffled by a
+generator seeded with the question's key, numbered ``1)``, ``2)``, … on the question's line,
+and asks for the number: numbers, not letters, because the normalization drops the article
 "a" and would turn option A into the empty string.
 """
 
@@ -36,6 +38,7 @@ import re
 import string
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 from ..errors import DataError, InputError
 
@@ -181,19 +184,26 @@ def _which(pick: str, other: str, what: str, question: str, signature: tuple) ->
     return Problem(signature, question, _said(pick) + tuple(lead))
 
 
-def _numbers(a: str, b: str, value: Callable[[str], float], rng: random.Random) -> Problem:
-    """Which of the numbers ``a``, ``b`` (as written; ``value`` reads one) is larger or
-    smaller (drawn)."""
+def _numbers(a: str, b: str, rng: random.Random) -> Problem:
+    """Which of the numbers ``a``, ``b`` (as written: whole, decimal or ``p/q``; compared as
+    exact fractions) is larger or smaller (drawn)."""
     what = rng.choice(("larger", "smaller"))
-    big = (value(a) > value(b)) == (what == "larger")
+    big = (Fraction(a) > Fraction(b)) == (what == "larger")
     pick, other = (a, b) if big else (b, a)
     return _which(pick, other, what, f"Which number is {what}, {a} or {b}?",
                   ("cmp", what, *sorted((a, b))))
 
 
 def compare_whole(k: int, *, close: bool = False) -> Maker:
-    """Which of two ``k``-digit numbers is larger or smaller; ``close``: they differ in one
-    digit below the leading one."""
+    """Which of two whole numbers is larger or smaller.
+
+    Args:
+        k: the numbers' digits.
+        close: they differ in one digit below the leading one only.
+
+    Returns:
+        A maker of such problems.
+    """
     def make(rng: random.Random) -> Problem:
         a = _digits(rng, k)
         if close:
@@ -204,24 +214,32 @@ def compare_whole(k: int, *, close: bool = False) -> Maker:
             b = a
             while b == a:
                 b = _digits(rng, k)
-        return _numbers(str(a), str(b), float, rng)
+        return _numbers(str(a), str(b), rng)
     return make
 
 
 def compare_decimal() -> Maker:
-    """Two decimals with the same whole part, one with one decimal and one with two that
-    disagree in the first (``3.9`` against ``3.11``: the longer one is not the larger)."""
+    """Which of two decimals with the same whole part is larger or smaller: one with one
+    decimal, one with two that disagree in the first (``3.9`` against ``3.11``).
+
+    Returns:
+        A maker of such problems.
+    """
     def make(rng: random.Random) -> Problem:
         whole, x, y = rng.randint(0, 99), rng.randint(1, 9), rng.randint(11, 99)
         while y % 10 == 0 or y // 10 == x:
             x, y = rng.randint(1, 9), rng.randint(11, 99)
         a, b = f"{whole}.{x}", f"{whole}.{y}"
-        return _numbers(*((a, b) if rng.random() < 0.5 else (b, a)), float, rng)
+        return _numbers(*((a, b) if rng.random() < 0.5 else (b, a)), rng)
     return make
 
 
 def compare_fraction() -> Maker:
-    """Two unequal fractions ``p/q`` with ``1 <= p < q <= 12``."""
+    """Which of two unequal fractions ``p/q`` (``1 <= p < q <= 12``) is larger or smaller.
+
+    Returns:
+        A maker of such problems.
+    """
     def make(rng: random.Random) -> Problem:
         def draw() -> tuple[int, int]:
             q = rng.randint(2, 12)
@@ -229,13 +247,8 @@ def compare_fraction() -> Maker:
         (p1, q1), (p2, q2) = draw(), draw()
         while p1 * q2 == p2 * q1:
             p2, q2 = draw()
-        return _numbers(f"{p1}/{q1}", f"{p2}/{q2}", _fraction, rng)
+        return _numbers(f"{p1}/{q1}", f"{p2}/{q2}", rng)
     return make
-
-
-def _fraction(text: str) -> float:
-    p, q = text.split("/")
-    return int(p) / int(q)
 
 
 #: everyday words of 3 to 10 letters, for which-has-more-letters questions
@@ -250,7 +263,11 @@ WORDS: tuple[str, ...] = (
 
 
 def compare_length() -> Maker:
-    """Which of two words of :data:`WORDS` has more letters (lengths differ by 1 or 2)."""
+    """Which of two words of :data:`WORDS` has more letters (their lengths differ by 1 or 2).
+
+    Returns:
+        A maker of such problems.
+    """
     def make(rng: random.Random) -> Problem:
         a = rng.choice(WORDS)
         b = rng.choice([w for w in WORDS if 1 <= abs(len(w) - len(a)) <= 2])
@@ -299,10 +316,18 @@ def _round2(x: float) -> int:
 
 
 def compare_units(kinds: Sequence[str], steps: int, ratio: tuple[float, float]) -> Maker:
-    """Two quantities of one kind (drawn from ``kinds``) in units ``steps`` apart (0: the same
-    unit), whose sizes differ by a factor drawn from ``ratio`` (the larger over the smaller);
-    the larger comes first or second at random. Sizes are compared as whole numbers of the
-    smallest unit, exactly."""
+    """Which of two quantities of one kind is longer, heavier or more.
+
+    Args:
+        kinds: the kinds to draw from (:data:`UNITS`; those with units ``steps`` apart).
+        steps: how many units apart the two are (0: the same unit).
+        ratio: the range of the factor between their sizes (the larger over the smaller),
+            before the amount in the smaller unit is rounded to two significant digits.
+
+    Returns:
+        A maker of such problems; the larger is named first or second at random, and sizes
+        are compared exactly, as whole numbers of the kind's smallest unit.
+    """
     lo, hi = ratio
 
     def make(rng: random.Random) -> Problem:
@@ -358,7 +383,14 @@ TASKS: tuple[str, ...] = (*GENERATED, MC1)
 
 
 def is_task(name: str) -> bool:
-    """Whether ``name`` (any case) names an exact-label task of this module."""
+    """Whether ``name`` names an exact-label task of this module.
+
+    Args:
+        name: a dataset name, any case.
+
+    Returns:
+        True for :data:`TASKS` (the generated tasks and :data:`MC1`).
+    """
     return str(name).lower() in TASKS
 
 
@@ -420,7 +452,16 @@ def generate(name: str, limit: int | None = None, seed: int | None = 0) -> list[
 
 
 def mc1_shapes(number: int, text: str) -> list[str]:
-    """What an answer naming option ``number`` (text ``text``) may look like."""
+    """What an answer naming option ``number`` (text ``text``) may look like.
+
+    Args:
+        number: the option's number as listed (from 1).
+        text: the option's text.
+
+    Returns:
+        The number alone, ``"2) text"``, the text alone, ``"Option 2"``, "The answer is 2" and
+        the like.
+    """
     text = text.strip()
     return [str(number), f"{number}) {text}", text, f"Option {number}", f"Option {number}) {text}",
             *_said(str(number))[1:], *[f"{s} {number}) {text}" for s in
@@ -439,8 +480,8 @@ def mc1_item(key: str, question: str, options: Sequence[str], correct: int,
         max_options: options shown at most: the true one and the first false ones.
 
     Returns:
-        A :class:`TaskItem` whose question lists the shown options, shuffled by a generator
-        seeded with ``key``, as ``1) …`` lines, and asks for the option's number; answers: the
+        A :class:`TaskItem` whose question asks for the option's number and lists the shown
+        options, shuffled by a generator seeded with ``key``, as ``1) … 2) …``; answers: the
         shapes of the true option (:func:`mc1_shapes`) that no false option also has;
         incorrect_answers: the false options' shapes; level: the number of options shown.
     """
