@@ -67,16 +67,18 @@ class Batch:
     packed: torch.Tensor | None = None
 
     def to(self, device: torch.device) -> Batch:
-        """The batch on ``device`` (itself when it is there): one copy per host tensor."""
+        """The batch on ``device`` (itself when it is there): one copy per host tensor, queued
+        without waiting for the device (``non_blocking``: a blocking host→device copy would
+        wait for every kernel queued before it)."""
         if self.input_ids.device == torch.device(device):
             return self
+        move = lambda t: None if t is None else t.to(device, non_blocking=True)  # noqa: E731
         if self.packed is not None:
-            ids, att, pos = self.packed.to(device)
+            ids, att, pos = move(self.packed)
         else:
-            ids, att, pos = (t.to(device) for t in (self.input_ids, self.attention_mask,
-                                                     self.position_ids))
-        move = lambda t: None if t is None else t.to(device)  # noqa: E731
-        return Batch(ids, att, pos, self.answer_mask.to(device), self.first,
+            ids, att, pos = (move(t) for t in (self.input_ids, self.attention_mask,
+                                                self.position_ids))
+        return Batch(ids, att, pos, move(self.answer_mask), self.first,
                      move(self.answer_index), move(self.n_tokens), move(self.answer_positions))
 
 
@@ -393,6 +395,8 @@ def score_encoded(
             s = starts[k]
             rows = slice(s, min(s + batch_size, n))
             batch = collate(list(enc[rows]), pad, padding_side, multiple)
+            if method != "per_example":  # on the device once, before the forward: nothing
+                batch = batch.to(input_device(model))  # is copied there once it has begun
             pb = None
             want = on_states is not None
             if method == "forward":  # no backward: no gradient score
@@ -469,7 +473,8 @@ def _head_positions(model: nn.Module, batch: Batch, every: bool = False
     positions (no compaction: shapes set by the batch's length alone)."""
     L = batch.input_ids.shape[1]
     if every:
-        return torch.arange(L).expand(batch.input_ids.shape[0], L), L
+        return torch.arange(L, device=batch.input_ids.device).expand(batch.input_ids.shape[0],
+                                                                      L), L
     if takes_logits_to_keep(model):
         return batch.answer_positions, L - batch.first
     return batch.answer_positions + batch.first, L

@@ -268,7 +268,7 @@ class Reduction:
         by = torch.zeros(self.N, self.groups, dtype=self.dtype, device=self.device)
         if rows:
             terms = rows[0] if len(rows) == 1 else torch.cat(rows)
-            index = torch.tensor(groups, dtype=torch.long).to(self.device)
+            index = torch.tensor(groups, dtype=torch.long).to(self.device, non_blocking=True)
             by.index_add_(1, index, terms.T)
         return by.sum(1), by
 
