@@ -2,7 +2,7 @@
 generated-answer task. Each item is a :class:`TaskItem` (a ``QAItem``-like record).
 
 Generated tasks (:data:`GENERATED`): ``compare`` (which of two numbers is larger or smaller:
-whole, close, decimal, fractions; which word has more letters) and ``units`` (which of two
+whole, close, decimal, fractions far and close; which word has more letters) and ``units`` (which of two
 quantities is longer, heavier or more, in the same unit, one or two units apart, far or close).
 A seed gives a stream of distinct questions, built by a ``random.Random`` seeded with the
 task's name and the seed (no hash order, no global state). Item ``i`` has the difficulty level
@@ -234,18 +234,24 @@ def compare_decimal() -> Maker:
     return make
 
 
-def compare_fraction() -> Maker:
-    """Which of two unequal fractions ``p/q`` (``1 <= p < q <= 12``) is larger or smaller.
+def compare_fraction(*, close: bool = False) -> Maker:
+    """Which of two unequal fractions ``p/q`` (``1 <= p < q``) is larger or smaller.
+
+    Args:
+        close: denominators 5 to 15 and values less than 0.1 apart (else denominators 2 to
+            12, any values).
 
     Returns:
         A maker of such problems.
     """
+    low, high = (5, 15) if close else (2, 12)
+
     def make(rng: random.Random) -> Problem:
         def draw() -> tuple[int, int]:
-            q = rng.randint(2, 12)
+            q = rng.randint(low, high)
             return rng.randint(1, q - 1), q
         (p1, q1), (p2, q2) = draw(), draw()
-        while p1 * q2 == p2 * q1:
+        while p1 * q2 == p2 * q1 or (close and abs(Fraction(p1, q1) - Fraction(p2, q2)) >= 0.1):
             p2, q2 = draw()
         return _numbers(f"{p1}/{q1}", f"{p2}/{q2}", rng)
     return make
@@ -259,18 +265,21 @@ WORDS: tuple[str, ...] = (
     "guitar", "castle", "bridge", "forest", "winter", "summer", "kitchen", "blanket", "chicken",
     "morning", "rainbow", "teacher", "picture", "mountain", "elephant", "computer", "sandwich",
     "umbrella", "dinosaur", "butterfly", "telephone", "chocolate", "strawberry", "basketball",
-    "restaurant")
+    "restaurant", "bird", "ship", "star", "moon", "cake", "shoe", "horse", "train", "plant",
+    "music", "beach", "grass", "animal", "basket", "button", "candle", "letter", "mirror",
+    "balloon", "diamond", "monster", "kingdom", "pyramid", "backpack", "birthday", "calendar",
+    "airplane", "telescope", "crocodile", "snowflake")
 
 
 def compare_length() -> Maker:
-    """Which of two words of :data:`WORDS` has more letters (their lengths differ by 1 or 2).
+    """Which of two words of :data:`WORDS` has more letters (their lengths differ by one).
 
     Returns:
         A maker of such problems.
     """
     def make(rng: random.Random) -> Problem:
         a = rng.choice(WORDS)
-        b = rng.choice([w for w in WORDS if 1 <= abs(len(w) - len(a)) <= 2])
+        b = rng.choice([w for w in WORDS if abs(len(w) - len(a)) == 1])
         pick, other = (a, b) if len(a) > len(b) else (b, a)
         return _which(pick, other, "has more letters",
                       f"Which word has more letters, {a} or {b}?", ("len", *sorted((a, b))))
@@ -366,7 +375,7 @@ GENERATED: dict[str, Task] = {
     t.name: t
     for t in (
         Task("compare", "which of two numbers is larger or smaller, which word is longer",
-             (compare_whole(2), compare_whole(3), compare_whole(6, close=True),
+             (compare_whole(2), compare_fraction(close=True), compare_whole(6, close=True),
               compare_decimal(), compare_fraction(), compare_length()),
              (1, 2, 3, 4, 5, 6)),
         Task("units", "which of two quantities in different units is longer, heavier or more",
