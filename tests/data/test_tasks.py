@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 #: accepted answers, levels). A change here changes a pre-registered design set: never edit a
 #: task's generator in place; add a new task instead.
 DESIGN_SHA256 = {
-    "compare": "47377edea1c8e803810e53923490ae0f4e47a7b128d0f7124b222edf65cc5a94",
+    "compare": "3b5d80f3477e19156e7fddc6b914af993195c78765cc6c1a1fac3d2cc9552332",
     "units": "4714d43509e1af3c40efc163faf0b9a17a92f4ba912092c2c62d5f593bbb3357",
 }
 
@@ -63,9 +63,11 @@ def test_is_correct_on_realistic_answers():
     item = generate("compare", 1)[0]  # "Which number is smaller, 21 or 85?"
     assert item.question == "Which number is smaller, 21 or 85?"
     for said in ("21", "21.", "The answer is 21.", "21 is smaller than 85.",
-                 "21 is a smaller number than 85.", "The smaller number is 21"):
+                 "21 is a smaller number than 85.", "The smaller number is 21",
+                 "The number smaller than 85 is 21."):
         assert is_correct(said, item.answers), said
-    for said in ("85", "85 is smaller than 21.", "", "The", "21 or 85", "21, 85"):
+    for said in ("85", "85 is smaller than 21.", "", "The", "21 or 85", "21, 85",
+                 "The number smaller than 21 is 85."):
         assert not is_correct(said, item.answers), said
 
 

@@ -176,6 +176,7 @@ def _which(pick: str, other: str, what: str, question: str, signature: tuple) ->
         f"{pick} is a {what} number than {other}", f"The {what} number is {pick}",
         f"The {what} one is {pick}", f"The number {pick} is {what} than {other}",
         f"The number {pick} is {what} than the number {other}",
+        f"The number {what} than {other} is {pick}",
         *[f"The {w} between {a} and {b} is {pick}" for w in (f"{what} number", f"number {what}")
           for a, b in ((pick, other), (other, pick))]]
     if is_word:
