@@ -50,7 +50,9 @@ export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_EVALUATE
 export TOKENIZERS_PARALLELISM=false
 MODELDIR=.cache/polygraph_models; DATADIR=.cache/polygraph_data; RUNDIR=.cache/polygraph_runs
 # another config (e.g. configs/polygraph/sampling.yaml) runs and keeps its results apart
-TAG=$(basename "$CONFIG" .yaml); [ "$TAG" = polygraph_eval ] && SUFFIX="" || SUFFIX="__$TAG"
+# (in a --results folder of its own, the names stay plain)
+TAG=$(basename "$CONFIG" .yaml)
+if [ "$TAG" = polygraph_eval ] || [ "$RESULTS" != results/polygraph ]; then SUFFIX=""; else SUFFIX="__$TAG"; fi
 SET="n$LIMIT"; [ "$AFTER" = 0 ] || SET="n$LIMIT-after$AFTER"
 $PY scripts/polygraph/export_models.py --out "$MODELDIR" $MODELS
 for model in $MODELS; do

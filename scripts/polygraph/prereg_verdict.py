@@ -1,6 +1,11 @@
-"""The pre-registered verdict on fresh questions (``configs/preregistration/v1.yaml``).
+"""The pre-registered verdict on fresh questions (``configs/preregistration/v1.yaml``: TriviaQA
+and TruthfulQA; ``v2.yaml``: the exact-label tasks).
 
-    .venv-polygraph/bin/python scripts/polygraph/prereg_verdict.py [--fit] [--sets D__M ...]
+    .venv-polygraph/bin/python scripts/polygraph/prereg_verdict.py [--prereg FILE] [--fit] \
+        [--sets D__M ...]
+
+The answer sets, their primary quality and the kept files' folder are read from the
+pre-registration (v1: ``results/polygraph_prereg``; v2: its ``fresh_sets.results``).
 
 Two steps, each resumable by answer set (dataset × model):
 
@@ -40,17 +45,37 @@ sys.path.insert(0, str(HERE))
 PREREG = Path("configs/preregistration/v1.yaml")
 RESULTS = Path("results/polygraph_prereg")
 CACHE = Path(".cache/polygraph_features")
-#: the answer sets and primary metrics of the pre-registration (v1: answer_sets)
-SETS = (("triviaqa", "qwen2.5-coder-1.5b"), ("truthfulqa", "smollm2"),
-        ("truthfulqa", "qwen2.5-coder-0.5b"), ("truthfulqa", "qwen2.5-coder-1.5b"))
-PRIMARY = {"triviaqa": "Accuracy", "truthfulqa": "Rouge_rougeL"}
-#: the predictors of the pre-registration (v1: predictors), named as calibration_choice names them
+#: the answer sets and primary metrics of a pre-registration (``answer_sets``): set by
+#: :func:`read_prereg`
+SETS: tuple[tuple[str, str], ...] = ()
+PRIMARY: dict[str, str] = {}
+#: the predictors of the pre-registrations (v1 and v2: predictors), named as calibration_choice
+#: names them
 FORWARD_FEATURES = ("mean_prob", "seq_logprob", "hidden")
 ISOUQ_FEATURES = ("mean_prob", "seq_logprob", "epistemic", "epistemic_log", "aleatoric",
                   "blocks", "hidden")
 SEEDS = (0, 1, 2, 3, 4)
 FOLDS = 5
 N_BOOTSTRAP = 2000
+
+
+def read_prereg(path: Path) -> Path:
+    """Set :data:`SETS` and :data:`PRIMARY` from a pre-registration; return its results folder
+    (SystemExit when its predictors are not those this script fits)."""
+    import yaml
+
+    global SETS, PRIMARY
+    doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    sets = doc["answer_sets"]
+    SETS = tuple((s["dataset"], s["model"]) for s in sets["sets"])
+    PRIMARY = {ds: q["metric"] if isinstance(q, dict) else q
+               for ds, q in sets["primary_quality"].items()}
+    heads = doc["predictors"]
+    for name, feats in (("isouq_head", ISOUQ_FEATURES), ("forward_only_head", FORWARD_FEATURES)):
+        if isinstance(heads[name], dict) and tuple(heads[name]["features"]) != feats:
+            raise SystemExit(f"{path}: {name} reads {heads[name]['features']}, this script fits "
+                             f"{list(feats)}")
+    return Path(doc["fresh_sets"].get("results", RESULTS))
 
 
 def sha256(path: Path) -> str:
@@ -207,12 +232,14 @@ def figure(doc: dict, path: Path) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--prereg", default=str(PREREG))
-    ap.add_argument("--results", default=str(RESULTS))
+    ap.add_argument("--results", default=None, help="default: the pre-registration's")
     ap.add_argument("--fit", action="store_true", help="step 1 for the sets not yet fitted")
     ap.add_argument("--sets", nargs="+", default=None, metavar="DATASET__MODEL",
                     help="fit only these answer sets")
     a = ap.parse_args(argv)
-    prereg, results = Path(a.prereg), Path(a.results)
+    prereg = Path(a.prereg)
+    results = read_prereg(prereg)
+    results = Path(a.results) if a.results else results
     folder = results / "verdict"
     folder.mkdir(parents=True, exist_ok=True)
     if a.fit:

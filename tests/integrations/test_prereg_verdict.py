@@ -59,11 +59,23 @@ def _answer_set(tmp_path: Path, prereg_sha: str, n: int = 150, seed: int = 0) ->
     return results
 
 
+PREREG = """version: 9
+answer_sets:
+  primary_quality: {truthfulqa: {metric: Rouge_rougeL}}
+  sets:
+    - {dataset: truthfulqa, model: smollm2}
+predictors:
+  msp: "MSP's map"
+  isouq_head: {features: [mean_prob, epistemic, blocks, hidden]}
+  forward_only_head: {features: [mean_prob, hidden]}
+fresh_sets: {}
+"""
+
+
 @pytest.fixture
 def verdict(tmp_path, monkeypatch):
     mod = _script()
     monkeypatch.setattr(mod, "CACHE", tmp_path / "cache")
-    monkeypatch.setattr(mod, "SETS", (("truthfulqa", "smollm2"),))
     monkeypatch.setattr(mod, "SEEDS", (0, 1))
     monkeypatch.setattr(mod, "N_BOOTSTRAP", 1000)
     # fewer candidates than the pre-registered menu: a faster test of the same code
@@ -73,8 +85,8 @@ def verdict(tmp_path, monkeypatch):
 
 
 def test_fit_then_judge_from_the_kept_file(tmp_path, verdict):
-    prereg = tmp_path / "v1.yaml"
-    prereg.write_text("version: 1\n")
+    prereg = tmp_path / "v9.yaml"
+    prereg.write_text(PREREG)
     results = _answer_set(tmp_path, verdict.sha256(prereg))
     assert verdict.main(["--fit", "--prereg", str(prereg), "--results", str(results)]) == 0
     kept = json.loads((results / "verdict" / "truthfulqa__smollm2.oof.json").read_text())
@@ -94,9 +106,27 @@ def test_fit_then_judge_from_the_kept_file(tmp_path, verdict):
     assert again["rows"] == doc["rows"]
 
 
+def test_the_answer_sets_and_their_quality_are_the_preregistrations(tmp_path):
+    """Both kept pre-registrations read: their answer sets, primary quality and folders."""
+    verdict = _script()
+    for path, n, folder in ((ROOT / "configs/preregistration/v1.yaml", 4,
+                             "results/polygraph_prereg"),
+                            (ROOT / "configs/preregistration/v2.yaml", 12,
+                             "results/polygraph_tasks_prereg")):
+        assert str(verdict.read_prereg(path)) == folder and len(verdict.SETS) == n
+    assert verdict.PRIMARY == {"compare": "Accuracy", "units": "Accuracy",
+                               "truthfulqa-mc1": "Accuracy"}
+    verdict.read_prereg(ROOT / "configs/preregistration/v1.yaml")
+    assert verdict.PRIMARY == {"triviaqa": "Accuracy", "truthfulqa": "Rouge_rougeL"}
+    other = tmp_path / "other.yaml"
+    other.write_text(PREREG.replace("[mean_prob, hidden]", "[mean_prob]"))
+    with pytest.raises(SystemExit, match="this script fits"):
+        verdict.read_prereg(other)
+
+
 def test_another_preregistration_is_refused(tmp_path, verdict):
-    prereg = tmp_path / "v1.yaml"
-    prereg.write_text("version: 1\n")
+    prereg = tmp_path / "v9.yaml"
+    prereg.write_text(PREREG)
     results = _answer_set(tmp_path, "0" * 64, n=40)
     with pytest.raises(SystemExit, match="not evidence for this verdict"):
         verdict.main(["--fit", "--prereg", str(prereg), "--results", str(results)])
