@@ -1,0 +1,145 @@
+"""The check a new user makes of ``isouq calibrate`` on a labelled task isouq has never seen.
+
+    .venv/bin/python scripts/calibrate_check.py --task units --model smollm2 --n 450 --seed 7
+
+1. The model answers ``--n`` questions of an exact-label task (``isouq.data.tasks``) from the
+   stream of ``--seed`` (seed 0 holds the harness's design and fresh sets; another seed is a
+   task no design choice saw), as the harness asks them (greedy, at most 50 new tokens, stopped
+   at a newline), each labelled by exact match: ``answers.jsonl``.
+2. ``isouq score answers.jsonl --blocks --hidden`` (the label travels in the rows).
+3. A seeded, stratified split: two thirds to calibrate on, one third held out.
+4. ``isouq calibrate`` on the first part (its printed verdict kept in ``calibrate.txt``).
+5. ``isouq score`` of the held-out answers with ``--calibration``.
+6. On the held-out answers, the saved P(correct) against MSP (the sequence probability):
+   PRR and AUROC with paired bootstrap intervals (``isouq.evaluation.verdict``).
+
+The answers, their scores (hidden states included: tens of MB) and the calibration go to the
+git-ignored ``.cache/calibrate_check/<task>__<model>-s<seed>/``; what is kept, in
+``OUT/<task>__<model>-s<seed>/``, is ``check.json`` (the numbers), ``calibrate.txt`` (what
+``isouq calibrate`` printed) and ``verdict.png``. Each step is skipped when its file exists
+(resumable). Runs in the main venv.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+
+STOP = ("\n", "Question:")  # configs/polygraph/polygraph_eval.yaml's stop_strings
+
+
+def answer(task: str, model: str, n: int, seed: int, path: Path) -> None:
+    """Step 1: the model's greedy answers, labelled by exact match."""
+    from isouq.data.qa import load_dataset
+    from isouq.data.tasks import is_correct
+    from isouq.llm.generation import generate_greedy
+    from isouq.llm.prompts import qa_prompts
+    from isouq.models import load_model
+
+    items = load_dataset(task, limit=n, seed=seed)
+    lm, tok, _ = load_model(model)
+    gens = generate_greedy(lm, tok, qa_prompts(tok, [it.question for it in items]),
+                           max_new_tokens=50, stop=STOP, batch_size=8)
+    rows = [{"key": it.key, "question": it.question, "answer": g.text,
+             "correct": int(is_correct(g.text, it.answers)), "level": it.level}
+            for it, g in zip(items, gens, strict=True) if g.text.strip()]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+
+
+def cli(*argv: str) -> str:
+    """``isouq ARGV``, as a user runs it; its printed output (SystemExit on failure)."""
+    from isouq.cli import main
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        code = main(list(argv))
+    if code:
+        raise SystemExit(f"isouq {' '.join(argv)} exited {code}")
+    return buf.getvalue()
+
+
+def split(scored: Path, part: Path, held: Path, seed: int) -> None:
+    """Step 3: two thirds and one third, stratified by the label, seeded."""
+    from sklearn.model_selection import train_test_split
+
+    rows = [json.loads(line) for line in scored.read_text().splitlines()]
+    rows = [r for r in rows if "error" not in r]
+    fit, rest = train_test_split(rows, test_size=1 / 3, random_state=seed,
+                                 stratify=[r["correct"] for r in rows])
+    for path, rs in ((part, fit), (held, rest)):
+        path.write_text("".join(json.dumps(r) + "\n" for r in rs), encoding="utf-8")
+
+
+def judge(held_scored: Path) -> dict:
+    """Step 6: the saved P(correct) against MSP on the held-out answers."""
+    from isouq.evaluation import verdict as V
+
+    rows = [json.loads(line) for line in held_scored.read_text().splitlines()]
+    y = np.array([r["correct"] for r in rows], dtype=float)
+    p = np.array([r["p_correct"] for r in rows], dtype=float)
+    msp = np.exp([r["scores"]["seq_logprob"] for r in rows])
+    out = {"held_out": len(rows), "correct": int(y.sum())}
+    for metric in ("PRR", "AUROC"):
+        d = V.paired_difference(p, msp, y, metric, n_bootstrap=2000, seed=0)
+        out[metric] = {"saved": d.value_a, "MSP": d.value_b, "delta": d.delta,
+                       "ci_low": d.ci_low, "ci_high": d.ci_high, "p": d.p}
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--task", default="units")
+    ap.add_argument("--model", default="smollm2")
+    ap.add_argument("--n", type=int, default=450)
+    ap.add_argument("--seed", type=int, default=7, help="the task's stream (not 0)")
+    ap.add_argument("--out", default="results/calibrate_check", help="where the kept files go")
+    a = ap.parse_args(argv)
+    if a.seed == 0:
+        raise SystemExit("--seed 0 is the harness's design and fresh stream; give another")
+    name = f"{a.task}__{a.model}-s{a.seed}"
+    d, kept = Path(".cache/calibrate_check") / name, Path(a.out) / name
+    d.mkdir(parents=True, exist_ok=True)
+    kept.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    if not (d / "answers.jsonl").exists():
+        answer(a.task, a.model, a.n, a.seed, d / "answers.jsonl")
+    if not (d / "scored.jsonl").exists():
+        cli("score", str(d / "answers.jsonl"), "--out", str(d / "scored.jsonl"), "--model",
+            a.model, "--blocks", "--hidden")
+    if not (d / "held.jsonl").exists():
+        split(d / "scored.jsonl", d / "part.jsonl", d / "held.jsonl", a.seed)
+    if not (d / "cal" / "calibration.json").exists():
+        (d / "calibrate.txt").write_text(cli("calibrate", str(d / "part.jsonl"), "--out",
+                                             str(d / "cal")), encoding="utf-8")
+    if not (d / "held_scored.jsonl").exists():
+        cli("score", str(d / "held.jsonl"), "--out", str(d / "held_scored.jsonl"), "--model",
+            a.model, "--calibration", str(d / "cal" / "calibration.json"))
+    cal = json.loads((d / "cal" / "results.json").read_text())
+    doc = {"task": a.task, "model": a.model, "seed": a.seed, "n": a.n,
+           "saved": cal["saved"], "reason": cal["reason"], "selected": cal["selected"],
+           "verdict": cal["tables"].get("verdict", []),
+           "learning_curve": cal["tables"].get("learning_curve", []),
+           "held_out": judge(d / "held_scored.jsonl"),
+           "seconds": round(time.perf_counter() - t0, 1)}
+    (kept / "check.json").write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    (kept / "calibrate.txt").write_text((d / "calibrate.txt").read_text(), encoding="utf-8")
+    if (d / "cal" / "verdict.png").exists():
+        shutil.copy(d / "cal" / "verdict.png", kept / "verdict.png")
+    h = doc["held_out"]
+    print((d / "calibrate.txt").read_text())
+    print(f"held-out ({h['held_out']} answers, {h['correct']} correct): saved "
+          f"{doc['saved']} PRR {h['PRR']['saved']:.3f} vs MSP {h['PRR']['MSP']:.3f}, Δ "
+          f"{h['PRR']['delta']:+.3f} [{h['PRR']['ci_low']:+.3f}, {h['PRR']['ci_high']:+.3f}]; "
+          f"AUROC {h['AUROC']['saved']:.3f} vs {h['AUROC']['MSP']:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
