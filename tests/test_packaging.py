@@ -16,7 +16,7 @@ SRC = ROOT / "src" / "isouq"
 tomllib = pytest.importorskip("tomllib")
 
 # every optional top-level module isouq imports somewhere (the extras' packages)
-OPTIONAL = ["scipy", "sklearn", "statsmodels", "matplotlib", "transformers", "tokenizers",
+OPTIONAL = ["scipy", "sklearn", "statsmodels", "matplotlib", "threadpoolctl", "transformers", "tokenizers",
             "huggingface_hub", "gguf", "accelerate", "safetensors", "jax", "jaxlib", "numpyro",
             "datasets", "laplace", "peft", "bitsandbytes", "fastapi", "uvicorn",
             "prometheus_client", "pydantic", "lm_polygraph", "PIL"]

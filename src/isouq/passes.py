@@ -490,6 +490,10 @@ def captured():
     :data:`CAPTURE_BACKEND`."""
     from torch._dynamo import compiled_autograd
 
+    from .ghost.factors import constant_settings
+
+    constant_settings()
+
     return compiled_autograd._enable(torch.compile(backend=CAPTURE_BACKEND, fullgraph=True))
 
 

@@ -154,8 +154,8 @@ def test_norm_fast_path_is_taken_only_where_it_matches_the_module():
         m = nn.Sequential(nn.Linear(3, 6), norm, nn.Tanh(), nn.Linear(6, 1))
         for _ in range(2):  # the first call compares the paths, the second uses the verdicts
             check(m, torch.randn(5, 4, 3), lambda o: o[..., 0].sum(1))
-        assert norms._FAST_CHECKED[norm] == {torch.float32: kind}, type(norm).__name__
-        assert norms._SCALES_OUTPUT[norm] == {torch.float32: scales}, type(norm).__name__
+        assert norms._memo(norm, norms._FAST_CHECKED) == {torch.float32: kind}, type(norm).__name__
+        assert norms._memo(norm, norms._SCALES_OUTPUT) == {torch.float32: scales}, type(norm).__name__
 
 
 def test_norm_output_ratio_steps_aside_for_a_zero_weight():
@@ -165,7 +165,7 @@ def test_norm_output_ratio_steps_aside_for_a_zero_weight():
     norm = nn.RMSNorm(6)
     m = nn.Sequential(nn.Linear(3, 6), norm, nn.Tanh(), nn.Linear(6, 1))
     check(m, torch.randn(5, 4, 3), lambda o: o[..., 0].sum(1))
-    assert norms._SCALES_OUTPUT[norm] == {torch.float32: True}
+    assert norms._memo(norm, norms._SCALES_OUTPUT) == {torch.float32: True}
     with torch.no_grad():
         norm.weight[2] = 0.0
     check(m, torch.randn(5, 4, 3), lambda o: o[..., 0].sum(1))

@@ -27,6 +27,7 @@ class ScriptedCalibration:
     threshold = 0.5
     needs_blocks = False
     needs_hidden = False
+    needs_backward = True
 
     def __init__(self):
         self.calls = 0

@@ -9,7 +9,7 @@ from ..errors import require
 EXTRA_MODULES = {
     "llm": ("transformers", "safetensors", "gguf", "accelerate", "peft"),
     "quantize": ("bitsandbytes",),
-    "report": ("scipy", "sklearn", "statsmodels", "matplotlib", "PIL"),
+    "report": ("scipy", "sklearn", "statsmodels", "matplotlib", "PIL", "threadpoolctl"),
     "reference": ("jax", "numpyro"),
     "serve": ("fastapi", "uvicorn", "prometheus_client", "pydantic"),
 }

@@ -53,7 +53,6 @@ SETTINGS: dict[str, tuple[str, int, str]] = {
 }
 
 
-@torch.compiler.assume_constant_result  # read once when a backward is captured (isouq.capture)
 def setting(name: str) -> int:
     """The value of ghost setting ``name`` (:data:`SETTINGS`) now: an assigned
     ``factors.NAME``, else its environment variable, else its default.
@@ -66,6 +65,14 @@ def setting(name: str) -> int:
     var, default, _ = SETTINGS[name]
     value = env_int(var, default)
     return max(1, value) if name == "TOKEN_MULTIPLE" else value
+
+
+def constant_settings() -> None:
+    """Mark :func:`setting` as a constant to a captured backward
+    (``torch.compiler.assume_constant_result``: read once while the graph is made), before a
+    backward is captured (``passes.captured``). Done then, not at import: marking it imports
+    torch's compiler, seconds that every ``import isouq`` would pay."""
+    torch.compiler.assume_constant_result(setting)
 
 
 def __getattr__(name: str) -> int:

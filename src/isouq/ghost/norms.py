@@ -38,11 +38,23 @@ from .registry import register_rule
 from .weights import rule_params, unhooked
 
 _NAMES = ("LayerNorm", "RMSNorm")
-#: module -> {dtype: the formula ("rms"/"layer") whose fused x̂ matched f(w + 1) − f(w) on the
-#: module's first call in that dtype, or None: the general path}
-_FAST_CHECKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-#: module -> {dtype: whether y = w ⊙ x̂ held on the first call (then gᵢ = Σₜ bₜ ⊙ yₜ / w)}
-_SCALES_OUTPUT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+#: a module's attribute {dtype: the formula ("rms"/"layer") whose fused x̂ matched
+#: f(w + 1) − f(w) on the module's first call in that dtype, or None: the general path}
+_FAST_CHECKED = "_isouq_norm_fast"
+#: a module's attribute {dtype: whether y = w ⊙ x̂ held on the first call (then
+#: gᵢ = Σₜ bₜ ⊙ yₜ / w)}. Both live on the module, not in a module-global table: a captured
+#: backward (``isouq.capture``) reads them as the module's own state, not through a table of
+#: every module scored so far.
+_SCALES_OUTPUT = "_isouq_norm_scales_output"
+
+
+def _memo(module: nn.Module, name: str) -> dict:
+    """The module's memo ``name`` (:data:`_FAST_CHECKED`, :data:`_SCALES_OUTPUT`), made on first
+    use."""
+    memo = module.__dict__.get(name)
+    if memo is None:
+        memo = module.__dict__[name] = {}
+    return memo
 
 
 def _by_name(module: nn.Module) -> bool:
@@ -137,7 +149,7 @@ def _derivatives(module: nn.Module, call: Call, own: dict, shapes: set
     if len(shapes) != 1 or call.kwargs:
         return general()
     shape = next(iter(shapes))
-    checked = _FAST_CHECKED.setdefault(module, {})
+    checked = _memo(module, _FAST_CHECKED)
     if x.dtype in checked:
         kind = checked[x.dtype]
         return general() if kind is None else _fast_derivatives(module, x, list(own), shape, kind)
@@ -179,7 +191,7 @@ def before_backward(module: nn.Module, call: Call) -> None:
     """1/w of a module found to scale its output (``_SCALES_OUTPUT``), into ``call.extra``
     before the backward: its cache is keyed by the weight's storage, which a captured backward
     cannot read (``isouq.capture``)."""
-    if _SCALES_OUTPUT.get(module, {}).get(call.args[0].dtype) and call.output is not None:
+    if _memo(module, _SCALES_OUTPUT).get(call.args[0].dtype) and call.output is not None:
         call.extra["inverse"] = _inverse(module, call, rule_params(module, call))
 
 
@@ -199,7 +211,7 @@ def contributions(module: nn.Module, call: Call) -> dict[str, Contribution]:
     b = grad  # multiplied by float32 (or wider) derivatives: the products are float32
     with torch.no_grad():
         dtype, y = call.args[0].dtype, call.output.detach()
-        scales = _SCALES_OUTPUT.setdefault(module, {})
+        scales = _memo(module, _SCALES_OUTPUT)
         inverse = (call.extra["inverse"] if "inverse" in call.extra
                    else _inverse(module, call, own) if scales.get(dtype) else None)
         if inverse is not None:  # gᵢ = (Σₜ bₜ ⊙ yₜ) ⊙ 1/w: the scale applied where it is read
@@ -208,7 +220,7 @@ def contributions(module: nn.Module, call: Call) -> dict[str, Contribution]:
                                            scale=inverse.reshape(-1))}
         derivatives = _derivatives(module, call, own, shapes)
         if dtype not in scales:  # first call: y = w ⊙ x̂ exactly, with x̂ the verified fused one?
-            scales[dtype] = (_FAST_CHECKED.get(module, {}).get(dtype) is not None
+            scales[dtype] = (_memo(module, _FAST_CHECKED).get(dtype) is not None
                              and _inverse(module, call, own) is not None
                              and _agree(y / own["weight"], derivatives["weight"]))
         out: dict[str, Contribution] = {}
