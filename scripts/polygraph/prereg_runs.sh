@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The pre-registered fresh runs (configs/preregistration/v1.yaml and v2.yaml), resumable on any
+# checkout: each pre-registration's answers are made and fitted by the code of the commit fixed
+# for it (CODE below, a git worktree under .cache/prereg_code/, with this checkout's results/,
+# .cache/ and .venv-polygraph linked in), small models first. For each answer set: the
+# LM-Polygraph benchmark (scripts/polygraph_benchmark.sh: archived chunks are skipped), then,
+# once it is complete, its features (scripts/polygraph/features.py --rows-only) and its
+# pre-registered fit (scripts/polygraph/prereg_verdict.py --fit; done sets are skipped).
+#
+#   setsid nohup bash scripts/polygraph/prereg_runs.sh > runs/prereg.log 2>&1 &
+#
+# Needs .venv-polygraph with the four models (docs/polygraph.md). Days on a 2-core CPU for the
+# 1.5B model; stop it at any time. Then, in the main venv, the verdict from the kept files:
+#   .venv/bin/python scripts/polygraph/prereg_verdict.py --prereg configs/preregistration/v1.yaml
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+declare -A CODE=([v1]=166e1762c8d2829ff6622408b152fce5a7ebb84d
+                 [v2]=f3613774badf5178040190d56e4b14b3174838e1)
+declare -A RESULTS=([v1]=results/polygraph_prereg [v2]=results/polygraph_tasks_prereg)
+declare -A OPTIONS=([v1]="--limit 1500 --after 500"
+                    [v2]="--limit 1000 --after 500 --config configs/polygraph/tasks.yaml")
+
+code() {  # the worktree of pre-registration $1's commit, made once
+  local d=.cache/prereg_code/$1
+  if [ ! -d "$d" ]; then
+    git worktree add --detach "$d" "${CODE[$1]}" >/dev/null
+    rm -rf "$d/results" && ln -s "$ROOT/results" "$d/results"
+    ln -s "$ROOT/.cache" "$d/.cache" && ln -s "$ROOT/.venv-polygraph" "$d/.venv-polygraph"
+  fi
+  echo "$d"
+}
+
+run() {  # run PREREG MODEL DATASET...: the benchmark, then each complete set's features and fit
+  local v=$1 model=$2; shift 2
+  local d; d=$(code "$v")
+  (cd "$d" && PYTHONPATH="$PWD/src" bash scripts/polygraph_benchmark.sh ${OPTIONS[$v]} \
+      --models "$model" --datasets "$*" --results "${RESULTS[$v]}" \
+      --prereg "configs/preregistration/$v.yaml")
+  for ds in "$@"; do
+    local f=${RESULTS[$v]}/polygraph__${ds}__${model}.json
+    python3 -c "import json,sys; sys.exit(0 if json.load(open('$f')).get('complete') else 1)" \
+        || continue
+    [ -f "${RESULTS[$v]}/verdict/${ds}__${model}.oof.json" ] && continue
+    (cd "$d" && PYTHONPATH="$PWD/src" .venv-polygraph/bin/python scripts/polygraph/features.py \
+        --results "${RESULTS[$v]}" --models "$model" --datasets "$ds" --rows-only \
+     && PYTHONPATH="$PWD/src" .venv-polygraph/bin/python scripts/polygraph/prereg_verdict.py \
+        --prereg "configs/preregistration/$v.yaml" --fit --sets "${ds}__${model}")
+  done
+}
+
+TASKS="compare units truthfulqa-mc1"
+run v1 smollm2 truthfulqa
+run v1 qwen2.5-coder-0.5b truthfulqa
+run v2 smollm2 $TASKS
+run v2 gemma3-270m $TASKS
+run v2 qwen2.5-coder-0.5b $TASKS
+run v1 qwen2.5-coder-1.5b triviaqa truthfulqa
+run v2 qwen2.5-coder-1.5b $TASKS
+echo "[prereg] finished ($(date +%H:%M:%S))"
