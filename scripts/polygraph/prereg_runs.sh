@@ -9,6 +9,9 @@
 #
 #   setsid nohup bash scripts/polygraph/prereg_runs.sh > runs/prereg.log 2>&1 &
 #
+# With arguments, only the runs named, as PREREG:MODEL (e.g. v2:gemma3-270m): a second runner
+# on a second core takes other runs than the first (two runners on one run would collide).
+#
 # Needs .venv-polygraph with the four models (docs/polygraph.md). Days on a 2-core CPU for the
 # 1.5B model; stop it at any time. Then, in the main venv, the verdict from the kept files:
 #   .venv/bin/python scripts/polygraph/prereg_verdict.py --prereg configs/preregistration/v1.yaml
@@ -50,12 +53,13 @@ run() {  # run PREREG MODEL DATASET...: the benchmark, then each complete set's 
   done
 }
 
-TASKS="compare units truthfulqa-mc1"
-run v1 smollm2 truthfulqa
-run v1 qwen2.5-coder-0.5b truthfulqa
-run v2 smollm2 $TASKS
-run v2 gemma3-270m $TASKS
-run v2 qwen2.5-coder-0.5b $TASKS
-run v1 qwen2.5-coder-1.5b triviaqa truthfulqa
-run v2 qwen2.5-coder-1.5b $TASKS
+declare -A DATASETS=([v1:smollm2]=truthfulqa [v1:qwen2.5-coder-0.5b]=truthfulqa
+                     [v1:qwen2.5-coder-1.5b]="triviaqa truthfulqa")
+ORDER=(v1:smollm2 v1:qwen2.5-coder-0.5b v2:smollm2 v2:gemma3-270m v2:qwen2.5-coder-0.5b
+       v1:qwen2.5-coder-1.5b v2:qwen2.5-coder-1.5b)
+for r in "${@:-${ORDER[@]}}"; do
+  [[ " ${ORDER[*]} " == *" $r "* ]] || { echo "[prereg] no run '$r'; the runs: ${ORDER[*]}"; exit 2; }
+  # shellcheck disable=SC2086  # the datasets are words
+  run "${r%%:*}" "${r#*:}" ${DATASETS[$r]:-compare units truthfulqa-mc1}
+done
 echo "[prereg] finished ($(date +%H:%M:%S))"
