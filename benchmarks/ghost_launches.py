@@ -115,13 +115,9 @@ def syncs(row: dict) -> int:
     return sum(row["by_op"].get(k, 0) for k in SYNCS)
 
 
-def source_commit(src: Path) -> str | None:
-    res = subprocess.run(["git", "-C", str(src), "rev-parse", "--short", "HEAD"],
-                         capture_output=True, text=True)
-    return res.stdout.strip() or None
-
-
 def main() -> None:
+    from record import source_commit  # benchmarks/, on the path when run as a script
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
     ap.add_argument("--batch", type=int, default=16)

@@ -335,13 +335,9 @@ def matching(measured: list[dict], path: Path | None) -> list[dict | None]:
     return [by.get(key(m)) for m in measured]
 
 
-def source_commit(src: Path) -> str | None:
-    res = subprocess.run(["git", "-C", str(src), "rev-parse", "--short", "HEAD"],
-                         capture_output=True, text=True)
-    return res.stdout.strip() or None
-
-
 def main() -> None:
+    from record import source_commit  # benchmarks/, on the path when run as a script
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--widths", nargs="+", default=list(WIDTHS), choices=list(WIDTHS))
     ap.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"],

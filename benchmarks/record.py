@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import platform
+import subprocess
+from pathlib import Path
 
 
 def machine() -> dict:
@@ -22,3 +24,10 @@ def save_json(path: str | None, meta: dict, **payload) -> None:
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path, "w") as f:
         json.dump({"meta": {**machine(), **meta}, **payload}, f, indent=1)
+
+
+def source_commit(src: Path) -> str | None:
+    """The short commit of the checkout at ``src`` (None outside a git checkout)."""
+    res = subprocess.run(["git", "-C", str(src), "rev-parse", "--short", "HEAD"],
+                         capture_output=True, text=True)
+    return res.stdout.strip() or None

@@ -364,14 +364,17 @@ def test_cli_calibrate_keeps_msps_map_when_no_head_beats_it(tmp_path, capsys):
     is saved, needing no backward pass."""
     rows = strong_rows()
     rng = np.random.default_rng(1)
-    for r in rows:
+    for i, r in enumerate(rows):
         r["correct"] = bool(rng.random() < 0.4)
+        r["seconds"] = {"gradient": 0.5 + 0.1 * (i % 3)}   # as isouq score times its rows
     path = _write_run(tmp_path, rows)
     out = tmp_path / "cal"
     assert main(["calibrate", str(path), "--out", str(out), *FAST]) == 0
     printed = capsys.readouterr().out
     doc = json.loads((out / "results.json").read_text())
     assert doc["saved"] == "MSP's map" and "no head is ahead" in doc["reason"]
+    assert doc["gradient_seconds"] == pytest.approx(0.6)
+    assert "a median 0.6 s per answer" in printed
     assert all(r["verdict"] != "ahead" for r in doc["tables"]["verdict"])
     cal = Calibrator.load(out / "calibration.json")
     assert cal.map.features == ("seq_logprob",) and not cal.needs_backward

@@ -284,8 +284,25 @@ def run_calibration(
                "selected": f"{cal.map.kind} on {cal.map.name}",
                "saved": decision.saved, "reason": decision.reason,
                "needs_backward": cal.needs_backward,
+               "gradient_seconds": gradient_seconds(rows),
                "calibration": "calibration.json", "crossfit": "crossfit.jsonl",
                "guarantee": _guarantee(rc)})
+
+
+def gradient_seconds(rows: Sequence[Mapping]) -> float | None:
+    """The median seconds per answer that ``isouq score`` spent on the rows with the backward
+    pass (each row's ``seconds.gradient``: its share of its batch), or None when no row says.
+
+    Args:
+        rows: answer rows, as ``isouq score`` writes them.
+
+    Returns:
+        seconds per answer, forward and backward together; None without timings.
+    """
+    t = [r["seconds"]["gradient"] for r in rows
+         if isinstance(r.get("seconds"), Mapping) and isinstance(r["seconds"].get("gradient"),
+                                                                  (int, float))]
+    return float(np.median(t)) if t else None
 
 
 def _answers(y: np.ndarray) -> str:
@@ -446,9 +463,12 @@ def summary(results: str | os.PathLike) -> str:
     lines.append(f"saved: {d['saved']} ({doc['selected']}): {d['reason']}")
     lines.append(f"  its nested PRR {_num(d['PRR'])}, AUROC {_num(d['AUROC'])} (the procedure "
                  "judged on answers it did not see)")
+    took = doc.get("gradient_seconds")
     lines.append("  needs the backward pass: " + (
         "yes (isouq score computes the gradient scores)" if doc["needs_backward"] else
-        "no: isouq score --calibration scores it with a forward pass only"))
+        "no: isouq score --calibration scores it with a forward pass only" + (
+            f", skipping the backward that these rows were scored with (forward and backward: "
+            f"a median {took:.3g} s per answer)" if took else "")))
     curve = t.get("learning_curve") or []
     if curve:
         by_n: dict[int, list[str]] = {}

@@ -35,12 +35,16 @@ DESIGN_SHA256 = {
 MC1_DESIGN_SHA256 = "69fc85e3114b1d8f82d3ff5e1b6a220af1275f031359befb53e5b2481d336030"
 
 
-def _processing():
-    spec = importlib.util.spec_from_file_location(
-        "processing", ROOT / "configs" / "polygraph" / "processing.py")
+def _from_file(name: str, path):
+    """The module of a script or config file outside the package."""
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _processing():
+    return _from_file("processing", ROOT / "configs" / "polygraph" / "processing.py")
 
 
 def _digest(items) -> str:
@@ -274,11 +278,7 @@ def test_mc1_design_set_asks_the_truthfulqa_design_questions():
 
 
 def _prepare_data():
-    spec = importlib.util.spec_from_file_location(
-        "prepare_data", ROOT / "scripts" / "polygraph" / "prepare_data.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return _from_file("prepare_data", ROOT / "scripts" / "polygraph" / "prepare_data.py")
 
 
 @pytest.mark.parametrize("name", sorted(tasks.GENERATED))
