@@ -438,9 +438,7 @@ def _hmc_cost(root):
 
 
 # =========================================================================== values (numbers only)
-def _seq(root):
-    return load(root, SEQ)["ratios"]
-
+_seq = lambda root: load(root, SEQ)["ratios"]  # noqa: E731
 _LONG = tuple(B + f"score_sequences_t{t}.json" for t in (256, 1024, 2048))
 value("cpu_ghost_over_floor", SEQ)(lambda root: span((q["ghost/floor"] for q in _seq(root)), fixed))
 value("cpu_loop_over_ghost", SEQ)(lambda root: span((q["loop/ghost"] for q in _seq(root)),
@@ -479,7 +477,8 @@ value("polygraph_1p5b_correct", PG_REPORT)(lambda root: ", ".join(
     f"{r['answers'].split()[0]} of {r['n']} ({DATASETS[r['dataset']]})" for r in _pg(root)["ranks"]
     if r["model"] == "qwen2.5-coder-1.5b" and r["quality"] == "accuracy"))
 value("fresh_questions", FRESH)(lambda root: load(root, FRESH)["rows"][0]["questions"])
-
+value("prereg_judged", PV := "results/polygraph_prereg/verdict/verdict.json")(
+    lambda root: "{answer_sets_judged} of {answer_sets_expected}".format(**load(root, PV)))
 value("qa_pbar_raw_auroc", QA_REPORT)(lambda root: span((r["auroc"] for r in section(
     root, QA_REPORT, "qa-study")["raw_auroc"] if r["score"] == "mean_prob"), fixed))
 value("qa_judge_kappa", QA_REPORT)(lambda root: span((r["kappa"] for r in section(
