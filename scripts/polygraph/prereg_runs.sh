@@ -57,8 +57,10 @@ declare -A DATASETS=([v1:smollm2]=truthfulqa [v1:qwen2.5-coder-0.5b]=truthfulqa
                      [v1:qwen2.5-coder-1.5b]="triviaqa truthfulqa")
 ORDER=(v1:smollm2 v1:qwen2.5-coder-0.5b v2:smollm2 v2:gemma3-270m v2:qwen2.5-coder-0.5b
        v1:qwen2.5-coder-1.5b v2:qwen2.5-coder-1.5b)
-for r in "${@:-${ORDER[@]}}"; do
+for r in "$@"; do
   [[ " ${ORDER[*]} " == *" $r "* ]] || { echo "[prereg] no run '$r'; the runs: ${ORDER[*]}"; exit 2; }
+done
+for r in "${@:-${ORDER[@]}}"; do
   # shellcheck disable=SC2086  # the datasets are words
   run "${r%%:*}" "${r#*:}" ${DATASETS[$r]:-compare units truthfulqa-mc1}
 done

@@ -130,3 +130,16 @@ def test_another_preregistration_is_refused(tmp_path, verdict):
     results = _answer_set(tmp_path, "0" * 64, n=40)
     with pytest.raises(SystemExit, match="not evidence for this verdict"):
         verdict.main(["--fit", "--prereg", str(prereg), "--results", str(results)])
+
+
+def test_the_runner_refuses_a_run_it_does_not_know_before_it_starts_any():
+    """scripts/polygraph/prereg_runs.sh PREREG:MODEL...: an unknown run is one line naming the
+    runs it knows, exit status 2, before any worktree, benchmark or fit (a known run named
+    first is not started)."""
+    import subprocess
+
+    script = ROOT / "scripts/polygraph/prereg_runs.sh"
+    res = subprocess.run(["bash", str(script), "v2:smollm2", "v2:smollm2x"],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2
+    assert "no run 'v2:smollm2x'" in res.stdout and "v2:smollm2 " in res.stdout
