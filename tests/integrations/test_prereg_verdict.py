@@ -142,4 +142,5 @@ def test_the_runner_refuses_a_run_it_does_not_know_before_it_starts_any():
     res = subprocess.run(["bash", str(script), "v2:smollm2", "v2:smollm2x"],
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 2
+    assert res.stdout.count("\n") == 1   # that line alone: nothing was started
     assert "no run 'v2:smollm2x'" in res.stdout and "v2:smollm2 " in res.stdout
