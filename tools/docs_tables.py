@@ -450,10 +450,9 @@ value("paper_full_b64", PAPER)(lambda root: ", ".join(
     if r["batch"] == 64))
 value("gpu_tests_passed", B + "gpu_check_tests_h200.log")(lambda root: re.search(
     r"(\d+) passed", (root / B / "gpu_check_tests_h200.log").read_text("utf-8"))[1])
-value("half_bf16_error", B + "half_precision.json")(lambda root: pct(load(
-    root, B + "half_precision.json")["dtypes"]["bfloat16"]["ghost_vs_f32_median"]))
-value("half_fp16_error", B + "half_precision.json")(lambda root: pct(load(
-    root, B + "half_precision.json")["dtypes"]["float16"]["ghost_vs_f32_median"]))
+HP, SP = B + "half_precision.json", B + "spans_cpu.json"
+value("half_bf16_error", HP)(lambda root: pct(load(root, HP)["dtypes"]["bfloat16"]["ghost_vs_f32_median"]))
+value("half_fp16_error", HP)(lambda root: pct(load(root, HP)["dtypes"]["float16"]["ghost_vs_f32_median"]))
 value("models_ghost_over_floor", *(B + f"score_sequences_{t}.json" for t in ("fp32", "4bit", "lora8")))(
     lambda root: span((q["ghost/floor"] for t in ("fp32", "4bit", "lora8") for q in load(
         root, B + f"score_sequences_{t}.json")["ratios"] if q["batch"] == 16), fixed))
@@ -467,10 +466,8 @@ value("serve_score_rate", SERVE)(lambda root: span(r["answers_per_s"] for r in l
     "results"] if r["endpoint"] == "/v1/score"))
 value("classifiers_over_train", B + "classifiers_cpu_quiet.json")(lambda root: span(
     (r["isouq_over_train_step"] for r in load(root, B + "classifiers_cpu_quiet.json")["rows"]), fixed))
-value("spans_over_whole", B + "spans_cpu.json")(lambda root: sig(load(
-    root, B + "spans_cpu.json")["retain_over_whole"], 2) + "×")
-value("spans_loop_over", B + "spans_cpu.json")(lambda root: sig(load(
-    root, B + "spans_cpu.json")["loop_over_retain"], 2) + "×")
+value("spans_over_whole", SP)(lambda root: sig(load(root, SP)["retain_over_whole"], 2) + "×")
+value("spans_loop_over", SP)(lambda root: sig(load(root, SP)["loop_over_retain"], 2) + "×")
 value("polygraph_isouq_cost", PG_REPORT)(lambda root: span(
     _point(r["IsouqEpistemic"]) for r in _pg(root)["cost"]) + " s")
 value("polygraph_1p5b_correct", PG_REPORT)(lambda root: ", ".join(
