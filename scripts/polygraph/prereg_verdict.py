@@ -191,19 +191,34 @@ def judge_kept(folder: Path, prereg: Path) -> dict:
 
 
 def table(doc: dict) -> str:
-    """The verdict as a Markdown table."""
+    """The verdict as a Markdown table, one row per answer set: the isouq head's PRR, then each
+    pre-registered comparison (Δ PRR with its interval, Holm's p, the verdict; Δ AUROC beside
+    the primary one)."""
     def num(x, signed=False):
         return "n/a" if x is None else (f"{x:+.3f}" if signed else f"{x:.3f}").replace("-", "−")
 
-    lines = ["| answer set | quality | correct / wrong | comparison | PRR | Δ PRR [95% CI] | "
-             "Holm p | verdict | Δ AUROC [95% CI] |", "|---|---|---|---|---|---|---|---|---|"]
+    def ci(r, suffix=""):
+        d, lo, hi = (r[k + suffix] for k in ("delta", "ci_low", "ci_high"))
+        return f"{num(d, True)} [{num(lo, True)}, {num(hi, True)}]"
+
+    against = list(dict.fromkeys(r["against"] for r in doc["rows"]))
+    by_set: dict[tuple, dict] = {}
     for r in doc["rows"]:
-        lines.append(
-            f"| {r['model']} × {r['dataset']} | {r['metric']} | {r['correct']} / {r['wrong']} | "
-            f"{r['predictor']} vs {r['against']} | {num(r['PRR'])} | {num(r['delta'], True)} "
-            f"[{num(r['ci_low'], True)}, {num(r['ci_high'], True)}] | {num(r['p_holm'])} | "
-            f"{r['verdict'] or 'not rankable'} | {num(r['delta_auroc'], True)} "
-            f"[{num(r['ci_low_auroc'], True)}, {num(r['ci_high_auroc'], True)}] |")
+        by_set.setdefault((r["model"], r["dataset"]), {})[r["against"]] = r
+    head = ["answer set", "quality", "correct / wrong", "isouq head PRR"]
+    for i, b in enumerate(against):
+        head += [f"vs {b}: Δ PRR [95% CI]", "Holm p", "verdict"] + (
+            ["Δ AUROC [95% CI]"] if i == 0 else [])
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for (model, dataset), got in by_set.items():
+        first = next(iter(got.values()))
+        cells = [f"{model} × {dataset}", first["metric"],
+                 f"{first['correct']} / {first['wrong']}", num(first["PRR"])]
+        for i, b in enumerate(against):
+            r = got.get(b)
+            cells += ([ci(r), num(r["p_holm"]), r["verdict"] or "not rankable"] if r else
+                      ["–"] * 3) + ([ci(r, "_auroc") if r else "–"] if i == 0 else [])
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
