@@ -343,7 +343,7 @@ def _polygraph_fresh(root):
     from isouq.study.analysis.learned_heads import CONTROL
     names = _heads()
     return columns([r for r in load(root, FRESH)["rows"] if r["head"] in names and r[
-        "against"] == CONTROL.name], {"dataset": lambda r: DATASETS[r["dataset"]],
+        "against"] == CONTROL.name and r["counted"]], {"dataset": lambda r: DATASETS[r["dataset"]],
         "quality": "quality", "questions": "questions", "head": lambda r: names[r["head"]],
         "Δ PRR vs MSP's map [95% CI]": _vs_msp})
 
