@@ -225,7 +225,8 @@ def _blocks_cost(root):
             "blocks_hidden_over_ghost"), "summed path's own spread": lambda r: pct(r["ghost_spread"])})
 
 for _name, _rel in (("long_prompts", B + "long_prompts.md"), ("peer_opacus", B + "peer_opacus_b16_t128.md"),
-                    ("prereg_verdict", "results/polygraph_prereg/verdict/verdict.md")):
+                    ("prereg_verdict", "results/polygraph_prereg/verdict/verdict.md"),
+                    ("prereg_tasks_verdict", "results/polygraph_tasks_prereg/verdict/verdict.md")):
     table(_name, _rel)(lambda root, rel=_rel: kept(root, rel, 0))
 
 @table("classifiers_cpu", B + "classifiers_cpu_quiet.json")
@@ -474,8 +475,10 @@ value("polygraph_1p5b_correct", PG_REPORT)(lambda root: ", ".join(
     f"{r['answers'].split()[0]} of {r['n']} ({DATASETS[r['dataset']]})" for r in _pg(root)["ranks"]
     if r["model"] == "qwen2.5-coder-1.5b" and r["quality"] == "accuracy"))
 value("fresh_questions", FRESH)(lambda root: load(root, FRESH)["rows"][0]["questions"])
-value("prereg_judged", PV := "results/polygraph_prereg/verdict/verdict.json")(
-    lambda root: "{answer_sets_judged} of {answer_sets_expected}".format(**load(root, PV)))
+for _name, _rel in (("prereg_judged", "results/polygraph_prereg/verdict/verdict.json"),
+                    ("prereg_tasks_judged", "results/polygraph_tasks_prereg/verdict/verdict.json")):
+    value(_name, _rel)(lambda root, rel=_rel: "{answer_sets_judged} of {answer_sets_expected}".format(
+        **load(root, rel)))
 value("qa_pbar_raw_auroc", QA_REPORT)(lambda root: span((r["auroc"] for r in section(
     root, QA_REPORT, "qa-study")["raw_auroc"] if r["score"] == "mean_prob"), fixed))
 value("qa_judge_kappa", QA_REPORT)(lambda root: span((r["kappa"] for r in section(
