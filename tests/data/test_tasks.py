@@ -58,6 +58,7 @@ def _digest(items) -> str:
 @pytest.mark.parametrize("text", [
     "The answer is 81.", "  A lion!", "an apple_pie", "“Tokyo”", "B) The sun", "76.96",
     "3/7 is larger", "THE  end", "it's", "a", "", "‘x’ ´y´ `z`", "Ünïcode—dash",
+    " 301678\n<pad><pad><pad>", "Paris<|endoftext|>", "<b>bold</b>",
 ])
 def test_normalize_is_the_harness_normalization(text):
     assert normalize(text) == _processing().normalize_em(text)
@@ -307,3 +308,10 @@ def test_load_dataset_takes_task_names():
         load_dataset("units", split="train")
     with pytest.raises(DataError, match="truthfulqa-mc1"):
         load_dataset("no-such-task")
+
+
+def test_a_pad_after_the_answer_is_not_part_of_it():
+    """Gemma's batched greedy answers end in pad tokens after a stop string: exact match reads
+    the answer without them."""
+    assert normalize(" 301678\n<pad><pad>") == "301678"
+    assert is_correct(" 2 minutes\n<pad>", ["2 minutes"])

@@ -71,6 +71,34 @@ def test_scores_equal_isouq_score_on_the_same_pairs(tiny, tiny_llama_dir, tmp_pa
     assert list(stats["isouq_n_tokens"]) == [len(t) for t in tokens]
 
 
+def test_pad_tokens_after_an_answer_are_not_scored(tiny):
+    """A batched generation pads an answer that stopped at a stop string (Gemma's greedy
+    answers end in ``<pad>``): the plugin scores the answer without them."""
+    model, tok = tiny
+    assert tok.pad_token_id is not None and tok.pad_token_id != tok.eos_token_id
+    texts = [f"question {q} answer" for q in QUESTIONS]
+    tokens = greedy(model, tok, pg.lm_polygraph_prompts(texts, False))
+    padded = [t + [tok.pad_token_id] * (i + 1) for i, t in enumerate(tokens)]
+    wrapper = FakeWhitebox(model, tok, False)
+    want, got = pg.polygraph_stats(wrapper, texts, tokens), pg.polygraph_stats(wrapper, texts, padded)
+    for k in SCORE_KEYS:
+        assert torch.allclose(torch.tensor(got[f"isouq_{k}"]), torch.tensor(want[f"isouq_{k}"]),
+                              rtol=1e-5, atol=1e-9), k
+    assert list(got["isouq_n_tokens"]) == list(want["isouq_n_tokens"])
+
+
+def test_without_padding_keeps_a_pad_that_ends_a_sequence():
+    """Where the pad token is also the end-of-sequence token it may end an answer: kept."""
+    from types import SimpleNamespace
+
+    from isouq.integrations.polygraph_stats import without_padding
+
+    assert without_padding([[5, 6, 0, 0], [0, 0]], SimpleNamespace(pad_token_id=0,
+                                                               eos_token_id=2)) == [[5, 6], [0]]
+    assert without_padding([[5, 2, 2]], SimpleNamespace(pad_token_id=2, eos_token_id=[2, 7])) == [
+        [5, 2, 2]]
+
+
 def test_one_backward_per_batch_with_gradients_off_outside(tiny, monkeypatch):
     model, tok = tiny
     from isouq.ghost.engine import GhostNorms

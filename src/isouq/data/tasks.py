@@ -77,12 +77,14 @@ class TaskItem:
 # ---------------------------------------------------------------- exact match
 
 _PUNCT = set(string.punctuation + "‘’´`")
+#: special tokens a batched generation may leave in a decoded answer (never an answer's text)
+_SPECIAL = re.compile(r"<pad>|<eos>|</s>|<\|endoftext\|>|<\|im_end\|>|<end_of_turn>")
 
 
 def normalize(text: str) -> str:
     """Text as LM-Polygraph's exact match compares it here (``normalize_em`` of
-    ``configs/polygraph/processing.py``): lower case, ``_`` and punctuation to blanks, the
-    articles a/an/the dropped, blanks collapsed.
+    ``configs/polygraph/processing.py``): special tokens (a pad after the answer) removed, lower
+    case, ``_`` and punctuation to blanks, the articles a/an/the dropped, blanks collapsed.
 
     Args:
         text: an answer or a reference.
@@ -90,7 +92,7 @@ def normalize(text: str) -> str:
     Returns:
         The normalized text.
     """
-    text = text.replace("_", " ").lower()
+    text = _SPECIAL.sub(" ", text).replace("_", " ").lower()
     text = "".join(" " if ch in _PUNCT else ch for ch in text)
     text = re.sub(r"\b(a|an|the)\b", " ", text)
     return " ".join(text.split())

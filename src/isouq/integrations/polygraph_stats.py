@@ -52,6 +52,31 @@ def lm_polygraph_prompts(input_texts: Sequence, instruct: bool) -> list:
     return out
 
 
+def without_padding(answers: Sequence[Sequence[int]], tokenizer) -> list[list[int]]:
+    """Each generation's token ids without the pad tokens that a batched generation appends
+    after an answer that stopped at a stop string (Gemma: ``" 41\\n<pad><pad>…"``).
+
+    Args:
+        answers: token ids per generation.
+        tokenizer: the model's tokenizer; its ``pad_token_id`` is removed from the end of each
+            answer unless it is also an end-of-sequence token (then it may end an answer).
+
+    Returns:
+        the answers, trailing pad tokens removed.
+    """
+    pad = getattr(tokenizer, "pad_token_id", None)
+    eos = getattr(tokenizer, "eos_token_id", None)
+    if pad is None or pad in (eos if isinstance(eos, (list, tuple)) else [eos]):
+        return [list(a) for a in answers]
+    out = []
+    for a in answers:
+        end = len(a)
+        while end > 1 and a[end - 1] == pad:   # an answer keeps its first token
+            end -= 1
+        out.append(list(a[:end]))
+    return out
+
+
 def score_generations(model: torch.nn.Module, tokenizer, input_texts: Sequence,
                       greedy_tokens: Sequence[Sequence[int]], *, instruct: bool = False,
                       prompt_ids: Sequence[Sequence[int]] | None = None,
@@ -74,7 +99,7 @@ def score_generations(model: torch.nn.Module, tokenizer, input_texts: Sequence,
         raise ModelError("isouq's LM-Polygraph estimators need gradients, and they were called "
                          "inside torch.inference_mode(); call them outside it")
     prompts = lm_polygraph_prompts(input_texts, instruct)
-    answers = [[int(t) for t in toks] for toks in greedy_tokens]
+    answers = without_padding([[int(t) for t in toks] for toks in greedy_tokens], tokenizer)
     if len(answers) != len(prompts):
         raise InputError(f"got {len(prompts)} inputs but {len(answers)} generations")
     if prompt_ids is not None:
