@@ -144,3 +144,4 @@ def test_the_runner_refuses_a_run_it_does_not_know_before_it_starts_any():
     assert res.returncode == 2
     assert res.stdout.count("\n") == 1   # that line alone: nothing was started
     assert "no run 'v2:smollm2x'" in res.stdout and "v2:smollm2 " in res.stdout
+    assert "v2:gemma3-270m" not in res.stdout   # void: not to be fitted again by default
