@@ -216,8 +216,12 @@ def table(doc: dict) -> str:
                  f"{first['correct']} / {first['wrong']}", num(first["PRR"])]
         for i, b in enumerate(against):
             r = got.get(b)
-            cells += ([ci(r), num(r["p_holm"]), r["verdict"] or "not rankable"] if r else
-                      ["–"] * 3) + ([ci(r, "_auroc") if r else "–"] if i == 0 else [])
+            if r is None:
+                cells += ["–"] * (4 if i == 0 else 3)
+                continue
+            cells += [ci(r), num(r["p_holm"]), r["verdict"] or "not rankable"]
+            if i == 0:
+                cells.append(ci(r, "_auroc"))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
