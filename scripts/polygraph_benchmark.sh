@@ -11,7 +11,8 @@
 # --prereg: the pre-registration file whose SHA-256 the kept files carry.
 #
 # Resumable, also on a fresh checkout: each chunk of --chunk questions is one polygraph_eval run
-# under .cache/polygraph_runs/<dataset>__<model>__n<limit>-s<seed>-c<chunk>/chunk-KKK/ (git-ignored),
+# under .cache/polygraph_runs/[<results folder>/]<dataset>__<model>__n<limit>-s<seed>-c<chunk>/chunk-KKK/
+# (git-ignored; the folder's name for any --results but results/polygraph),
 # archived when it finishes as results/polygraph/chunks/<same name>/chunk-KKK.json (committed);
 # an archived chunk is skipped, an unfinished one is run again. Models in turn; within a model,
 # chunk by chunk with the datasets alternating. After each chunk the kept results
@@ -49,6 +50,9 @@ EVAL=.venv-polygraph/bin/polygraph_eval
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_EVALUATE_OFFLINE=1
 export TOKENIZERS_PARALLELISM=false
 MODELDIR=.cache/polygraph_models; DATADIR=.cache/polygraph_data; RUNDIR=.cache/polygraph_runs
+# another --results folder runs apart: a run of the same questions made for another folder
+# (another pre-registration's) is never taken for one of this folder's
+[ "$RESULTS" = results/polygraph ] || RUNDIR="$RUNDIR/$(basename "$RESULTS")"
 # another config (e.g. configs/polygraph/sampling.yaml) runs and keeps its results apart
 # (in a --results folder of its own, the names stay plain)
 TAG=$(basename "$CONFIG" .yaml)

@@ -1,5 +1,6 @@
 """The pre-registered verdict on fresh questions (``configs/preregistration/v1.yaml``: TriviaQA
-and TruthfulQA; ``v2.yaml``: the exact-label tasks).
+and TruthfulQA; ``v2.yaml`` and ``v3.yaml``: the exact-label tasks, v3 with v2's SmolLM2 sets in
+its family).
 
     .venv-polygraph/bin/python scripts/polygraph/prereg_verdict.py [--prereg FILE] [--fit] \
         [--sets D__M ...]
@@ -49,6 +50,9 @@ CACHE = Path(".cache/polygraph_features")
 #: :func:`read_prereg`
 SETS: tuple[tuple[str, str], ...] = ()
 PRIMARY: dict[str, str] = {}
+#: answer sets of the family fitted under an earlier pre-registration (``inherits``): (dataset,
+#: model) -> (that pre-registration's results folder, its file); set by :func:`read_prereg`
+INHERITED: dict[tuple[str, str], tuple[Path, Path]] = {}
 #: the predictors of the pre-registrations (v1 and v2: predictors), named as calibration_choice
 #: names them
 FORWARD_FEATURES = ("mean_prob", "seq_logprob", "hidden")
@@ -60,14 +64,24 @@ N_BOOTSTRAP = 2000
 
 
 def read_prereg(path: Path) -> Path:
-    """Set :data:`SETS` and :data:`PRIMARY` from a pre-registration; return its results folder
-    (SystemExit when its predictors are not those this script fits)."""
+    """Set :data:`SETS`, :data:`PRIMARY` and :data:`INHERITED` from a pre-registration; return
+    its results folder (SystemExit when its predictors are not those this script fits).
+
+    A pre-registration that ``inherits`` answer sets of an earlier one (v3: SmolLM2's v2 task
+    sets) judges them in its family from the earlier one's kept out-of-fold files; it fits only
+    its own."""
     import yaml
 
-    global SETS, PRIMARY
+    global SETS, PRIMARY, INHERITED
     doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     sets = doc["answer_sets"]
     SETS = tuple((s["dataset"], s["model"]) for s in sets["sets"])
+    INHERITED = {}
+    if doc.get("inherits"):
+        first = Path(doc["inherits"]["preregistration"])
+        earlier = yaml.safe_load(first.read_text(encoding="utf-8"))
+        kept = Path(earlier["fresh_sets"].get("results", RESULTS))
+        INHERITED = {(s["dataset"], s["model"]): (kept, first) for s in doc["inherits"]["sets"]}
     PRIMARY = {ds: q["metric"] if isinstance(q, dict) else q
                for ds, q in sets["primary_quality"].items()}
     heads = doc["predictors"]
@@ -166,8 +180,13 @@ def judge_kept(folder: Path, prereg: Path) -> dict:
     from isouq.evaluation import verdict as V
 
     rows = []
-    for dataset, model in SETS:
+    for dataset, model in (*INHERITED, *SETS):
         path = folder / f"{dataset}__{model}.oof.json"
+        if (dataset, model) in INHERITED:  # fitted under the earlier one: its hash is checked
+            kept, first = INHERITED[dataset, model]
+            path = kept / "verdict" / path.name
+            if kept_file(kept, dataset, model, first) is None:
+                continue
         if not path.exists():
             continue
         got = json.loads(path.read_text(encoding="utf-8"))
@@ -184,7 +203,9 @@ def judge_kept(folder: Path, prereg: Path) -> dict:
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
     return {"preregistration": {"path": str(prereg), "sha256": sha256(prereg)},
-            "commit": commit, "answer_sets_expected": len(SETS),
+            "inherited": {f"{d}__{m}": {"path": str(f), "sha256": sha256(f)}
+                          for (d, m), (_, f) in INHERITED.items()},
+            "commit": commit, "answer_sets_expected": len(SETS) + len(INHERITED),
             "answer_sets_judged": len({(r["dataset"], r["model"]) for r in rows}),
             "n_bootstrap": N_BOOTSTRAP, "seeds": list(SEEDS), "alpha": V.ALPHA,
             "rows": families}

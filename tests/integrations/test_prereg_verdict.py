@@ -104,6 +104,22 @@ def test_fit_then_judge_from_the_kept_file(tmp_path, verdict):
     # step 2 alone, from the kept file: the same verdict
     again = verdict.judge_kept(results / "verdict", prereg)
     assert again["rows"] == doc["rows"]
+    # a later pre-registration that inherits the set judges it in its family from the earlier
+    # one's kept files (checked against the earlier one's hash); its own sets come beside it
+    earlier = tmp_path / "v9r.yaml"
+    earlier.write_text(PREREG.replace("fresh_sets: {}", f"fresh_sets: {{results: {results}}}"))
+    later = tmp_path / "v10.yaml"
+    later.write_text(PREREG.replace("model: smollm2}", "model: gemma3-270m}") + (
+        f"inherits:\n  preregistration: {earlier}\n  sets:\n"
+        "    - {dataset: truthfulqa, model: smollm2}\n"))
+    verdict.read_prereg(later)
+    with pytest.raises(SystemExit, match="not evidence"):   # the kept file carries v9's hash
+        verdict.judge_kept(tmp_path / "v10_verdict", later)
+    kept = results / "polygraph__truthfulqa__smollm2.json"
+    kept.write_text(kept.read_text().replace(verdict.sha256(prereg), verdict.sha256(earlier)))
+    inherited = verdict.judge_kept(tmp_path / "v10_verdict", later)
+    assert inherited["rows"] == doc["rows"] and inherited["answer_sets_expected"] == 2
+    assert inherited["inherited"]["truthfulqa__smollm2"]["sha256"] == verdict.sha256(earlier)
 
 
 def test_the_answer_sets_and_their_quality_are_the_preregistrations(tmp_path):
@@ -112,8 +128,13 @@ def test_the_answer_sets_and_their_quality_are_the_preregistrations(tmp_path):
     for path, n, folder in ((ROOT / "configs/preregistration/v1.yaml", 4,
                              "results/polygraph_prereg"),
                             (ROOT / "configs/preregistration/v2.yaml", 12,
-                             "results/polygraph_tasks_prereg")):
+                             "results/polygraph_tasks_prereg"),
+                            (ROOT / "configs/preregistration/v3.yaml", 9,
+                             "results/polygraph_tasks_prereg_v3")):
         assert str(verdict.read_prereg(path)) == folder and len(verdict.SETS) == n
+    # v3's family: its nine sets and SmolLM2's three of v2, none twice
+    assert len(set(verdict.SETS) | set(verdict.INHERITED)) == 12
+    assert {m for _, m in verdict.INHERITED} == {"smollm2"}
     assert verdict.PRIMARY == {"compare": "Accuracy", "units": "Accuracy",
                                "truthfulqa-mc1": "Accuracy"}
     verdict.read_prereg(ROOT / "configs/preregistration/v1.yaml")
@@ -145,3 +166,26 @@ def test_the_runner_refuses_a_run_it_does_not_know_before_it_starts_any():
     assert res.stdout.count("\n") == 1   # that line alone: nothing was started
     assert "no run 'v2:smollm2x'" in res.stdout and "v2:smollm2 " in res.stdout
     assert "v2:gemma3-270m" not in res.stdout   # void: not to be fitted again by default
+    assert "v3:gemma3-270m" in res.stdout
+
+
+@pytest.mark.parametrize("prereg, model, dataset, expected", [
+    ("v1", "qwen2.5-coder-1.5b", "triviaqa", "--limit 1500 --after 500"),
+    ("v2", "smollm2", "truthfulqa-mc1", "--limit 1000 --after 500"),
+    ("v3", "gemma3-270m", "compare", "--limit 1500 --after 1000"),
+    ("v3", "gemma3-270m", "truthfulqa-mc1", "--limit 1000 --after 500"),
+    ("v3", "qwen2.5-coder-0.5b", "units", "--limit 1000 --after 500"),
+])
+def test_the_runner_takes_each_sets_questions_from_its_preregistration(prereg, model, dataset,
+                                                                        expected):
+    """prereg_runs.sh's questions(): the fresh items of an answer set, read from the
+    pre-registration's fresh_sets (per model in v3: Gemma's compare and units are new items)."""
+    import subprocess
+
+    script = ROOT / "scripts/polygraph/prereg_runs.sh"
+    fn = subprocess.run(["sed", "-n", "/^questions()/,/^}/p", str(script)],
+                        capture_output=True, text=True, check=True).stdout
+    res = subprocess.run(["bash", "-c", f"{fn}\nquestions {prereg} {model} {dataset}"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == expected
