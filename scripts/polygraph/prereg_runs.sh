@@ -23,7 +23,7 @@ ROOT=$PWD
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 declare -A CODE=([v1]=166e1762c8d2829ff6622408b152fce5a7ebb84d
                  [v2]=f3613774badf5178040190d56e4b14b3174838e1
-                 [v3]=V3_COMMIT)
+                 [v3]=21d66add7dac92ebcac3f32e37fc7dbad2ab0fd7)
 declare -A RESULTS=([v1]=results/polygraph_prereg [v2]=results/polygraph_tasks_prereg
                     [v3]=results/polygraph_tasks_prereg_v3)
 declare -A CONFIG=([v1]=configs/polygraph/polygraph_eval.yaml [v2]=configs/polygraph/tasks.yaml
