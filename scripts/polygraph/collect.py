@@ -19,6 +19,15 @@ isotonic PCC, ECE); and the cost per answer of each estimator from the same runs
 of the calculators it needs (its dependency closure, LM-Polygraph's shared greedy generation
 apart) plus its own, over the chunks that kept their seconds. Runs in .venv-polygraph (needs
 LM-Polygraph).
+
+Once the kept file is complete it holds every answer, so the archived chunks give theirs up
+(``compact``: each chunk keeps its seconds and its questions' keys, and names the kept file
+that holds the rows); a later gathering reads them from there. ``--compact`` alone does it for
+a complete kept file collected before (standard library and numpy only):
+
+    python scripts/polygraph/collect.py --compact \
+        --chunks results/polygraph/chunks/triviaqa__smollm2__n500-s0-c24 \
+        --out results/polygraph/polygraph__triviaqa__smollm2.json
 """
 
 from __future__ import annotations
@@ -243,6 +252,50 @@ def archive_chunk(chunk: Path, rows: dict[str, list], batch_size: int, out: Path
     return doc
 
 
+def chunk_rows(doc: dict, kept: Path) -> list[dict]:
+    """An archived chunk's question rows: its own, or, once compacted, the kept file's rows of
+    its keys (SystemExit when the kept file lacks one of them)."""
+    if doc.get("questions") is not None:
+        return doc["questions"]
+    if not kept.exists():
+        raise SystemExit(f"{doc['chunk']}: its answers are kept in {kept}, which is missing; "
+                         "restore it from git (git checkout -- FILE)")
+    by_key = {q["key"]: q for q in json.loads(kept.read_text(encoding="utf-8"))["questions"]}
+    missing = [k for k in doc["question_keys"] if k not in by_key]
+    if missing:
+        raise SystemExit(f"{doc['chunk']}: {kept} lacks {len(missing)} of its answers "
+                         f"({missing[0]}, ...); restore it from git")
+    return [by_key[k] for k in doc["question_keys"]]
+
+
+def compact(chunks_dir: Path, kept: Path) -> int:
+    """Move the answers of a complete kept file's archived chunks into it alone: each chunk
+    file keeps everything but its rows, plus their keys and the kept file's name. A chunk is
+    compacted only when the kept file holds exactly its rows. Returns the chunks compacted.
+
+    Raises SystemExit when the kept file is not complete or differs from a chunk's rows."""
+    doc = json.loads(kept.read_text(encoding="utf-8"))
+    if not doc.get("complete"):
+        raise SystemExit(f"{kept} is not complete: its chunks keep their answers until it is")
+    def same(a, b) -> bool:  # NaN is NaN here (json.loads makes a new float of each)
+        return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+    by_key = {q["key"]: q for q in doc["questions"]}
+    todo = {}   # every chunk is checked before any is written
+    for path in sorted(chunks_dir.glob("chunk-*.json")):
+        chunk = json.loads(path.read_text(encoding="utf-8"))
+        rows = chunk.get("questions")
+        if rows is None:
+            continue
+        if not all(same(by_key.get(r["key"]), r) for r in rows):
+            raise SystemExit(f"{path}: its answers differ from {kept}'s; collect again first")
+        todo[path] = chunk | {"questions": None, "question_keys": [r["key"] for r in rows],
+                              "questions_in": kept.name}
+    for path, chunk in todo.items():
+        path.write_text(json.dumps(chunk, ensure_ascii=False) + "\n", encoding="utf-8")
+    return len(todo)
+
+
 def collect(chunks_dir: Path, data: Path, dataset: str, model: str, limit: int,
             config_path: Path, out: Path, prereg: Path | None = None) -> dict:
     """The kept results of one (dataset, model) from its archived chunks (``archive_chunk``):
@@ -254,7 +307,7 @@ def collect(chunks_dir: Path, data: Path, dataset: str, model: str, limit: int,
     timed = 0  # answers whose chunk kept its per-batch seconds
     for path in sorted(chunks_dir.glob("chunk-*.json")):
         doc = json.loads(path.read_text(encoding="utf-8"))
-        rows = doc["questions"]
+        rows = chunk_rows(doc, out)
         questions += rows
         for e in rows[0]["ue"]:
             estimations[e] += [np.nan if r["ue"].get(e) is None else r["ue"][e] for r in rows]
@@ -336,6 +389,8 @@ def collect(chunks_dir: Path, data: Path, dataset: str, model: str, limit: int,
     tmp.write_text(dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     tmp.replace(out)
     print(f"{out}: {n} questions ({'complete' if n >= limit else f'partial, {n} of {limit}'})")
+    if doc["complete"]:
+        compact(chunks_dir, out)
     return doc
 
 
@@ -350,15 +405,23 @@ def main(argv=None) -> int:
                     "seconds (it adds no cost), saying why")
     ap.add_argument("--pauses", default="runs/pauses.log", help="scripts/quiet.sh's log of "
                     "stops: a chunk that ran during one keeps no seconds")
-    ap.add_argument("--data", required=True)
-    ap.add_argument("--dataset", required=True)
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--limit", type=int, required=True)
+    ap.add_argument("--compact", action="store_true", help="only move the answers of the "
+                    "complete kept file --out out of its chunks (--chunks)")
+    ap.add_argument("--data")
+    ap.add_argument("--dataset")
+    ap.add_argument("--model")
+    ap.add_argument("--limit", type=int)
     ap.add_argument("--config", default="configs/polygraph/polygraph_eval.yaml")
     ap.add_argument("--out", required=True)
     ap.add_argument("--prereg", help="the pre-registration file (configs/preregistration/) "
                     "whose SHA-256 the kept file carries")
     a = ap.parse_args(argv)
+    if a.compact:
+        print(f"{a.out}: {compact(Path(a.chunks), Path(a.out))} chunk(s) compacted")
+        return 0
+    missing = [f"--{k}" for k in ("data", "dataset", "model", "limit") if getattr(a, k) is None]
+    if missing:
+        ap.error(f"{', '.join(missing)} required (or --compact)")
     if a.archive:
         chunk = Path(a.archive)
         batch_size = int(load_config(Path(a.config)).get("batch_size", 1))

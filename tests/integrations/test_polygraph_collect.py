@@ -111,3 +111,52 @@ def test_a_chunk_without_a_start_mark_is_placed_by_its_first_log_line(collect, t
     pauses.write_text(f"{first - 2000:.0f} {first - 1900:.0f}\n")
     assert collect.paused_during(chunk, pauses, ["2026-11-26 14:05:20,667"]) is None
     assert collect.paused_during(chunk, None, ["2026-11-26 14:05:20,667"]) is None
+
+
+def _kept(tmp_path: Path, complete: bool = True) -> tuple[Path, Path, list[dict]]:
+    """Two archived chunks and the kept file gathered from them."""
+    chunks = tmp_path / "chunks" / "truthfulqa__smollm2"
+    chunks.mkdir(parents=True)
+    rows = [{"key": f"q{i}", "answer": "Ann", "ue": {"Perplexity": float("nan") if i == 1
+                                                     else 1.0 + i}} for i in range(4)]
+    for k in range(2):
+        (chunks / f"chunk-00{k}.json").write_text(json.dumps(
+            {"chunk": f"chunk-00{k}", "questions": rows[2 * k: 2 * k + 2],
+             "batches": [[2, {"GreedyProbsCalculator": 1.5}]], "seconds": {"x": 1.5}}))
+    kept = tmp_path / "polygraph__truthfulqa__smollm2.json"
+    kept.write_text(json.dumps({"complete": complete, "questions": rows}))
+    return chunks, kept, rows
+
+
+def test_a_complete_kept_file_takes_its_chunks_answers_and_gives_them_back(collect, tmp_path):
+    """compact(): the chunks keep their seconds and keys, the rows live in the kept file alone;
+    chunk_rows() reads them back from it, in the chunk's order (NaN scores included)."""
+    chunks, kept, rows = _kept(tmp_path)
+    before = {p.name: p.stat().st_size for p in chunks.iterdir()}
+    assert collect.compact(chunks, kept) == 2
+    assert collect.compact(chunks, kept) == 0   # done once
+    for k, path in enumerate(sorted(chunks.iterdir())):
+        doc = json.loads(path.read_text())
+        assert doc["questions"] is None and doc["questions_in"] == kept.name
+        assert doc["question_keys"] == [f"q{2 * k}", f"q{2 * k + 1}"]
+        assert doc["batches"] == [[2, {"GreedyProbsCalculator": 1.5}]]
+        assert path.stat().st_size < before[path.name]
+        got = collect.chunk_rows(doc, kept)
+        assert json.dumps(got) == json.dumps(rows[2 * k: 2 * k + 2])
+    kept.unlink()
+    with pytest.raises(SystemExit, match="missing; restore it from git"):
+        collect.chunk_rows(doc, kept)
+
+
+def test_a_partial_or_different_kept_file_leaves_the_chunks_alone(collect, tmp_path):
+    chunks, kept, rows = _kept(tmp_path, complete=False)
+    with pytest.raises(SystemExit, match="not complete"):
+        collect.compact(chunks, kept)
+    rows[3]["answer"] = "Bob"
+    kept.write_text(json.dumps({"complete": True, "questions": rows}))
+    with pytest.raises(SystemExit, match="differ"):
+        collect.compact(chunks, kept)
+    assert json.loads((chunks / "chunk-000.json").read_text())["questions"] is not None
+    # the command line: --compact needs only --chunks and --out; without it the rest is asked
+    with pytest.raises(SystemExit):
+        collect.main(["--chunks", str(chunks), "--out", str(kept)])
