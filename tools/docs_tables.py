@@ -226,7 +226,7 @@ def _blocks_cost(root):
 
 for _name, _rel in (("long_prompts", B + "long_prompts.md"), ("peer_opacus", B + "peer_opacus_b16_t128.md"),
                     ("prereg_verdict", "results/polygraph_prereg/verdict/verdict.md"),
-                    ("prereg_tasks_verdict", "results/polygraph_tasks_prereg/verdict/verdict.md")):
+                    ("prereg_tasks_verdict", "results/polygraph_tasks_prereg_v3/verdict/verdict.md")):
     table(_name, _rel)(lambda root, rel=_rel: kept(root, rel, 0))
 
 @table("classifiers_cpu", B + "classifiers_cpu_quiet.json")
@@ -476,7 +476,7 @@ value("polygraph_1p5b_correct", PG_REPORT)(lambda root: ", ".join(
     if r["model"] == "qwen2.5-coder-1.5b" and r["quality"] == "accuracy"))
 value("fresh_questions", FRESH)(lambda root: load(root, FRESH)["rows"][0]["questions"])
 for _name, _rel in (("prereg_judged", "results/polygraph_prereg/verdict/verdict.json"),
-                    ("prereg_tasks_judged", "results/polygraph_tasks_prereg/verdict/verdict.json")):
+                    ("prereg_tasks_judged", "results/polygraph_tasks_prereg_v3/verdict/verdict.json")):
     value(_name, _rel)(lambda root, rel=_rel: "{answer_sets_judged} of {answer_sets_expected}".format(
         **load(root, rel)))
 value("qa_pbar_raw_auroc", QA_REPORT)(lambda root: span((r["auroc"] for r in section(

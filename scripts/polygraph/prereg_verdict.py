@@ -27,6 +27,11 @@ Two steps, each resumable by answer set (dataset × model):
    sets of each comparison (``evaluation.verdict.judge``), the verdicts. Written:
    ``RESULTS/verdict/verdict.json``, ``verdict.md`` (the table) and ``verdict.png``. The
    verdict file records the pre-registration's SHA-256 and the commit of this code.
+
+``--design`` applies the same two steps, the pre-registration's predictors, rule and statistics,
+to the design set's answer sets (``results/polygraph``, the first 500 questions: every kept
+file, no hash) into ``results/polygraph/verdict/``: the design-set verdict with 5 fold seeds in
+its intervals. Its states come from ``features.py`` (without ``--results``).
 """
 
 from __future__ import annotations
@@ -45,6 +50,9 @@ sys.path.insert(0, str(HERE))
 
 PREREG = Path("configs/preregistration/v1.yaml")
 RESULTS = Path("results/polygraph_prereg")
+#: the design set's kept files (the first 500 questions), which ``--design`` judges by the same
+#: rule; their cached states carry no folder tag (scripts/polygraph/features.py)
+DESIGN = Path("results/polygraph")
 CACHE = Path(".cache/polygraph_features")
 #: the answer sets and primary metrics of a pre-registration (``answer_sets``): set by
 #: :func:`read_prereg`
@@ -113,15 +121,26 @@ def comparisons() -> list[tuple[str, str]]:
     return [(ISOUQ, MSP_MAP), (ISOUQ, FORWARD)]
 
 
-def kept_file(results: Path, dataset: str, model: str, prereg: Path) -> dict | None:
+def design_sets(results: Path = DESIGN) -> tuple[tuple[str, str], ...]:
+    """The design set's answer sets: every kept file of ``results`` whose dataset the
+    pre-registration read last (:func:`read_prereg`) has a primary quality for."""
+    found = (p.stem.split("__")[1:] for p in sorted(results.glob("polygraph__*__*.json")))
+    return tuple((ds, model) for ds, model, *rest in found if ds in PRIMARY and not rest)
+
+
+def kept_file(results: Path, dataset: str, model: str, prereg: Path | None) -> dict | None:
     """The kept benchmark file of an answer set, checked: None while it is partial; SystemExit
-    when it was made under another pre-registration."""
+    when it was made under another pre-registration (``prereg`` None: a design-set file, made
+    under none)."""
     path = results / f"polygraph__{dataset}__{model}.json"
     if not path.exists():
         return None
     doc = json.loads(path.read_text(encoding="utf-8"))
     got = (doc.get("preregistration") or {}).get("sha256")
-    if got != sha256(prereg):
+    if prereg is None:
+        if got is not None:
+            raise SystemExit(f"{path} was made under a pre-registration; it is not design set")
+    elif got != sha256(prereg):
         raise SystemExit(f"{path} carries pre-registration {got}, not {prereg} "
                          f"({sha256(prereg)}): it is not evidence for this verdict")
     return doc if doc.get("complete") else None
@@ -137,12 +156,13 @@ def answer_rows(doc: dict, results: Path) -> tuple[list[dict], np.ndarray, dict]
     quality = {q["key"]: q["quality"].get(metric) for q in doc["questions"]}
     feats = {r["key"]: r for r in read_jsonl(results / "features" / f"{name}.jsonl")
              if "error" not in r}
-    layers = {r["key"]: r for r in read_jsonl(CACHE / f"{results.name}__{name}.layers.jsonl")}
+    tag = "" if results == DESIGN else f"{results.name}__"
+    layers = {r["key"]: r for r in read_jsonl(CACHE / f"{tag}{name}.layers.jsonl")}
     keys = [q["key"] for q in doc["questions"]
             if q["key"] in feats and q["key"] in layers and quality[q["key"]] is not None]
     if not keys:
         raise SystemExit(f"{name}: no answer has its features and cached states; run "
-                         "features.py --results results/polygraph_prereg --rows-only first")
+                         f"features.py --results {results} first")
     first = layers[keys[0]]
     states = {f"hidden_states[{lay}]": np.asarray([layers[k]["states"][i] for k in keys])
               for i, lay in enumerate(first["layers"])}
@@ -263,7 +283,8 @@ def figure(doc: dict, path: Path) -> None:
     ax.set_yticks(range(len(rows)), [f"{r['model']} × {r['dataset']}: vs {r['against']}"
                                      for r in rows], fontsize=8)
     ax.set_xlabel("Δ PRR (95% interval; colour: verdict after Holm)")
-    ax.set_title("Pre-registered fresh questions: isouq head", fontsize=9)
+    ax.set_title(("Design set" if doc.get("design_set") else "Pre-registered fresh questions")
+                 + ": isouq head", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -276,9 +297,15 @@ def main(argv=None) -> int:
     ap.add_argument("--fit", action="store_true", help="step 1 for the sets not yet fitted")
     ap.add_argument("--sets", nargs="+", default=None, metavar="DATASET__MODEL",
                     help="fit only these answer sets")
+    ap.add_argument("--design", action="store_true", help="the design set's answer sets "
+                    f"({DESIGN}) by the pre-registration's rule, into {DESIGN}/verdict")
     a = ap.parse_args(argv)
     prereg = Path(a.prereg)
     results = read_prereg(prereg)
+    if a.design:
+        global SETS, INHERITED
+        results, INHERITED = DESIGN, {}
+        SETS = design_sets(Path(a.results) if a.results else DESIGN)
     results = Path(a.results) if a.results else results
     folder = results / "verdict"
     folder.mkdir(parents=True, exist_ok=True)
@@ -287,12 +314,12 @@ def main(argv=None) -> int:
             if a.sets and f"{dataset}__{model}" not in a.sets:
                 continue
             out = folder / f"{dataset}__{model}.oof.json"
-            doc = kept_file(results, dataset, model, prereg)
+            doc = kept_file(results, dataset, model, None if a.design else prereg)
             if out.exists() or doc is None:
                 print(f"{dataset}__{model}: {'done' if out.exists() else 'not complete yet'}")
                 continue
             fit(doc, results, out)
-    doc = judge_kept(folder, prereg)
+    doc = judge_kept(folder, prereg) | ({"design_set": str(results)} if a.design else {})
     (folder / "verdict.json").write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
     (folder / "verdict.md").write_text(table(doc), encoding="utf-8")
     if doc["rows"]:

@@ -189,3 +189,27 @@ def test_the_runner_takes_each_sets_questions_from_its_preregistration(prereg, m
                          capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == expected
+
+
+def test_the_design_set_is_judged_by_the_same_rule(tmp_path, verdict, monkeypatch):
+    """--design: every kept design-set file (no pre-registration hash; its states' cache
+    without a folder tag) fitted and judged as the fresh sets are, into DESIGN/verdict."""
+    prereg = tmp_path / "v9.yaml"
+    prereg.write_text(PREREG)
+    results = _answer_set(tmp_path, None)
+    monkeypatch.setattr(verdict, "DESIGN", results)
+    cache = tmp_path / "cache"
+    (cache / "polygraph_prereg__truthfulqa__smollm2.layers.jsonl").rename(
+        cache / "truthfulqa__smollm2.layers.jsonl")
+    assert verdict.main(["--fit", "--design", "--prereg", str(prereg)]) == 0
+    doc = json.loads((results / "verdict" / "verdict.json").read_text())
+    assert doc["design_set"] == str(results) and doc["answer_sets_judged"] == 1
+    head = next(r for r in doc["rows"] if r["against"] == "MSP's map")
+    assert head["repeats"] == 2 and head["verdict"] == "ahead"
+    # a file made under a pre-registration is not design set
+    kept = results / "polygraph__truthfulqa__smollm2.json"
+    kept.write_text(kept.read_text().replace('"preregistration": {"sha256": null}',
+                                             '"preregistration": {"sha256": "ab"}'))
+    (results / "verdict" / "truthfulqa__smollm2.oof.json").unlink()
+    with pytest.raises(SystemExit, match="not design set"):
+        verdict.main(["--fit", "--design", "--prereg", str(prereg)])
