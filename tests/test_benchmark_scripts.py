@@ -3,7 +3,6 @@ has minutes, and a script that fails there costs them."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import statistics
 import subprocess
@@ -11,6 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+import by_path
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -143,11 +144,7 @@ def test_score_sequences_ab_names_a_bad_revision(tmp_path):
 
 def _hf_floor_module():
     """benchmarks/hf_floor.py, imported from its file."""
-    spec = importlib.util.spec_from_file_location("hf_floor", ROOT / "benchmarks" / "hf_floor.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["hf_floor"] = mod  # its dataclass looks its module up there
-    spec.loader.exec_module(mod)
-    return mod
+    return by_path.module("benchmarks/hf_floor.py", register=True)
 
 
 @pytest.mark.parametrize("family", ["llama-tied", "gpt2"])

@@ -4,7 +4,6 @@ targets of aten operations against a floor written without isouq."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import by_path
 import isouq
 import tiny
 from isouq.ghost.engine import GhostNorms
@@ -26,11 +26,7 @@ ANSWERS = ["paris", "shakespeare wrote hamlet", "because", "no the moon is rock"
 @pytest.fixture(scope="module")
 def host_ops():
     """benchmarks/host_ops.py, imported from its file."""
-    spec = importlib.util.spec_from_file_location("host_ops", ROOT / "benchmarks" / "host_ops.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["host_ops"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return by_path.module("benchmarks/host_ops.py", register=True)
 
 
 def test_the_counter_sees_operations_reads_and_copies(host_ops):

@@ -4,7 +4,6 @@ not tracked (an ignored cache, an untracked file) does not count."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -12,16 +11,15 @@ from pathlib import Path
 
 import pytest
 
+import by_path
+
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "check_repo_size.py"
 GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main"]
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("check_repo_size", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return by_path.module(SCRIPT)
 
 
 def _check(repo: Path, *args: str) -> subprocess.CompletedProcess:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import collections
 import hashlib
-import importlib.util
 import json
 import re
 from datetime import timedelta
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+import by_path
 from isouq.data import qa, tasks
 from isouq.data.qa import load_dataset
 from isouq.data.tasks import TaskItem, generate, is_correct, mc1_item, normalize
@@ -37,10 +37,7 @@ MC1_DESIGN_SHA256 = "69fc85e3114b1d8f82d3ff5e1b6a220af1275f031359befb53e5b2481d3
 
 def _from_file(name: str, path):
     """The module of a script or config file outside the package."""
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return by_path.module(path, name)
 
 
 def _processing():

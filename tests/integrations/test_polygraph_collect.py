@@ -5,7 +5,6 @@ polygraph_eval writes it (a torch-saved UEManager dict and its log)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import time
 from pathlib import Path
@@ -13,16 +12,14 @@ from pathlib import Path
 import pytest
 import torch
 
+import by_path
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def collect():
-    spec = importlib.util.spec_from_file_location("polygraph_collect",
-                                                  ROOT / "scripts/polygraph/collect.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return by_path.module("scripts/polygraph/collect.py", "polygraph_collect")
 
 
 ROWS = {"key": ["q1", "q2", "q3"],

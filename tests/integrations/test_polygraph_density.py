@@ -4,7 +4,6 @@ for a (prompt, greedy answer) pair. Skipped where LM-Polygraph is not installed 
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +19,7 @@ from lm_polygraph.stat_calculators.greedy_probs import GreedyProbsCalculator  # 
 from lm_polygraph.utils.generation_parameters import GenerationParameters  # noqa: E402
 from lm_polygraph.utils.model import WhiteboxModel  # noqa: E402
 
+import by_path  # noqa: E402
 from isouq.errors import InputError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,11 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def density():
-    spec = importlib.util.spec_from_file_location("polygraph_density",
-                                                  ROOT / "scripts/polygraph/density.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return by_path.module("scripts/polygraph/density.py", "polygraph_density")
 
 
 def gaussian(n: int, d: int, seed: int, shift: float = 0.0) -> np.ndarray:

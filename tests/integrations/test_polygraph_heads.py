@@ -5,13 +5,13 @@ Needs no LM-Polygraph: the kept files are written here."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+import by_path
 from isouq.errors import DataError
 from isouq.evaluation.features import HIDDEN
 from isouq.study.analysis.learned_heads import PROBE, STACKED
@@ -21,11 +21,7 @@ BLOCKS = ("model.layers.0", "model.layers.1")
 
 
 def _script(name: str):
-    spec = importlib.util.spec_from_file_location(f"polygraph_{name}",
-                                                  ROOT / f"scripts/polygraph/{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return by_path.module(f"scripts/polygraph/{name}.py", f"polygraph_{name}")
 
 
 @pytest.fixture

@@ -4,21 +4,18 @@ end-of-sequence token) leaves no pad token in an answer. Needs no LM-Polygraph."
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
+import by_path
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _loader():
-    spec = importlib.util.spec_from_file_location("load_local",
-                                                  ROOT / "configs/polygraph/load_local.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return by_path.module("configs/polygraph/load_local.py")
 
 
 class StopFirstAfter(StoppingCriteria):

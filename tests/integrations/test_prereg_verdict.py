@@ -5,22 +5,19 @@ LM-Polygraph: the kept files are written here."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+import by_path
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("prereg_verdict",
-                                                  ROOT / "scripts/polygraph/prereg_verdict.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return by_path.module("scripts/polygraph/prereg_verdict.py")
 
 
 def _answer_set(tmp_path: Path, prereg_sha: str, n: int = 150, seed: int = 0) -> Path:

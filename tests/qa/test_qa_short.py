@@ -143,14 +143,9 @@ def test_semantic_entropy_on_a_nested_subset_keeps_the_other_rows(tmp_path, tok,
 
 
 def _migrate_script():
-    import importlib.util
-    from pathlib import Path
+    import by_path
 
-    path = Path(__file__).resolve().parents[2] / "scripts" / "migrate_qa_short.py"
-    spec = importlib.util.spec_from_file_location("migrate_qa_short", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return by_path.module("scripts/migrate_qa_short.py")
 
 
 def test_rows_keyed_before_the_prefix_are_refused_then_migrated(tmp_path, tok, rule_lm,

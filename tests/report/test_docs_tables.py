@@ -4,12 +4,12 @@ sentence, and the marker replacement itself works (on pages written here)."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 from pathlib import Path
 
 import pytest
+
+import by_path
 
 ROOT = Path(__file__).resolve().parents[2]
 INCLUDE = re.compile(r'^--8<--\s+"([^"]+)"\s*$', re.M)
@@ -17,13 +17,7 @@ INCLUDE = re.compile(r'^--8<--\s+"([^"]+)"\s*$', re.M)
 
 def _load_tool():
     """``tools/docs_tables.py`` as the module ``docs_tables`` (it is not in the package)."""
-    if "docs_tables" in sys.modules:
-        return sys.modules["docs_tables"]
-    spec = importlib.util.spec_from_file_location("docs_tables", ROOT / "tools" / "docs_tables.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["docs_tables"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return by_path.module("tools/docs_tables.py", register=True)
 
 
 dt = _load_tool()

@@ -5,7 +5,6 @@ verdicts."""
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 import time
 from argparse import Namespace
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import by_path
 from isouq.serve.config import ServeSettings
 from isouq.serve.engine import Engine
 
@@ -25,11 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def serve_load():
     pytest.importorskip("openai")
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location("serve_load", ROOT / "benchmarks" /
-                                                  "serve_load.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return by_path.module("benchmarks/serve_load.py")
 
 
 PAIRS = [("what is the capital of france", "paris"), ("who wrote hamlet", "shakespeare"),
