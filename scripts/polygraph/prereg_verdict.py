@@ -173,6 +173,7 @@ def answer_rows(doc: dict, results: Path) -> tuple[list[dict], np.ndarray, dict]
 
 def fit(doc: dict, results: Path, out: Path) -> None:
     """Step 1 for one answer set: the out-of-fold P(correct) of each predictor, kept."""
+    from isouq.calibration import CalibrationError
     from isouq.calibration_choice import cross_fitted, feature_sets_of
     from isouq.evaluation.features import values
 
@@ -182,14 +183,18 @@ def fit(doc: dict, results: Path, out: Path) -> None:
                                 for s in feature_sets_of(p, rows).values() for c in s)
     cols = values(rows, list(cols_needed))
     t0 = time.perf_counter()
-    oof = cross_fitted(rows, cols, q, preds, seeds=SEEDS, folds=FOLDS, states=states)
+    try:
+        oof = cross_fitted(rows, cols, q, preds, seeds=SEEDS, folds=FOLDS, states=states)
+        unfitted = None
+    except CalibrationError as e:   # too few of a class to cross-fit: reported, not judged
+        oof, unfitted = {}, str(e)
     out.write_text(json.dumps({
         "dataset": doc["dataset"], "model": doc["model"], "metric": PRIMARY[doc["dataset"]],
         "keys": [r["key"] for r in rows], "quality": [round(float(x), 6) for x in q],
         "left_out": len(doc["questions"]) - len(rows), "seeds": list(SEEDS), "folds": FOLDS,
         "features": {"forward-only head": list(FORWARD_FEATURES),
                      "isouq head": list(ISOUQ_FEATURES)},
-        "seconds": round(time.perf_counter() - t0, 1),
+        "seconds": round(time.perf_counter() - t0, 1), "not_fitted": unfitted,
         "oof": {k: [[round(float(x), 6) for x in row] for row in v] for k, v in oof.items()},
     }) + "\n", encoding="utf-8")
     print(f"{out}: {len(rows)} answers, {time.perf_counter() - t0:.0f} s", flush=True)
@@ -213,7 +218,11 @@ def judge_kept(folder: Path, prereg: Path) -> dict:
         oof = {k: np.asarray(v, dtype=float) for k, v in got["oof"].items()}
         q = np.asarray(got["quality"], dtype=float)
         right, wrong = V.class_counts(q)
-        for r in V.compare(oof, q, comparisons(), n_bootstrap=N_BOOTSTRAP, seed=0):
+        compared = (V.compare(oof, q, comparisons(), n_bootstrap=N_BOOTSTRAP, seed=0) if oof
+                    else [{"predictor": a, "against": b, "PRR": None, "delta": None,
+                           "rankable": False, "note": got["not_fitted"]}
+                          for a, b in comparisons()])
+        for r in compared:
             rows.append({"dataset": dataset, "model": model, "metric": got["metric"],
                          "correct": right, "wrong": wrong, **r})
     families = []
@@ -239,6 +248,8 @@ def table(doc: dict) -> str:
         return "n/a" if x is None else (f"{x:+.3f}" if signed else f"{x:.3f}").replace("-", "−")
 
     def ci(r, suffix=""):
+        if r.get("delta" + suffix) is None:   # not fitted: too few of a class
+            return "n/a"
         d, lo, hi = (r[k + suffix] for k in ("delta", "ci_low", "ci_high"))
         return f"{num(d, True)} [{num(lo, True)}, {num(hi, True)}]"
 
@@ -276,6 +287,7 @@ def figure(doc: dict, path: Path) -> None:
     rows = doc["rows"]
     fig, ax = plt.subplots(figsize=(7, 0.5 * len(rows) + 1.2))
     colors = {"ahead": "#2a9d4b", "below": "#c0392b", "within noise": "#7f8c8d"}
+    rows = [r for r in rows if r["delta"] is not None]   # an answer set too small to fit
     for i, r in enumerate(rows):
         ax.errorbar(r["delta"], i, xerr=[[r["delta"] - r["ci_low"]], [r["ci_high"] - r["delta"]]],
                     fmt="o", capsize=3, color=colors.get(r["verdict"], "#bbbbbb"))

@@ -210,3 +210,25 @@ def test_the_design_set_is_judged_by_the_same_rule(tmp_path, verdict, monkeypatc
     (results / "verdict" / "truthfulqa__smollm2.oof.json").unlink()
     with pytest.raises(SystemExit, match="not design set"):
         verdict.main(["--fit", "--design", "--prereg", str(prereg)])
+
+
+def test_an_answer_set_too_small_to_fit_is_reported_without_a_verdict(tmp_path, verdict):
+    """One answer of a class cannot be cross-fitted: the set is kept, unfitted,
+    and shown as not rankable; the run goes on."""
+    prereg = tmp_path / "v9.yaml"
+    prereg.write_text(PREREG.replace("metric: Rouge_rougeL", "metric: Accuracy"))
+    results = _answer_set(tmp_path, verdict.sha256(prereg), n=60)
+    kept = results / "polygraph__truthfulqa__smollm2.json"
+    doc = json.loads(kept.read_text())
+    for i, q in enumerate(doc["questions"]):
+        q["quality"]["Accuracy"] = 1.0 if i == 0 else 0.0
+    kept.write_text(json.dumps(doc))
+    assert verdict.main(["--fit", "--prereg", str(prereg), "--results", str(results)]) == 0
+    oof = json.loads((results / "verdict" / "truthfulqa__smollm2.oof.json").read_text())
+    assert oof["oof"] == {} and "too few" in oof["not_fitted"]
+    got = json.loads((results / "verdict" / "verdict.json").read_text())
+    assert [r["verdict"] for r in got["rows"]] == [None, None]
+    assert {r["family"] for r in got["rows"]} == {0}
+    row = (results / "verdict" / "verdict.md").read_text().splitlines()[2]
+    assert row.startswith("| smollm2 × truthfulqa | Accuracy | 1 / 59 | n/a | n/a |")
+    assert "not rankable" in row
