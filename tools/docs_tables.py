@@ -225,6 +225,7 @@ def _blocks_cost(root):
             "blocks_hidden_over_ghost"), "summed path's own spread": lambda r: pct(r["ghost_spread"])})
 
 for _name, _rel in (("long_prompts", B + "long_prompts.md"), ("peer_opacus", B + "peer_opacus_b16_t128.md"),
+                    ("design_verdict", "results/polygraph/verdict/verdict.md"),
                     ("prereg_verdict", "results/polygraph_prereg/verdict/verdict.md"),
                     ("prereg_tasks_verdict", "results/polygraph_tasks_prereg_v3/verdict/verdict.md")):
     table(_name, _rel)(lambda root, rel=_rel: kept(root, rel, 0))
@@ -278,7 +279,7 @@ def _serve_split(root):
 
 # =========================================================================== LM-Polygraph, trust
 PG = "results/polygraph"
-PG_REPORT, FRESH = PG + "/report/report.json", PG + "/fresh/qwen2.5-coder-1.5b.json"
+PG_REPORT = PG + "/report/report.json"
 #: the cost table's columns: header → the column of the report's cost table
 COST = {"greedy generation (shared)": "greedy generation (shared)", "isouq (four scores, one "
         "backward)": "IsouqEpistemic", "MSP": "MaximumSequenceProbability", "mean token entropy":
@@ -338,15 +339,6 @@ def _trust_answers(root):
             sig(one.get("s / answer"))])
     return grid(["model × dataset", "quality", "MSP", "isouq's best single score", *(
         f"{n}: Δ PRR vs MSP's map" for n in _heads().values()), "isouq s / answer"], rows)
-
-@table("polygraph_fresh", FRESH)
-def _polygraph_fresh(root):
-    from isouq.study.analysis.learned_heads import CONTROL
-    names = _heads()
-    return columns([r for r in load(root, FRESH)["rows"] if r["head"] in names and r[
-        "against"] == CONTROL.name and r["counted"]], {"dataset": lambda r: DATASETS[r["dataset"]],
-        "quality": "quality", "questions": "questions", "head": lambda r: names[r["head"]],
-        "Δ PRR vs MSP's map [95% CI]": _vs_msp})
 
 QA_LONG, SPAN_HEAD = "results/qa_long/results.json", "results/qa_long/span_head.json"
 SPAN_SCORES = {"span aleatoric": "aleatoric", "span epistemic": "epistemic",
@@ -474,7 +466,6 @@ value("polygraph_isouq_cost", PG_REPORT)(lambda root: span(
 value("polygraph_1p5b_correct", PG_REPORT)(lambda root: ", ".join(
     f"{r['answers'].split()[0]} of {r['n']} ({DATASETS[r['dataset']]})" for r in _pg(root)["ranks"]
     if r["model"] == "qwen2.5-coder-1.5b" and r["quality"] == "accuracy"))
-value("fresh_questions", FRESH)(lambda root: load(root, FRESH)["rows"][0]["questions"])
 for _name, _rel in (("prereg_judged", "results/polygraph_prereg/verdict/verdict.json"),
                     ("prereg_tasks_judged", "results/polygraph_tasks_prereg_v3/verdict/verdict.json")):
     value(_name, _rel)(lambda root, rel=_rel: "{answer_sets_judged} of {answer_sets_expected}".format(
