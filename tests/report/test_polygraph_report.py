@@ -244,31 +244,3 @@ def test_judge_heads_holm_over_the_counted_answer_sets():
     assert [r["p_holm"] for r in got[:2]] == pytest.approx([0.002, 0.03])
     assert {r["family"] for r in got} == {2}
     assert verdict_counts(got) == (2, 0, 0)
-
-
-def test_questions_from_judges_the_later_answers_as_a_file_of_them_alone():
-    """The heads judged on questions ``start`` onward are judged as on a file that held only
-    those answers (each with its own kept value), and a start that leaves none is refused."""
-    from isouq.study.report.polygraph import head_rows, questions_from
-
-    d = _with_msp(doc(n=150))
-    rng = np.random.default_rng(3)
-    head = [None if i == 100 else -q["quality"]["Rouge_rougeL"] + 0.3 * rng.standard_normal()
-            for i, q in enumerate(d["questions"])]
-    heads = {"keys": [q["key"] for q in d["questions"]], "density": {"RDESeq": list(range(150))},
-             "metrics": {"Rouge_rougeL": {"labels": "x", "cross_fitted": {"isouq block head": head},
-                                          "chosen": {"isouq block head": ["a"] * 5}}}}
-    late, late_heads = questions_from(d, heads, 90)
-    assert [q["key"] for q in late["questions"]] == heads["keys"][90:] == late_heads["keys"]
-    assert late_heads["density"]["RDESeq"] == list(range(90, 150))
-    alone = {**d, "questions": d["questions"][90:]}
-    alone_heads = {"keys": heads["keys"][90:],
-                   "metrics": {"Rouge_rougeL": {"cross_fitted": {"isouq block head": head[90:]}}}}
-    got = head_rows(late, late_heads, "Rouge_rougeL", n_bootstrap=50)
-    want = head_rows(alone, alone_heads, "Rouge_rougeL", n_bootstrap=50)
-    keys = ("PRR", "delta", "ci_low", "ci_high", "AUROC", "n")
-    assert [[r[k] for k in keys] for r in got] == [[r[k] for k in keys] for r in want]
-    full = head_rows(d, heads, "Rouge_rougeL", n_bootstrap=50)
-    assert got[0]["PRR"] != full[0]["PRR"]  # other answers, other values
-    with pytest.raises(DataError, match="leaves none"):
-        questions_from(d, heads, 150)

@@ -325,36 +325,6 @@ def polygraph_tables(docs: Sequence[Mapping], *, n_bootstrap: int = 300, seed: i
             "heads": judge_heads(vs_msp)}
 
 
-def questions_from(doc: Mapping, heads: Mapping, start: int) -> tuple[dict, dict]:
-    """``doc`` and its heads file less their first ``start`` questions (in the kept question
-    order): every per-answer list of the heads file cut the same way, the fitted values kept as
-    they are (each answer's cross-fitted value is still from a head that did not see it).
-
-    Args:
-        doc: a kept benchmark file (:func:`load_polygraph`).
-        heads: its heads file (:func:`load_heads`).
-        start: how many questions to leave out, 0 ≤ start < the number of questions.
-
-    Returns:
-        (doc, heads) over questions ``start`` onward, ready for :func:`head_rows`.
-    """
-    n = len(doc["questions"])
-    if not 0 <= start < n:
-        raise DataError(f"{doc['model']} × {doc['dataset']} has {n} questions; a start of "
-                        f"{start} leaves none (give 0 ≤ start < {n})")
-
-    def cut(x):
-        if isinstance(x, list) and len(x) == n:
-            return x[start:]
-        if isinstance(x, dict):
-            return {k: cut(v) for k, v in x.items() if k != "chosen"}
-        return x
-
-    return ({**doc, "questions": doc["questions"][start:]},
-            {**heads, "keys": heads["keys"][start:], "metrics": cut(heads["metrics"]),
-             "density": cut(heads.get("density", {}))})
-
-
 #: the quality metric a dataset's verdict is counted on (the other is reported beside it):
 #: TriviaQA's exact-match accuracy, TruthfulQA's ROUGE-L (a fractional label)
 PRIMARY = {"triviaqa": "Accuracy", "truthfulqa": "Rouge_rougeL"}
