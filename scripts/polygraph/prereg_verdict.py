@@ -313,12 +313,12 @@ def main(argv=None) -> int:
                     f"({DESIGN}) by the pre-registration's rule, into {DESIGN}/verdict")
     a = ap.parse_args(argv)
     prereg = Path(a.prereg)
-    results = read_prereg(prereg)
-    if a.design:
-        global SETS, INHERITED
-        results, INHERITED = DESIGN, {}
-        SETS = design_sets(Path(a.results) if a.results else DESIGN)
+    results = DESIGN if a.design else read_prereg(prereg)
     results = Path(a.results) if a.results else results
+    if a.design:   # the pre-registration's rule on the design set's answer sets
+        global SETS, INHERITED
+        read_prereg(prereg)
+        SETS, INHERITED = design_sets(results), {}
     folder = results / "verdict"
     folder.mkdir(parents=True, exist_ok=True)
     if a.fit:
