@@ -316,10 +316,10 @@ def _heads() -> dict:
     from isouq.study.report.polygraph import REFERENCE_HEAD
     return {REFERENCE_HEAD: "block head", PROBE: "hidden-state probe", STACKED.name: "stacked head"}
 
-def _vs_msp(h) -> str:  # a head against MSP's own map: Δ PRR [95% CI] (verdict or why none)
-    why = h.get("verdict") or h.get("note") or ("< 30" if h["counted"] else "not counted")
-    return minus(f"{fixed(h['delta'], 3)} [{fixed(h['ci_low'], 3)}, {fixed(h['ci_high'], 3)}] "
-                 f"({why})") if "delta" in h else why
+def _vs_msp(h) -> str:  # a head against MSP's map: Δ PRR [95% CI] (one fold seed: no verdict)
+    why = h.get("note") or ("not counted" if not h["counted"] else None if h["rankable"] else "< 30")
+    return (minus(f"{fixed(h['delta'], 3)} [{fixed(h['ci_low'], 3)}, {fixed(h['ci_high'], 3)}]")
+            + (f" ({why})" if why else "")) if "delta" in h else why
 
 @table("trust_answers", PG_REPORT)
 def _trust_answers(root):

@@ -241,41 +241,12 @@ def judge_kept(folder: Path, prereg: Path) -> dict:
 
 
 def table(doc: dict) -> str:
-    """The verdict as a Markdown table, one row per answer set: the isouq head's PRR, then each
-    pre-registered comparison (Δ PRR with its interval, Holm's p, the verdict; Δ AUROC beside
-    the primary one)."""
-    def num(x, signed=False):
-        return "n/a" if x is None else (f"{x:+.3f}" if signed else f"{x:.3f}").replace("-", "−")
+    """The verdict as a Markdown table, one row per answer set
+    (``isouq.study.report.polygraph.verdict_table``, as ``isouq report`` shows it)."""
+    from isouq.runio import markdown_table
+    from isouq.study.report.polygraph import verdict_table
 
-    def ci(r, suffix=""):
-        if r.get("delta" + suffix) is None:   # not fitted: too few of a class
-            return "n/a"
-        d, lo, hi = (r[k + suffix] for k in ("delta", "ci_low", "ci_high"))
-        return f"{num(d, True)} [{num(lo, True)}, {num(hi, True)}]"
-
-    against = list(dict.fromkeys(r["against"] for r in doc["rows"]))
-    by_set: dict[tuple, dict] = {}
-    for r in doc["rows"]:
-        by_set.setdefault((r["model"], r["dataset"]), {})[r["against"]] = r
-    head = ["answer set", "quality", "correct / wrong", "isouq head PRR"]
-    for i, b in enumerate(against):
-        head += [f"vs {b}: Δ PRR [95% CI]", "Holm p", "verdict"] + (
-            ["Δ AUROC [95% CI]"] if i == 0 else [])
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for (model, dataset), got in by_set.items():
-        first = next(iter(got.values()))
-        cells = [f"{model} × {dataset}", first["metric"],
-                 f"{first['correct']} / {first['wrong']}", num(first["PRR"])]
-        for i, b in enumerate(against):
-            r = got.get(b)
-            if r is None:
-                cells += ["–"] * (4 if i == 0 else 3)
-                continue
-            cells += [ci(r), num(r["p_holm"]), r["verdict"] or "not rankable"]
-            if i == 0:
-                cells.append(ci(r, "_auroc"))
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    return markdown_table(verdict_table(doc))
 
 
 def figure(doc: dict, path: Path) -> None:

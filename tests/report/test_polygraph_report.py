@@ -196,6 +196,48 @@ def test_learned_heads_join_the_ranks_and_are_judged_against_msps_map(tmp_path):
         load_heads(path, d)
 
 
+def test_a_kept_verdict_replaces_the_heads_one_seed_verdicts(tmp_path):
+    """With ``verdict/verdict.json`` beside the kept files (prereg_verdict.py: repeated fold
+    seeds, Holm), the section shows it, one row per answer set, and the heads table keeps its
+    intervals but no verdict of its own."""
+    from isouq.study.report.polygraph import polygraph_section, verdict_table
+
+    d = _with_msp(doc(n=200))
+    rouge = np.array([q["quality"]["Rouge_rougeL"] for q in d["questions"]])
+    path = tmp_path / "polygraph__triviaqa__tiny.json"
+    path.write_text(json.dumps(d))
+    (tmp_path / "heads").mkdir()
+    (tmp_path / "heads" / "triviaqa__tiny.json").write_text(json.dumps({
+        "keys": [q["key"] for q in d["questions"]], "density": {},
+        "metrics": {m: {"labels": "x", "cross_fitted": {"isouq block head": list(-rouge)}}
+                    for m in ("Accuracy", "Rouge_rougeL")}}))
+    judged = {"predictor": "isouq head", "dataset": "triviaqa", "model": "tiny",
+              "metric": "Accuracy", "correct": 80, "wrong": 120, "PRR": 0.5, "delta": 0.05,
+              "ci_low": 0.01, "ci_high": 0.09, "delta_auroc": -0.02, "ci_low_auroc": -0.05,
+              "ci_high_auroc": 0.01, "p_holm": 0.02}
+    kept = {"preregistration": {"path": "configs/preregistration/v1.yaml"},
+            "design_set": str(tmp_path), "seeds": [0, 1, 2], "answer_sets_judged": 1,
+            "answer_sets_expected": 2,
+            "rows": [{**judged, "against": "MSP's map", "verdict": "ahead"},
+                     {**judged, "against": "forward-only head", "delta": -0.01,
+                      "ci_low": -0.03, "p_holm": 0.6, "verdict": "within noise"}]}
+    (tmp_path / "verdict").mkdir()
+    (tmp_path / "verdict" / "verdict.json").write_text(json.dumps(kept))
+    sec, tables = polygraph_section([(path, d)], set(), n_bootstrap=100)
+    (row,) = verdict_table(kept)
+    assert row["vs MSP's map: Δ PRR [95% CI]"] == "+0.050 [+0.010, +0.090]"
+    assert row["vs MSP's map: Δ AUROC [95% CI]"] == "−0.020 [−0.050, +0.010]"
+    assert row["vs forward-only head: verdict"] == "within noise"
+    shown = [b.ours for b in sec.blocks if b.ours is not None]
+    names = [t.name for t in shown]
+    assert names.index("polygraph_verdict") < names.index("polygraph_heads")
+    heads = next(t for t in shown if t.name == "polygraph_heads")
+    assert "verdict" not in heads.columns and "Holm p" not in heads.columns
+    assert all("verdict" not in r and "p_holm" not in r for r in tables["heads"])
+    assert tables["verdict"] == kept["rows"]
+    assert any("3 fold seeds" in n and "1 of 2 answer sets" in n for n in sec.notes)
+
+
 def test_a_supervised_anchor_is_ranked_and_judged_but_is_neither_sides(tmp_path):
     from isouq.study.analysis.learned_heads import PROBE
     from isouq.study.report.polygraph import polygraph_section

@@ -413,20 +413,71 @@ def judge_heads(rows: Sequence[Mapping]) -> list[dict]:
     return out
 
 
-def head_table(rows: Sequence[Mapping]) -> list[dict]:
-    """The judged heads rows as the report shows them (numbers with their intervals)."""
+def head_table(rows: Sequence[Mapping], *, judged: bool = True) -> list[dict]:
+    """The heads rows as the report shows them (numbers with their intervals); with ``judged``
+    False (a verdict with repeated fold seeds is kept beside them) without Holm's p and the
+    verdict: what is left is descriptive."""
     def pm(r, key):
         return _pm(r[key], r[f"ci_low{key[5:]}"], r[f"ci_high{key[5:]}"]) if key in r else ""
 
-    return [{"model": r["model"], "dataset": r["dataset"], "quality": r["quality"],
-             "head": r["head"], "against": r["against"],
-             "PRR": format_value(r.get("PRR")), "Δ PRR [95% CI]": pm(r, "delta"),
-             "Holm p": format_value(r.get("p_holm")),
-             "AUROC": format_value(r.get("AUROC")), "Δ AUROC [95% CI]": pm(r, "delta_auroc"),
-             "verdict": r.get("verdict") or r.get("note") or (
-                 "reported, not counted" if not r.get("counted") else "not rankable (< 30 of a "
-                                                                       "class)")}
-            for r in rows]
+    def why(r):
+        return r.get("note") or ("reported, not counted" if not r.get("counted") else
+                                 "not rankable (< 30 of a class)")
+
+    out = []
+    for r in rows:
+        row = {"model": r["model"], "dataset": r["dataset"], "quality": r["quality"],
+               "head": r["head"], "against": r["against"], "PRR": format_value(r.get("PRR")),
+               "Δ PRR [95% CI]": pm(r, "delta"), "AUROC": format_value(r.get("AUROC")),
+               "Δ AUROC [95% CI]": pm(r, "delta_auroc")}
+        if judged:
+            row |= {"Holm p": format_value(r.get("p_holm")), "verdict": r.get("verdict") or why(r)}
+        elif not (r.get("counted") and r.get("rankable") and "delta" in r):
+            row["note"] = why(r)
+        out.append(row)
+    return out
+
+
+def load_verdict(folder: Path) -> dict | None:
+    """The verdict kept in ``folder/verdict/verdict.json`` (``scripts/polygraph/
+    prereg_verdict.py``: repeated fold seeds, Holm), or None when there is none."""
+    path = Path(folder) / "verdict" / "verdict.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+
+
+def verdict_table(doc: Mapping) -> list[dict]:
+    """A kept verdict (:func:`load_verdict`) as table rows, one per answer set: the isouq
+    head's PRR, then for each comparison Δ PRR with its 95% interval, Holm's p and the verdict
+    (and Δ AUROC beside the first comparison); "n/a" where a set had too few of a class to fit.
+    """
+    def num(x, signed=False):
+        return "n/a" if x is None else (f"{x:+.3f}" if signed else f"{x:.3f}").replace("-", "−")
+
+    def ci(r, suffix=""):
+        if r.get("delta" + suffix) is None:   # not fitted: too few of a class
+            return "n/a"
+        d, lo, hi = (r[k + suffix] for k in ("delta", "ci_low", "ci_high"))
+        return f"{num(d, True)} [{num(lo, True)}, {num(hi, True)}]"
+
+    against = list(dict.fromkeys(r["against"] for r in doc["rows"]))
+    by_set: dict[tuple, dict] = {}
+    for r in doc["rows"]:
+        by_set.setdefault((r["model"], r["dataset"]), {})[r["against"]] = r
+    out = []
+    for (model, dataset), got in by_set.items():
+        first = next(iter(got.values()))
+        row = {"answer set": f"{model} × {dataset}", "quality": first["metric"],
+               "correct / wrong": f"{first['correct']} / {first['wrong']}",
+               "isouq head PRR": num(first["PRR"])}
+        for i, b in enumerate(against):
+            r = got.get(b, {})
+            row |= {f"vs {b}: Δ PRR [95% CI]": ci(r) if r else "–",
+                    f"vs {b}: Holm p": num(r.get("p_holm")) if r else "–",
+                    f"vs {b}: verdict": (r.get("verdict") or "not rankable") if r else "–"}
+            if i == 0:
+                row[f"vs {b}: Δ AUROC [95% CI]"] = ci(r, "_auroc") if r else "–"
+        out.append(row)
+    return out
 
 
 def verdict_groups(rows: Sequence[Mapping], against: str | None = None
@@ -471,16 +522,29 @@ def polygraph_section(found: Sequence[tuple[Path, Mapping]], taken: set[str], *,
     if machines:
         meta["timed on"] = "; ".join(sorted(machines))
     notes = [verdict(tables["ranks"])]
+    folders = {Path(p).parent for p, _ in found}
+    kept = load_verdict(folders.pop()) if len(folders) == 1 else None
+    if kept is not None:
+        notes.append(
+            f"The verdict ({kept['preregistration']['path']}'s rule"
+            + (", applied to these answers" if kept.get("design_set") else "")
+            + f"): the isouq head and the forward-only head cross-fitted on "
+            f"{len(kept['seeds'])} fold seeds, each against MSP's map by a paired bootstrap "
+            "over answers and fold seeds, Holm's correction over the answer sets; "
+            f"{kept['answer_sets_judged']} of {kept['answer_sets_expected']} answer sets kept. "
+            "The learned P(correct) table beside it holds one fold seed: descriptive, no "
+            "verdict.")
     if tables["heads"]:
         notes.append(
             "Learned P(correct) against MSP's own map (MSP made a probability on the heads' "
-            "folds): one verdict per answer set, on its dataset's primary quality (TriviaQA "
-            "accuracy, TruthfulQA ROUGE-L; the other is reported, not counted), only with at "
-            "least 30 answers of each class; PRR differences by a paired bootstrap over the "
-            "answers (one fold seed), Holm's correction over the answer sets of each head. "
-            "These are the design-set answers: the heads were designed after results on them "
-            "had been seen; the pre-registered verdict on fresh questions is "
-            "results/polygraph_prereg/verdict/.")
+            "folds), on each dataset's primary quality (TriviaQA accuracy, TruthfulQA ROUGE-L; "
+            "the other is reported, not counted), only with at least 30 answers of each class; "
+            "PRR differences by a paired bootstrap over the answers (one fold seed)"
+            + ("." if kept is not None else
+               ", Holm's correction over the answer sets of each head.")
+            + " Where these are design-set answers the heads were designed after results on "
+            "them had been seen; the pre-registered verdicts on fresh questions are in "
+            "results/polygraph_prereg*/verdict/.")
     if partial:
         notes.append("PARTIAL: " + ", ".join(f"{d['model']} × {d['dataset']} has "
                                              f"{d.get('n_questions')} of "
@@ -510,10 +574,21 @@ def polygraph_section(found: Sequence[tuple[Path, Mapping]], taken: set[str], *,
                                "LM-Polygraph's metrics, cost")),
         Block(make_table("polygraph_cost", tables["cost"],
                          title="Cost per answer (seconds) beyond the shared greedy generation")),
-        *((Block(make_table("polygraph_heads", head_table(tables["heads"]),
-                            title="Learned P(correct) against MSP (cross-fitted; transferred "
-                                  "from the other dataset)")),) if tables["heads"] else ()),
+        *((Block(make_table("polygraph_verdict", verdict_table(kept),
+                            title="The verdict: isouq head against MSP's map and the "
+                                  "forward-only head (repeated fold seeds, Holm)")),)
+          if kept is not None and kept["rows"] else ()),
+        *((Block(make_table("polygraph_heads", head_table(tables["heads"],
+                                                          judged=kept is None),
+                            title="Learned P(correct) against MSP (cross-fitted"
+                                  + (", one fold seed" if kept is not None else "")
+                                  + "; transferred from the other dataset)")),)
+          if tables["heads"] else ()),
     )
     section = Section(id=sid, title="LM-Polygraph benchmark: isouq among white-box estimators",
                       source=meta["files"], meta=meta, notes=tuple(notes), blocks=blocks)
+    if kept is not None:   # the heads rows' one-seed verdicts give way to the kept one
+        tables["heads"] = [{k: v for k, v in r.items() if k not in ("p_holm", "verdict", "family")}
+                           for r in tables["heads"]]
+        tables["verdict"] = kept["rows"]
     return section, {**tables, "ranks": shown_ranks}
