@@ -531,7 +531,7 @@ def polygraph_section(found: Sequence[tuple[Path, Mapping]], taken: set[str], *,
             + f"): the isouq head and the forward-only head cross-fitted on "
             f"{len(kept['seeds'])} fold seeds, each against MSP's map by a paired bootstrap "
             "over answers and fold seeds, Holm's correction over the answer sets; "
-            f"{kept['answer_sets_judged']} of {kept['answer_sets_expected']} answer sets kept. "
+            f"{kept['answer_sets_judged']} of {kept['answer_sets_expected']} answer sets judged. "
             "The learned P(correct) table beside it holds one fold seed: descriptive, no "
             "verdict.")
     if tables["heads"]:
