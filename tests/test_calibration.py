@@ -381,9 +381,10 @@ def test_cli_calibrate_keeps_msps_map_when_no_head_beats_it(tmp_path, capsys):
     assert "needs the backward pass: no" in printed
 
 
-def test_cli_calibrate_fractional_labels(tmp_path):
+def test_cli_calibrate_fractional_labels(tmp_path, capsys):
     """A quality in [0, 1] per answer (here in another field, --label-field): the maps fit it
-    as the harness does, PRR judges against it, AUROC and the floor count ≥ 0.5 as correct."""
+    as the harness does, PRR judges against it, AUROC and the floor count ≥ 0.5 as correct; the
+    output names the field the labels came from."""
     rows = strong_rows()
     rng = np.random.default_rng(2)
     for r in rows:
@@ -398,6 +399,8 @@ def test_cli_calibrate_fractional_labels(tmp_path):
     assert "fractional labels" in doc["answers"] and doc["saved"] == "isouq head"
     cal = Calibrator.load(out / "calibration.json")
     assert cal.doc["label_field"] == "rougeL" and cal.map.kind in ("platt", "mlp")
+    assert "labels from the field 'rougeL'" in capsys.readouterr().out
+    assert "labels from the field 'rougeL'" in cal.describe()
     cross = [json.loads(line) for line in (out / "crossfit.jsonl").read_text().splitlines()]
     assert {type(r["correct"]) for r in cross} == {float}
 

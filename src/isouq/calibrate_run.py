@@ -38,6 +38,7 @@ from .calibration import (
     Calibrator,
     check_complete,
     check_labels,
+    label_words,
     labels_of,
     one_model,
     weight_hashes,
@@ -338,7 +339,7 @@ def _bar(total: int, show: bool, what: str):
 def _title(cal: Calibrator) -> str:
     lab = cal.doc["labels"]
     on = ", ".join(cal.doc.get("datasets") or [])
-    return f"{cal.model}{f' on {on}' if on else ''}, {lab['source']} labels (n = {lab['n']})"
+    return f"{cal.model}{f' on {on}' if on else ''}, {cal.labels_said} (n = {lab['n']})"
 
 
 def _pad(text: str, width: int) -> str:
@@ -458,7 +459,8 @@ def summary(results: str | os.PathLike) -> str:
     doc = json.loads(results.read_text(encoding="utf-8"))
     t = doc["tables"]
     d = t["decision"][0]
-    lines = [f"calibration of {doc['model']} ({doc['labels']} labels, {doc['answers']}) -> "
+    source = label_words(doc["labels"], (doc.get("settings") or {}).get("label_field"))
+    lines = [f"calibration of {doc['model']} ({source}, {doc['answers']}) -> "
              f"{results.parent / 'calibration.json'}", *verdict_lines(doc)]
     lines.append(f"saved: {d['saved']} ({doc['selected']}): {d['reason']}")
     lines.append(f"  its nested PRR {_num(d['PRR'])}, AUROC {_num(d['AUROC'])} (the procedure "

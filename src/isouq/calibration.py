@@ -576,6 +576,12 @@ def _describe(name: str, hashes: Mapping[str, str]) -> str:
 
 
 # ---------------------------------------------------------------- the calibrator
+def label_words(source: str, field: str | None = None) -> str:
+    """Where a calibration's labels came from, in words: ``"judge labels"`` (``--labels``), or
+    ``"labels from the field 'rouge'"`` (``--label-field``)."""
+    return f"labels from the field {field!r}" if field else f"{source} labels"
+
+
 class Calibrator:
     """A fitted map from one model's scores to P(correct), with an optional withholding
     threshold. Make one with :meth:`fit` or :meth:`load`.
@@ -860,6 +866,11 @@ class Calibrator:
                 f"this model's labelled rows (`isouq calibrate ROWS --model {name}`) or ask "
                 f"with --model {self.model}")
 
+    @property
+    def labels_said(self) -> str:
+        """Where the labels came from, in words (:func:`label_words`)."""
+        return label_words(self.doc["labels"]["source"], self.doc.get("label_field"))
+
     def describe(self) -> str:
         """One line: model, map, labels and threshold."""
         lab = self.doc["labels"]
@@ -870,7 +881,7 @@ class Calibrator:
         line = (f"P(ok) = calibrated P(correct) for {self.model} ({self.map.kind} on "
                 f"{self.map.name}{' (the block profile)' if self.needs_blocks else ''}"
                 f"{f' (a probe on {self.hidden_state})' if self.needs_hidden else ''}; "
-                f"{lab['source']} labels, {lab['n']} answers"
+                f"{self.labels_said}, {lab['n']} answers"
                 f"{f' of {of}' if of else ''}{halves})")
         rc = self.doc.get("risk_control")
         if rc is not None:
