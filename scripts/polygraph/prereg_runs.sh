@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The pre-registered fresh runs (configs/preregistration/v1.yaml, v2.yaml and v3.yaml),
+# The pre-registered fresh runs (configs/preregistration/v1.yaml to v4.yaml),
 # resumable on any checkout: each pre-registration's answers are made and fitted by the code of
 # the commit fixed for it (CODE below, a git worktree under .cache/prereg_code/, with this
 # checkout's results/, .cache/ and .venv-polygraph linked in), small models first. For each
@@ -16,18 +16,19 @@
 # Needs .venv-polygraph with the four models (docs/polygraph.md). Days on a 2-core CPU for the
 # 1.5B model; stop it at any time. Then, in the main venv, the verdict from the kept files:
 #   .venv/bin/python scripts/polygraph/prereg_verdict.py --prereg configs/preregistration/v1.yaml
-# (and v3.yaml, whose family holds v2's SmolLM2 sets).
+# (v3.yaml's family holds v2's SmolLM2 sets, v4.yaml's v1's sets but the 1.5B model's).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 declare -A CODE=([v1]=166e1762c8d2829ff6622408b152fce5a7ebb84d
                  [v2]=f3613774badf5178040190d56e4b14b3174838e1
-                 [v3]=21d66add7dac92ebcac3f32e37fc7dbad2ab0fd7)
+                 [v3]=21d66add7dac92ebcac3f32e37fc7dbad2ab0fd7
+                 [v4]=54cc1b0eb0809e7025e1807eb2541d229eeebc5d)
 declare -A RESULTS=([v1]=results/polygraph_prereg [v2]=results/polygraph_tasks_prereg
-                    [v3]=results/polygraph_tasks_prereg_v3)
+                    [v3]=results/polygraph_tasks_prereg_v3 [v4]=results/polygraph_prereg_v4)
 declare -A CONFIG=([v1]=configs/polygraph/polygraph_eval.yaml [v2]=configs/polygraph/tasks.yaml
-                   [v3]=configs/polygraph/tasks.yaml)
+                   [v3]=configs/polygraph/tasks.yaml [v4]=configs/polygraph/polygraph_eval.yaml)
 
 questions() {  # questions PREREG MODEL DATASET: "--limit L --after A" of its fresh_sets
   python3 - "configs/preregistration/$1.yaml" "$2" "$3" <<'PY'
@@ -73,11 +74,11 @@ run() {  # run PREREG MODEL DATASET...: each set's benchmark, then once complete
 }
 
 declare -A DATASETS=([v1:smollm2]=truthfulqa [v1:qwen2.5-coder-0.5b]=truthfulqa
-                     [v1:qwen2.5-coder-1.5b]="truthfulqa triviaqa")
-# v2's Gemma and Qwen sets are v3's (results/polygraph_tasks_prereg/void/README.md): v2's code
-# kept pad tokens in the answers
+                     [v4:qwen2.5-coder-1.5b]="truthfulqa triviaqa")
+# v2's Gemma and Qwen sets are v3's (results/polygraph_tasks_prereg/void/README.md), and v1's
+# 1.5B sets v4's: the earlier code kept pad tokens in the answers
 ORDER=(v1:smollm2 v1:qwen2.5-coder-0.5b v2:smollm2 v3:gemma3-270m v3:qwen2.5-coder-0.5b
-       v1:qwen2.5-coder-1.5b v3:qwen2.5-coder-1.5b)
+       v4:qwen2.5-coder-1.5b v3:qwen2.5-coder-1.5b)
 for r in "$@"; do
   [[ " ${ORDER[*]} " == *" $r "* ]] || { echo "[prereg] no run '$r'; the runs: ${ORDER[*]}"; exit 2; }
 done

@@ -1,6 +1,7 @@
 """The pre-registered verdict on fresh questions (``configs/preregistration/v1.yaml``: TriviaQA
-and TruthfulQA; ``v2.yaml`` and ``v3.yaml``: the exact-label tasks, v3 with v2's SmolLM2 sets in
-its family).
+and TruthfulQA, ``v4.yaml`` the 1.5B model's two sets of v1 without pad tokens, with v1's two
+others in its family; ``v2.yaml`` and ``v3.yaml``: the exact-label tasks, v3 with v2's SmolLM2
+sets in its family).
 
     .venv-polygraph/bin/python scripts/polygraph/prereg_verdict.py [--prereg FILE] [--fit] \
         [--sets D__M ...]

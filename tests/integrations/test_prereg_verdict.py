@@ -136,6 +136,14 @@ def test_the_answer_sets_and_their_quality_are_the_preregistrations(tmp_path):
                                "truthfulqa-mc1": "Accuracy"}
     verdict.read_prereg(ROOT / "configs/preregistration/v1.yaml")
     assert verdict.PRIMARY == {"triviaqa": "Accuracy", "truthfulqa": "Rouge_rougeL"}
+    # v4: v1's 1.5B sets made again without pads; v1's two others inherited, a family of 4
+    assert str(verdict.read_prereg(ROOT / "configs/preregistration/v4.yaml")) == \
+        "results/polygraph_prereg_v4"
+    assert {m for _, m in verdict.SETS} == {"qwen2.5-coder-1.5b"}
+    assert len(set(verdict.SETS) | set(verdict.INHERITED)) == 4
+    assert {f for _, f in verdict.INHERITED.values()} == {
+        Path("configs/preregistration/v1.yaml")}
+    assert verdict.PRIMARY == {"triviaqa": "Accuracy", "truthfulqa": "Rouge_rougeL"}
     other = tmp_path / "other.yaml"
     other.write_text(PREREG.replace("[mean_prob, hidden]", "[mean_prob]"))
     with pytest.raises(SystemExit, match="this script fits"):
@@ -164,6 +172,7 @@ def test_the_runner_refuses_a_run_it_does_not_know_before_it_starts_any():
     assert "no run 'v2:smollm2x'" in res.stdout and "v2:smollm2 " in res.stdout
     assert "v2:gemma3-270m" not in res.stdout   # void: not to be fitted again by default
     assert "v3:gemma3-270m" in res.stdout
+    assert "v4:qwen2.5-coder-1.5b" in res.stdout and "v1:qwen2.5-coder-1.5b" not in res.stdout
 
 
 @pytest.mark.parametrize("prereg, model, dataset, expected", [
@@ -172,6 +181,7 @@ def test_the_runner_refuses_a_run_it_does_not_know_before_it_starts_any():
     ("v3", "gemma3-270m", "compare", "--limit 1500 --after 1000"),
     ("v3", "gemma3-270m", "truthfulqa-mc1", "--limit 1000 --after 500"),
     ("v3", "qwen2.5-coder-0.5b", "units", "--limit 1000 --after 500"),
+    ("v4", "qwen2.5-coder-1.5b", "truthfulqa", "--limit 1500 --after 500"),
 ])
 def test_the_runner_takes_each_sets_questions_from_its_preregistration(prereg, model, dataset,
                                                                         expected):
