@@ -15,7 +15,10 @@ LM-Polygraph's), the heads transferred from the model's other dataset, and a con
 map cross-fitted as the heads are: what cross-fitting itself costs) and a supervised anchor (a
 probe on the answer's hidden state, ``learned_heads.PROBE``: ranked beside the estimators,
 marked †, counted as neither side's); the table "learned P(correct) against MSP" compares each head, the
-control and the anchor with MaximumSequenceProbability on the same answers.
+control and the anchor with MaximumSequenceProbability on the same answers. Where a verdict
+with repeated fold seeds is kept beside the files (``verdict/verdict.json`` of
+``scripts/polygraph/prereg_verdict.py``), the section shows it and that table gives no verdict
+of its own (one fold seed).
 
 The section recomputes PRR with LM-Polygraph's formula
 (``evaluation.rejection.prediction_rejection_area``, equal to its
@@ -528,9 +531,9 @@ def polygraph_section(found: Sequence[tuple[Path, Mapping]], taken: set[str], *,
         notes.append(
             f"The verdict ({kept['preregistration']['path']}'s rule"
             + (", applied to these answers" if kept.get("design_set") else "")
-            + f"): the isouq head and the forward-only head cross-fitted on "
-            f"{len(kept['seeds'])} fold seeds, each against MSP's map by a paired bootstrap "
-            "over answers and fold seeds, Holm's correction over the answer sets; "
+            + f"): the isouq head against MSP's map and against the forward-only head, each "
+            f"cross-fitted on {len(kept['seeds'])} fold seeds, by a paired bootstrap over "
+            "answers and fold seeds, Holm's correction over the answer sets; "
             f"{kept['answer_sets_judged']} of {kept['answer_sets_expected']} answer sets judged. "
             "The learned P(correct) table beside it holds one fold seed: descriptive, no "
             "verdict.")
