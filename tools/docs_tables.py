@@ -224,11 +224,18 @@ def _blocks_cost(root):
         "hidden / summed": ratio("hidden_over_ghost"), "both / summed": ratio(
             "blocks_hidden_over_ghost"), "summed path's own spread": lambda r: pct(r["ghost_spread"])})
 
-for _name, _rel in (("long_prompts", B + "long_prompts.md"), ("peer_opacus", B + "peer_opacus_b16_t128.md"),
-                    ("design_verdict", "results/polygraph/verdict/verdict.md"),
-                    ("prereg_verdict", "results/polygraph_prereg/verdict/verdict.md"),
-                    ("prereg_tasks_verdict", "results/polygraph_tasks_prereg_v3/verdict/verdict.md")):
+for _name, _rel in (("long_prompts", B + "long_prompts.md"), ("peer_opacus", B + "peer_opacus_b16_t128.md")):
     table(_name, _rel)(lambda root, rel=_rel: kept(root, rel, 0))
+
+def _verdict(root: Path, rel: str) -> str:  # a kept verdict as isouq report shows it
+    from isouq.study.report.polygraph import verdict_table
+    rows = verdict_table(load(root, rel))
+    return grid(rows[0], [r.values() for r in rows]) if rows else ""
+
+for _name, _rel in (("design_verdict", "results/polygraph/verdict/verdict.json"),
+                    ("prereg_verdict", "results/polygraph_prereg/verdict/verdict.json"),
+                    ("prereg_tasks_verdict", "results/polygraph_tasks_prereg_v3/verdict/verdict.json")):
+    table(_name, _rel)(lambda root, rel=_rel: _verdict(root, rel))
 
 @table("classifiers_cpu", B + "classifiers_cpu_quiet.json")
 def _classifiers_cpu(root):
