@@ -3,6 +3,7 @@
 import io
 import json
 import math
+import os
 
 import pytest
 
@@ -77,12 +78,29 @@ def test_cli_table(model_dir, capsys):
 @pytest.mark.parametrize("argv, problem", [
     (["ask"], "no questions given"),
     (["ask", "who wrote hamlet", "  "], "question 1 is empty"),
-    (["ask", "--file", "/no/such/file.txt"], "--file /no/such/file.txt does not exist"),
+    (["ask", "--file", "/no/such/file.txt"], "--file /no/such/file.txt is not a file"),
+    (["ask", "--file", "/"], "--file / is not a file"),
 ])
 def test_bad_questions_are_one_clear_line_before_a_model_loads(argv, problem, capsys):
     assert main([*argv, "--model", "/no/such/model"]) == 2
     err = capsys.readouterr().err
     assert problem in err and "Traceback" not in err
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/fd"), reason="needs /dev/fd (bash's <(...))")
+def test_questions_read_from_a_pipe_as_bash_process_substitution_gives():
+    import argparse
+
+    from isouq.cli.ask import _questions
+
+    r, w = os.pipe()
+    os.write(w, b"who wrote hamlet\n\nwhat is 2 + 2\n")
+    os.close(w)
+    try:
+        args = argparse.Namespace(questions=["first?"], file=f"/dev/fd/{r}")
+        assert _questions(args) == ["first?", "who wrote hamlet", "what is 2 + 2"]
+    finally:
+        os.close(r)
 
 
 def test_check_questions_strips():

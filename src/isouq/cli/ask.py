@@ -62,8 +62,9 @@ def _questions(args: argparse.Namespace) -> list[str]:
     if args.file is not None:
         if args.file == "-":
             text = sys.stdin.read()
-        elif not Path(args.file).is_file():
-            raise InputError(f"--file {args.file} does not exist; give a text file with one "
+        elif not Path(args.file).exists() or Path(args.file).is_dir():
+            # exists, not is_file: a pipe (bash's <(...)) is a file to read too
+            raise InputError(f"--file {args.file} is not a file; give a text file with one "
                              "question per line, or - for standard input")
         else:
             text = Path(args.file).read_text("utf-8")
