@@ -10,13 +10,14 @@
 3. A seeded, stratified split: two thirds to calibrate on, one third held out.
 4. ``isouq calibrate`` on the first part (its printed verdict kept in ``calibrate.txt``).
 5. ``isouq score`` of the held-out answers with ``--calibration``.
-6. On the held-out answers, the saved P(correct) against MSP (the sequence probability):
-   PRR and AUROC with paired bootstrap intervals (``isouq.evaluation.verdict``).
+6. ``isouq calibrate --check`` on the held-out answers: the saved P(correct) against MSP (the
+   sequence probability) and p̄, PRR and AUROC with paired bootstrap intervals, Holm.
 
 The answers, their scores (hidden states included: tens of MB) and the calibration go to the
 git-ignored ``.cache/calibrate_check/<task>__<model>-s<seed>/``; what is kept, in
 ``OUT/<task>__<model>-s<seed>/``, is ``check.json`` (the numbers), ``calibrate.txt`` (what
-``isouq calibrate`` printed) and ``verdict.png``. Each step is skipped when its file exists
+``isouq calibrate`` printed, then what its ``--check`` printed), ``verdict.png`` and
+``risk_coverage.png`` (the held-out answers). Each step is skipped when its file exists
 (resumable). Runs in the main venv.
 """
 
@@ -29,8 +30,6 @@ import json
 import shutil
 import time
 from pathlib import Path
-
-import numpy as np
 
 STOP = ("\n", "Question:")  # configs/polygraph/polygraph_eval.yaml's stop_strings
 
@@ -77,22 +76,6 @@ def split(scored: Path, part: Path, held: Path, seed: int) -> None:
         path.write_text("".join(json.dumps(r) + "\n" for r in rs), encoding="utf-8")
 
 
-def judge(held_scored: Path) -> dict:
-    """Step 6: the saved P(correct) against MSP on the held-out answers."""
-    from isouq.evaluation import verdict as V
-
-    rows = [json.loads(line) for line in held_scored.read_text().splitlines()]
-    y = np.array([r["correct"] for r in rows], dtype=float)
-    p = np.array([r["p_correct"] for r in rows], dtype=float)
-    msp = np.exp([r["scores"]["seq_logprob"] for r in rows])
-    out = {"held_out": len(rows), "correct": int(y.sum())}
-    for metric in ("PRR", "AUROC"):
-        d = V.paired_difference(p, msp, y, metric, n_bootstrap=2000, seed=0)
-        out[metric] = {"saved": d.value_a, "MSP": d.value_b, "delta": d.delta,
-                       "ci_low": d.ci_low, "ci_high": d.ci_high, "p": d.p}
-    return out
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--task", default="units")
@@ -121,23 +104,26 @@ def main(argv=None) -> int:
     if not (d / "held_scored.jsonl").exists():
         cli("score", str(d / "held.jsonl"), "--out", str(d / "held_scored.jsonl"), "--model",
             a.model, "--calibration", str(d / "cal" / "calibration.json"))
+    if not (d / "check" / "results.json").exists():
+        (d / "check.txt").write_text(cli("calibrate", str(d / "held_scored.jsonl"), "--check",
+                                         str(d / "cal" / "calibration.json"), "--out",
+                                         str(d / "check")), encoding="utf-8")
     cal = json.loads((d / "cal" / "results.json").read_text())
+    check = json.loads((d / "check" / "results.json").read_text())
     doc = {"task": a.task, "model": a.model, "seed": a.seed, "n": a.n,
            "saved": cal["saved"], "reason": cal["reason"], "selected": cal["selected"],
            "verdict": cal["tables"].get("verdict", []),
            "learning_curve": cal["tables"].get("learning_curve", []),
-           "held_out": judge(d / "held_scored.jsonl"),
+           "held_out": {"answers": check["answers"], "verdict": check["tables"]["verdict"],
+                        "metrics": check["tables"]["metrics"]},
            "seconds": round(time.perf_counter() - t0, 1)}
     (kept / "check.json").write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
-    (kept / "calibrate.txt").write_text((d / "calibrate.txt").read_text(), encoding="utf-8")
-    if (d / "cal" / "verdict.png").exists():
-        shutil.copy(d / "cal" / "verdict.png", kept / "verdict.png")
-    h = doc["held_out"]
-    print((d / "calibrate.txt").read_text())
-    print(f"held-out ({h['held_out']} answers, {h['correct']} correct): saved "
-          f"{doc['saved']} PRR {h['PRR']['saved']:.3f} vs MSP {h['PRR']['MSP']:.3f}, Δ "
-          f"{h['PRR']['delta']:+.3f} [{h['PRR']['ci_low']:+.3f}, {h['PRR']['ci_high']:+.3f}]; "
-          f"AUROC {h['AUROC']['saved']:.3f} vs {h['AUROC']['MSP']:.3f}")
+    said = (d / "calibrate.txt").read_text() + "\n" + (d / "check.txt").read_text()
+    (kept / "calibrate.txt").write_text(said, encoding="utf-8")
+    for fig in (d / "cal" / "verdict.png", d / "check" / "risk_coverage.png"):
+        if fig.exists():
+            shutil.copy(fig, kept / fig.name)
+    print(said)
     return 0
 
 

@@ -27,13 +27,14 @@ LAYERS = [
     ("study: analysis", ("study.analysis",)),
     ("study: reports", ("study.report",)),
     ("study: QA pipelines", ("study.qa",)),
-    ("application", ("ask", "demo", "cli", "score_run", "calibrate_run", "serve", "__main__",
-                     "integrations", "")),
+    ("application", ("ask", "demo", "cli", "score_run", "calibrate_run", "calibration_check",
+                     "serve", "__main__", "integrations", "")),
 ]
 LIBRARY = {"foundation", "edges", "estimators", "evaluation"}
 #: what a user runs (the commands, ``isouq ask``/``score``/``calibrate``/``serve``, the public
 #: API, the plugins): it may run the study wing's code, but imports none of it at module level
-PRODUCT = ("cli", "ask", "demo", "score_run", "calibrate_run", "serve", "integrations", "")
+PRODUCT = ("cli", "ask", "demo", "score_run", "calibrate_run", "calibration_check", "serve",
+           "integrations", "")
 RANK = {top: i for i, (_, tops) in enumerate(LAYERS) for top in tops}
 
 

@@ -41,7 +41,18 @@ def scores_of(row: Mapping) -> Mapping:
     return sc if isinstance(sc, Mapping) else row
 
 
-__all__ = ["FIELDS", "scores_of"]
+def answer_id(row: Mapping) -> str:
+    """A short, stable identity of one answer: 16 hex digits of the SHA-256 of its key, its
+    question (or prompt) and its answer, so the same answer read from another file (or scored
+    again) has the same id and two answers sharing a key (e.g. ``isouq ask``'s "0") differ."""
+    import hashlib
+    import json
+
+    what = [str(row.get("key")), row.get("question") or row.get("prompt"), row.get("answer")]
+    return hashlib.sha256(json.dumps(what, ensure_ascii=False).encode()).hexdigest()[:16]
+
+
+__all__ = ["FIELDS", "answer_id", "scores_of"]
 
 
 # ------------------------------------------------ the short-answer study's rows (``qa short``)

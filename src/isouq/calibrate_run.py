@@ -280,7 +280,7 @@ def run_calibration(
                   "n_bootstrap": n_bootstrap},
         tables=tables, figures=[f.name for f in figures],
         extra={"model": name, "labels": labels,
-               "answers": _answers(y),
+               "answers": answers_said(y),
                "datasets": ", ".join(cal.doc.get("datasets") or []),
                "selected": f"{cal.map.kind} on {cal.map.name}",
                "saved": decision.saved, "reason": decision.reason,
@@ -306,7 +306,8 @@ def gradient_seconds(rows: Sequence[Mapping]) -> float | None:
     return float(np.median(t)) if t else None
 
 
-def _answers(y: np.ndarray) -> str:
+def answers_said(y: np.ndarray) -> str:
+    """How many answers and how many correct, in words."""
     right, wrong = class_counts(y)
     soft = " (fractional labels: correct at ≥ 0.5)" if is_soft(y) else ""
     return f"{len(y)} answers, {right} correct{soft}"
@@ -342,7 +343,7 @@ def _title(cal: Calibrator) -> str:
     return f"{cal.model}{f' on {on}' if on else ''}, {cal.labels_said} (n = {lab['n']})"
 
 
-def _pad(text: str, width: int) -> str:
+def pad_to(text: str, width: int) -> str:
     """``text`` left-aligned to ``width`` columns (combining marks, as in p̄, take none)."""
     import unicodedata
 
@@ -410,11 +411,13 @@ def annotate_file(path: str | os.PathLike, cal: Calibrator) -> str:
     return line
 
 
-def _signed(x: float | None) -> str:
+def signed(x: float | None) -> str:
+    """``x`` with its sign and 3 decimals (a true minus), or ``n/a``."""
     return "n/a" if x is None or not np.isfinite(x) else f"{x:+.3f}".replace("-", "−")
 
 
-def _num(x: float | None) -> str:
+def num(x: float | None) -> str:
+    """``x`` with 3 decimals, or ``n/a``."""
     return "n/a" if x is None or not np.isfinite(x) else f"{x:.3f}"
 
 
@@ -437,17 +440,17 @@ def verdict_lines(doc: Mapping) -> list[str]:
     vs_ref = [r for r in rows if r["against"] == ref]
     base = next((m for m in t["metrics"] if m["predictor"] == ref), None)
     if vs_ref:
-        lines.append(f"  {_pad(ref, 20)} {_num(vs_ref[0]['PRR'] - vs_ref[0]['delta']):>6} "
-                     f"{_num(base['auroc'] if base else None):>6}  (reference)")
+        lines.append(f"  {pad_to(ref, 20)} {num(vs_ref[0]['PRR'] - vs_ref[0]['delta']):>6} "
+                     f"{num(base['auroc'] if base else None):>6}  (reference)")
     for r in vs_ref:
-        ci = f"{_signed(r['delta'])} [{_signed(r['ci_low'])}, {_signed(r['ci_high'])}]"
-        lines.append(f"  {_pad(r['predictor'], 20)} {_num(r['PRR']):>6} {_num(r['AUROC']):>6}  "
-                     f"{ci:<34} {_num(r['p_holm']):>7}  {r['verdict'] or 'not rankable'}")
+        ci = f"{signed(r['delta'])} [{signed(r['ci_low'])}, {signed(r['ci_high'])}]"
+        lines.append(f"  {pad_to(r['predictor'], 20)} {num(r['PRR']):>6} {num(r['AUROC']):>6}  "
+                     f"{ci:<34} {num(r['p_holm']):>7}  {r['verdict'] or 'not rankable'}")
     for r in rows:
         if r["against"] != ref:
-            lines.append(f"  {r['predictor']} vs {r['against']}: Δ PRR {_signed(r['delta'])} "
-                         f"[{_signed(r['ci_low'])}, {_signed(r['ci_high'])}], Holm p "
-                         f"{_num(r['p_holm'])}: {r['verdict'] or 'not rankable'}")
+            lines.append(f"  {r['predictor']} vs {r['against']}: Δ PRR {signed(r['delta'])} "
+                         f"[{signed(r['ci_low'])}, {signed(r['ci_high'])}], Holm p "
+                         f"{num(r['p_holm'])}: {r['verdict'] or 'not rankable'}")
     return lines
 
 
@@ -463,7 +466,7 @@ def summary(results: str | os.PathLike) -> str:
     lines = [f"calibration of {doc['model']} ({source}, {doc['answers']}) -> "
              f"{results.parent / 'calibration.json'}", *verdict_lines(doc)]
     lines.append(f"saved: {d['saved']} ({doc['selected']}): {d['reason']}")
-    lines.append(f"  its nested PRR {_num(d['PRR'])}, AUROC {_num(d['AUROC'])} (the procedure "
+    lines.append(f"  its nested PRR {num(d['PRR'])}, AUROC {num(d['AUROC'])} (the procedure "
                  "judged on answers it did not see)")
     took = doc.get("gradient_seconds")
     lines.append("  needs the backward pass: " + (
@@ -475,7 +478,7 @@ def summary(results: str | os.PathLike) -> str:
     if curve:
         by_n: dict[int, list[str]] = {}
         for r in curve:
-            by_n.setdefault(r["labelled"], []).append(f"{r['predictor']} {_num(r['AUROC'])}")
+            by_n.setdefault(r["labelled"], []).append(f"{r['predictor']} {num(r['AUROC'])}")
         lines.append("learning curve (nested AUROC by labelled answers per fit): " + "; ".join(
             f"{n}: " + ", ".join(v) for n, v in by_n.items()))
     lines += [f"withholding:  {doc['guarantee']}",
@@ -597,6 +600,6 @@ def risk_coverage_figure(preds: Mapping[str, np.ndarray], y: np.ndarray, path: P
     return path
 
 
-__all__ = ["annotate_file", "evaluate", "read_inputs", "reliability_figure",
-           "risk_coverage_figure", "run_calibration", "summary", "verdict_figure",
-           "verdict_lines"]
+__all__ = ["annotate_file", "answers_said", "evaluate", "num", "pad_to", "read_inputs",
+           "reliability_figure", "risk_coverage_figure", "run_calibration", "signed", "summary",
+           "verdict_figure", "verdict_lines"]

@@ -49,7 +49,7 @@ from pathlib import Path
 import numpy as np
 from sklearn.calibration import CalibratedClassifierCV
 
-from .answer_row import scores_of
+from .answer_row import answer_id, scores_of
 from .errors import DataError, InputError
 from .evaluation import features as feats_
 from .evaluation.features import BLOCK, FEATURES, HIDDEN, PROBE_COLUMN, is_log
@@ -732,6 +732,8 @@ class Calibrator:
             "map": fitted.to_dict(), "selection": table, "risk_control": risk,
             "hidden_probe": (probe.to_dict() if PROBE_COLUMN in fitted.features else None),
             "split": split, "seed": seed, "sources": [dict(s) for s in sources],
+            # the answers it saw (answer_row.answer_id): `isouq calibrate --check` leaves them out
+            "fitted_answers": sorted(answer_id(r) for r in rows),
             **({"label_field": label_field} if label_field else {}),
             **({"verdict": dict(verdict)} if verdict is not None else {}),
         }

@@ -8,6 +8,7 @@ import argparse
 import sys
 
 from ..choices import FEATURE_NAMES
+from ..errors import InputError
 from .extras import require_extras
 from .options import out_dir
 
@@ -46,6 +47,10 @@ def add_to(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-curve", dest="curve", action="store_false",
                    help="skip the learning curve (the nested AUROC at a quarter, half and all "
                         "of the labelled answers)")
+    p.add_argument("--check", default=None, metavar="CALIBRATION",
+                   help="fit nothing: judge a saved calibration.json on labelled answers it "
+                        "did not see (those it was fitted on are left out): its P(correct) "
+                        "against MSP and p̄ on the same answers, paired intervals and verdicts")
     p.add_argument("--features", nargs="+", default=None, metavar="NAME",
                    choices=list(FEATURE_NAMES),
                    help="what P(correct) may read: " + ", ".join(FEATURE_NAMES) + " (blocks: "
@@ -63,6 +68,8 @@ def add_to(sub: argparse._SubParsersAction) -> None:
 def cmd_calibrate(args: argparse.Namespace) -> int:
     """Run ``isouq calibrate`` and print its summary."""
     require_extras("report", "isouq calibrate")
+    if args.check is not None:
+        return _check(args)
     from ..calibrate_run import run_calibration, summary
 
     path = run_calibration(args.rows, args.out, labels=args.labels,
@@ -72,4 +79,20 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                            n_bootstrap=args.bootstrap, curve=args.curve,
                            progress=sys.stderr.isatty())
     print(summary(path))
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    """Run ``isouq calibrate ROWS --check CALIBRATION`` and print its summary."""
+    from ..calibration_check import check_calibration, check_summary
+
+    fitting = [flag for flag, given in (("--max-risk", args.max_risk is not None),
+                                        ("--features", args.features is not None)) if given]
+    if fitting:
+        raise InputError(f"--check judges a saved calibration and fits nothing; drop "
+                         f"{' and '.join(fitting)} (they choose what a new calibration fits)")
+    path = check_calibration(args.check, args.rows, args.out, labels=args.labels,
+                             label_field=args.label_field, model=args.model,
+                             gold=args.gold or (), seed=args.seed, n_bootstrap=args.bootstrap)
+    print(check_summary(path))
     return 0
