@@ -67,6 +67,23 @@ def test_cli_json_from_arguments_file_and_stdin(model_dir, tmp_path, capsys, mon
         got[0]["scores"]["epistemic"], rel=1e-5, nan_ok=True)
 
 
+def test_a_long_list_is_answered_a_batch_at_a_time_and_handed_out_as_done(model_dir, lm):
+    """ask() over 3 questions with batch_size 2: two batches, handed to on_rows in order, keys
+    0..2 over the whole list, the scores those of answering each batch on its own."""
+    from isouq.ask import ask
+
+    batches = []
+    got = ask(QUESTIONS, model=str(model_dir), max_new_tokens=6, batch_size=2,
+              on_rows=batches.append)
+    assert [len(b) for b in batches] == [2, 1] and [r["key"] for r in got.rows] == ["0", "1", "2"]
+    assert [r for b in batches for r in b] == got.rows
+    model, tok = lm
+    alone = answer_and_score(model, tok, QUESTIONS[2:], max_new_tokens=6, batch_size=2)
+    assert got.rows[2]["answer"] == alone[0]["answer"]
+    assert got.rows[2]["scores"]["epistemic"] == pytest.approx(alone[0]["scores"]["epistemic"],
+                                                               rel=1e-5, nan_ok=True)
+
+
 def test_cli_table(model_dir, capsys):
     assert main(["ask", "--model", str(model_dir), "--max-new-tokens", "4", *QUESTIONS[:2]]) == 0
     out = capsys.readouterr().out

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import shutil
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from .errors import DataError, InputError
@@ -186,8 +186,13 @@ class Asked:
 def ask(questions: Sequence[str], *, model: str, load: dict | None = None,
         baselines: Sequence[str] = (), entailment_model: str | None = None,
         entailment_load: dict | None = None, reference: str | None = None,
-        calibration=None, params=None, **options) -> Asked:
+        calibration=None, params=None, on_rows: Callable[[list[dict]], None] | None = None,
+        progress: bool = False, **options) -> Asked:
     """``isouq ask``: every check a user can fail first, then load, answer and score.
+
+    The questions are answered and scored a batch at a time (``batch_size`` of ``options``), so
+    a long list (``isouq ask --file``) shows its progress and hands out its rows as they are
+    done.
 
     Args:
         questions: the questions (checked before any model loads).
@@ -197,6 +202,8 @@ def ask(questions: Sequence[str], *, model: str, load: dict | None = None,
         reference: a QA run's rows (JSONL) to give each score its percentile in.
         calibration: a ``Calibrator`` giving P(correct) (checked against the model's files).
         params: the parameters the gradient scores cover (``isouq.params``; None: all).
+        on_rows: called with each batch's finished rows, in order (e.g. to print them).
+        progress: a progress bar (on stderr) when there is more than one batch.
         **options: ``answer_and_score``'s settings (k, k_p_true, temperature, seed,
             max_new_tokens, batch_size, spans).
 
@@ -232,16 +239,33 @@ def ask(questions: Sequence[str], *, model: str, load: dict | None = None,
         jm, jt, _ = load_classifier_or_lm(entailment_model, **(entailment_load or {}))
         judge = entailment_judge(jm, jt, name=entailment_model,
                                  batch_size=options.get("batch_size", 16))
-    rows = answer_and_score(lm, tok, questions, baselines=baselines, judge=judge,
-                            params=params, blocks=calibration is not None
-                            and calibration.needs_blocks, hidden=calibration is not None
-                            and calibration.needs_hidden, **options)
-    if ref is not None:
-        add_percentiles(rows, ref)
-    if calibration is not None:
-        calibration.annotate(rows)
-        for r in rows:  # what the probe read, not an answer's score: not shown
-            r.pop("hidden", None)
+    step = options.get("batch_size", 16)
+    bar = None
+    if progress and len(questions) > step:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(questions), unit="answer", desc="ask")
+    rows: list[dict] = []
+    for start in range(0, len(questions), step):
+        part = answer_and_score(lm, tok, questions[start:start + step], baselines=baselines,
+                                judge=judge, params=params, blocks=calibration is not None
+                                and calibration.needs_blocks, hidden=calibration is not None
+                                and calibration.needs_hidden, **options)
+        for i, r in enumerate(part, start):
+            r["key"] = str(i)
+        if ref is not None:
+            add_percentiles(part, ref)
+        if calibration is not None:
+            calibration.annotate(part)
+            for r in part:  # what the probe read, not an answer's score: not shown
+                r.pop("hidden", None)
+        rows += part
+        if on_rows is not None:
+            on_rows(part)
+        if bar is not None:
+            bar.update(len(part))
+    if bar is not None:
+        bar.close()
     return Asked(rows, ref, calibration)
 
 

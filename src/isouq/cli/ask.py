@@ -41,7 +41,8 @@ def add_to(sub: argparse._SubParsersAction) -> None:
                    help="a calibration.json of `isouq calibrate` for this model: adds P(correct) "
                         "(and withheld, when it holds a threshold)")
     p.add_argument("--json", action="store_true",
-                   help="one JSON object per answer (all scores and timings) instead of a table")
+                   help="one JSON object per answer (all scores and timings), printed a batch at "
+                        "a time as each is done, instead of a table")
     add_methods_option(p, "--baselines", BASELINES, (),
                        "also the QA study's sampling baselines (K sampled answers per question; "
                        "semantic entropy also loads --entailment-model)")
@@ -87,17 +88,19 @@ def cmd_ask(args: argparse.Namespace) -> int:
         check_out(args.html)
     load = load_kw(args)
     judge_load = {k: v for k, v in load.items() if k not in ("quantize", "adapter")}
+    def print_json(rows: list[dict]) -> None:  # each batch as it is done
+        for r in rows:
+            print(json.dumps(r, ensure_ascii=False), flush=True)
+
     got = ask(questions, model=args.model, load=load, baselines=args.baselines,
               entailment_model=args.entailment_model, entailment_load=judge_load,
               reference=args.reference, calibration=calibration_of(args),
               params=params_value(args), k=args.k, k_p_true=args.k_p_true,
               temperature=args.temperature, seed=args.seed, max_new_tokens=args.max_new_tokens,
-              batch_size=args.batch_size, spans=args.spans)
+              batch_size=args.batch_size, spans=args.spans,
+              on_rows=print_json if args.json else None, progress=sys.stderr.isatty())
     rows, reference, cal = got.rows, got.reference, got.calibration
-    if args.json:
-        for r in rows:
-            print(json.dumps(r, ensure_ascii=False))
-    else:
+    if not args.json:
         print_table(rows)
         print(f"\n{legend(rows)}")
         if reference is not None:
