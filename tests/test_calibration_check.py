@@ -120,3 +120,24 @@ def test_answer_id_is_the_answer_not_the_file_or_the_key_alone():
     assert answer_id(a) != answer_id({**a, "question": "who wrote faust"})
     assert answer_id({"key": "0", "prompt": "p", "answer": "x"}) != answer_id(
         {"key": "0", "prompt": "q", "answer": "x"})
+
+
+def test_fractional_labels_are_checked_by_the_field_the_calibration_read(tmp_path, capsys):
+    """A calibration fitted on a ROUGE-like quality in [0, 1] (--label-field rouge) is checked
+    on the same field without naming it again; Δ PRR is against that quality."""
+    rows = rows_of(seed=11)
+    rng = np.random.default_rng(0)
+    for r in rows:
+        r["rouge"] = float(np.clip(0.6 * r.pop("correct") + 0.4 * rng.random(), 0, 1))
+    assert main(["calibrate", str(write(tmp_path / "fit.jsonl", rows[:200])), "--out",
+                 str(tmp_path / "cal"), *FAST, "--label-field", "rouge"]) == 0
+    assert main(["calibrate", str(write(tmp_path / "new.jsonl", rows[200:])), "--check",
+                 str(tmp_path / "cal" / "calibration.json"), "--out",
+                 str(tmp_path / "check")]) == 0
+    doc = json.loads((tmp_path / "check" / "results.json").read_text())
+    assert doc["settings"]["label_field"] == "rouge" and "fractional labels" in doc["answers"]
+    q = np.array([r["rouge"] for r in rows[200:]])
+    p = Calibrator.load(tmp_path / "cal" / "calibration.json").predict(rows[200:])
+    msp = np.exp([r["scores"]["seq_logprob"] for r in rows[200:]])
+    r = next(r for r in doc["tables"]["verdict"] if r["against"] == "MSP")
+    assert r["delta"] == pytest.approx(V.prr(p, q) - V.prr(msp, q), abs=1e-12)

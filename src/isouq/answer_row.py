@@ -25,6 +25,8 @@ read alike by :func:`scores_of`.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -45,9 +47,6 @@ def answer_id(row: Mapping) -> str:
     """A short, stable identity of one answer: 16 hex digits of the SHA-256 of its key, its
     question (or prompt) and its answer, so the same answer read from another file (or scored
     again) has the same id and two answers sharing a key (e.g. ``isouq ask``'s "0") differ."""
-    import hashlib
-    import json
-
     what = [str(row.get("key")), row.get("question") or row.get("prompt"), row.get("answer")]
     return hashlib.sha256(json.dumps(what, ensure_ascii=False).encode()).hexdigest()[:16]
 
