@@ -172,9 +172,9 @@ def check_summary(results: str | os.PathLike) -> str:
                      f"{num(r['PRR']):>6}  {d_prr:<26} {d_auc:<26} {num(r['p_holm']):>7}  "
                      f"{said}")
     m = t["metrics"][0]
-    lines.append(f"  the saved map's P(correct) there: ECE {num(m['ece'])}, Brier "
-                 f"{num(m['brier'])}, mean {num(m['mean_p'])} against {num(m['accuracy'])} "
-                 "correct")
+    lines.append(f"  the saved map's P(correct) there: AUROC {num(m['auroc'])}, ECE "
+                 f"{num(m['ece'])}, Brier {num(m['brier'])}, mean {num(m['mean_p'])} against "
+                 f"{num(m['accuracy'])} correct")
     for w in t.get("withholding") or []:
         lines.append(f"withholding: kept {w['kept']} of {w['answers']}, error rate among kept "
                      f"{num(w['error_rate_kept'])} (the guarantee: ≤ {w['alpha']:g} with "
