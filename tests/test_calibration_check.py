@@ -90,6 +90,7 @@ def test_with_a_threshold_the_check_says_what_it_kept(tmp_path, capsys):
     kept = cal.predict(rows[200:]) >= cal.threshold
     w = doc["tables"]["withholding"][0]
     assert doc["fitted_on"] == 0 and w["kept"] == int(kept.sum()) and w["alpha"] == 0.3
+    assert doc["fitted_known"] and "does not list the answers" not in printed
     assert w["error_rate_kept"] == pytest.approx(1 - y[kept].mean())
     assert f"withholding: kept {w['kept']} of 100" in printed
 
@@ -141,3 +142,15 @@ def test_fractional_labels_are_checked_by_the_field_the_calibration_read(tmp_pat
     msp = np.exp([r["scores"]["seq_logprob"] for r in rows[200:]])
     r = next(r for r in doc["tables"]["verdict"] if r["against"] == "MSP")
     assert r["delta"] == pytest.approx(V.prr(p, q) - V.prr(msp, q), abs=1e-12)
+
+
+def test_a_calibration_of_an_older_isouq_is_checked_with_a_caution(fitted, tmp_path, capsys):
+    """A calibration file without the ids of its answers (written before they were kept): it
+    cannot leave them out, so the check says to pass only new answers."""
+    d, rows = fitted
+    doc = json.loads((d / "cal" / "calibration.json").read_text())
+    del doc["fitted_answers"]
+    (tmp_path / "old.json").write_text(json.dumps(doc))
+    assert main(["calibrate", str(write(tmp_path / "new.jsonl", rows[200:])), "--check",
+                 str(tmp_path / "old.json"), "--out", str(tmp_path / "check")]) == 0
+    assert "does not list the answers it was fitted on" in capsys.readouterr().out

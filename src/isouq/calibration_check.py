@@ -142,6 +142,7 @@ def check_calibration(
                 **({"withholding": withholding} if withholding else {})},
         figures=[fig.name],
         extra={"model": cal.model, "answers": answers_said(y), "fitted_on": fitted_on,
+               "fitted_known": "fitted_answers" in cal.doc,
                "unscored": unscored, "saved": verdict.get("saved"),
                "selected": f"{cal.map.kind} on {cal.map.name}"})
 
@@ -163,6 +164,9 @@ def check_summary(results: str | os.PathLike) -> str:
                                                             else ""),
              f"  {'reference':<9} {'PRR':>6} {'saved':>6}  {'Δ PRR [95% CI]':<26} "
              f"{'Δ AUROC [95% CI]':<26} {'Holm p':>7}  verdict"]
+    if not doc["fitted_known"]:
+        lines.append("  (this calibration does not list the answers it was fitted on: it was made "
+                     "by an older isouq; pass only answers it did not see)")
     for r in t["verdict"]:
         d_prr = f"{signed(r['delta'])} [{signed(r['ci_low'])}, {signed(r['ci_high'])}]"
         d_auc = (f"{signed(r['delta_auroc'])} [{signed(r['ci_low_auroc'])}, "
