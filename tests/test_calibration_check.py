@@ -50,7 +50,10 @@ def fitted(tmp_path_factory):
 def test_the_saved_map_is_judged_on_the_answers_it_did_not_see(fitted, tmp_path, capsys):
     """All 300 rows passed: the 200 fitted on are left out and said so; Δ PRR and Δ AUROC
     against MSP and p̄ are the map's own on the other 100, recomputed here."""
+    from isouq.calibrate_run import summary
+
     d, rows = fitted
+    assert "isouq calibrate NEW.jsonl --check" in summary(d / "cal" / "results.json")  # next step
     capsys.readouterr()
     assert main(["calibrate", str(d / "all.jsonl"), "--check", str(d / "cal" / "calibration.json"),
                  "--out", str(tmp_path / "check")]) == 0

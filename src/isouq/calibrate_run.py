@@ -482,7 +482,9 @@ def summary(results: str | os.PathLike) -> str:
         lines.append("learning curve (nested AUROC by labelled answers per fit): " + "; ".join(
             f"{n}: " + ", ".join(v) for n, v in by_n.items()))
     lines += [f"withholding:  {doc['guarantee']}",
-              f"tables and figures: {results} ({', '.join(doc['figures'])})"]
+              f"tables and figures: {results} ({', '.join(doc['figures'])})",
+              f"on labelled answers it did not see: isouq calibrate NEW.jsonl --check "
+              f"{results.parent / 'calibration.json'} --out CHECK"]
     return "\n".join(lines)
 
 
