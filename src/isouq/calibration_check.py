@@ -6,10 +6,10 @@ score``, with ``--blocks``/``--hidden`` where the map reads them) and asks: does
 rank these new answers at least as well as the probability the model already gives? The check
 computes the map's P(correct) of each answer from the rows' scores (as ``isouq score
 --calibration`` does) and compares it, on the same answers, with MSP (the sequence probability
-Π pₜ; any monotone map of it, MSP's map among them, ranks alike) and with p̄. The comparisons are
-``evaluation.verdict``'s: Δ PRR of 1 − P(correct) and Δ AUROC, a paired bootstrap over the
-answers, Holm over the comparisons, a verdict only with at least ``MIN_PER_CLASS`` answers of
-each class. Nothing is fitted, so there is no fold seed to repeat.
+Π pₜ: an increasing map of it ranks alike, though MSP's map may have learnt a reversed
+direction) and with p̄. The comparisons are ``evaluation.verdict``'s: Δ PRR of 1 − P(correct) and
+Δ AUROC, a paired bootstrap over the answers, Holm over the comparisons, a verdict only with at
+least ``MIN_PER_CLASS`` answers of each class. Nothing is fitted, so there is no fold seed to repeat.
 
 Answers the calibration was fitted on (its ``fitted_answers``, by ``answer_row.answer_id``) are
 left out and counted. With a withholding threshold, the check also reports the share kept and
