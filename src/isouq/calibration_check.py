@@ -18,6 +18,7 @@ the error rate among the kept answers, beside the guarantee's α.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -151,8 +152,6 @@ def check_summary(results: str | os.PathLike) -> str:
     """A few lines about a check (its ``results.json``): the answers judged, the saved map
     against MSP and p̄ with intervals and verdicts, its calibration error there and, with a
     threshold, what it kept."""
-    import json
-
     results = Path(results)
     doc = json.loads(results.read_text(encoding="utf-8"))
     t = doc["tables"]
