@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DESIGN_SHA256 = {
     "compare": "3b5d80f3477e19156e7fddc6b914af993195c78765cc6c1a1fac3d2cc9552332",
     "units": "4714d43509e1af3c40efc163faf0b9a17a92f4ba912092c2c62d5f593bbb3357",
+    "arithmetic": "3830d2b4af71575f81374ef592c6728bc7e1010bff2a8f4c1240c47c3c708b2b",
 }
 
 
@@ -132,7 +133,14 @@ def _units_problem(question: str) -> tuple:
     return m[1], frozenset(((int(m[2]), m[3]), (int(m[4]), m[5])))
 
 
-READ = {"compare": _compare_problem, "units": _units_problem}
+def _arithmetic_problem(question: str) -> tuple:
+    m = re.fullmatch(r"What is (\d+) (\+|-|times) (\d+)\?", question)
+    assert m, question
+    a, b = int(m[1]), int(m[3])
+    return m[2], (a, b) if m[2] == "-" else frozenset((a, b))
+
+
+READ = {"compare": _compare_problem, "units": _units_problem, "arithmetic": _arithmetic_problem}
 
 
 @pytest.mark.parametrize("name", sorted(tasks.GENERATED))
@@ -190,6 +198,24 @@ def test_units_answers_recomputed_from_the_question():
         assert (ua == ub) == (it.level == 1)
         first[it.question.split(", ", 1)[1].startswith(big)] += 1
     assert min(first.values()) > 0.4 * tasks.SIZE  # the right one is named first about half
+
+
+def test_arithmetic_answers_recomputed_from_the_question():
+    ops = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "times": lambda a, b: a * b}
+    levels = collections.Counter()
+    for it in generate("arithmetic"):
+        m = re.fullmatch(r"What is (\d+) (\+|-|times) (\d+)\?", it.question)
+        a, b = int(m[1]), int(m[3])
+        value = ops[m[2]](a, b)
+        assert value > 0 and it.answers[0] == str(value), it.question
+        assert is_correct(f"{a} {m[2]} {b} = {value:,}.", it.answers)
+        assert not is_correct(f"{a} {m[2]} {b} = {value + 1}.", it.answers)
+        assert not is_correct(str(value - 1), it.answers)
+        if m[2] != "-":  # a sum or a product stated in the other order
+            assert is_correct(f"{b} {m[2]} {a} is {value}", it.answers)
+        assert (it.level == 1) == (m[2] == "+" and 1 in (a, b))  # level 1: a number plus one
+        levels[it.level, m[2]] += 1
+    assert set(levels) == {(1, "+"), (2, "times"), (3, "+"), (4, "-")}
 
 
 def test_unknown_task_and_bad_limits():

@@ -41,7 +41,7 @@ def _add_run(qsub: argparse._SubParsersAction) -> None:
     q = qsub.add_parser("run", help="answers, scores, baselines and correctness per question")
     q.add_argument("--dataset", default="truthfulqa",
                    help="truthfulqa, triviaqa, an exact-label task (compare, units, "
-                        "truthfulqa-mc1), or a JSONL path")
+                        "arithmetic, truthfulqa-mc1), or a JSONL path")
     q.add_argument("--data", default=None, help="local file for the dataset (default: shipped)")
     add_model_options(q)
     q.add_argument("--limit", type=positive_int, default=200, help="questions (seeded subset)")

@@ -2,8 +2,10 @@
 generated-answer task. Each item is a :class:`TaskItem` (a ``QAItem``-like record).
 
 Generated tasks (:data:`GENERATED`): ``compare`` (which of two numbers is larger or smaller:
-whole, close, decimal, fractions far and close; which word has more letters) and ``units`` (which of two
-quantities is longer, heavier or more, in the same unit, one or two units apart, far or close).
+whole, close, decimal, fractions far and close; which word has more letters), ``units`` (which of two
+quantities is longer, heavier or more, in the same unit, one or two units apart, far or close)
+and ``arithmetic`` (a sum, difference or product of two whole numbers: a number plus one, a
+one-digit times a two-digit number, two-digit sums and differences).
 A seed gives a stream of distinct questions, built by a ``random.Random`` seeded with the
 task's name and the seed (no hash order, no global state). Item ``i`` has the difficulty level
 ``mix[i % len(mix)]`` of its task, so every run of consecutive items mixes the levels in fixed
@@ -360,6 +362,42 @@ def compare_units(kinds: Sequence[str], steps: int, ratio: tuple[float, float]) 
     return make
 
 
+# ---------------------------------------------------------------- arithmetic
+
+#: how an operation is written in a question, and the words an answer may use for it
+OPERATIONS: dict[str, tuple[str, ...]] = {
+    "+": ("+", "plus"), "-": ("-", "minus"), "times": ("times", "*", "x", "×", "multiplied by")}
+
+
+def arithmetic(op: str, a_range: tuple[int, int], b_range: tuple[int, int]) -> Maker:
+    """"What is a OP b?" for whole numbers ``a``, ``b`` drawn uniformly from their ranges.
+
+    Args:
+        op: ``"+"``, ``"-"`` or ``"times"`` (:data:`OPERATIONS`).
+        a_range: the first number's range, both ends included.
+        b_range: the second number's range; for ``"-"`` the larger of the two comes first
+            (never equal), so the result is positive.
+
+    Returns:
+        A maker of such problems; a sum or product asked in either order is one problem, and
+        its statement ("12 times 6 is 72") is accepted in either order.
+    """
+    def make(rng: random.Random) -> Problem:
+        a, b = rng.randint(*a_range), rng.randint(*b_range)
+        while op == "-" and a == b:
+            a, b = rng.randint(*a_range), rng.randint(*b_range)
+        if op == "-" and a < b:
+            a, b = b, a
+        value = a + b if op == "+" else a - b if op == "-" else a * b
+        pair = (a, b) if op == "-" else tuple(sorted((a, b)))
+        orders = [(a, b)] if op == "-" else [(a, b), (b, a)]
+        lead = [f"{x} {w} {y} {v} {n}" for x, y in orders for w in OPERATIONS[op]
+                for v in ("=", "is", "equals") for n in _number(value)]
+        said = tuple(s for n in _number(value) for s in _said(n))
+        return Problem(("arith", op, *pair), f"What is {a} {op} {b}?", said + tuple(lead))
+    return make
+
+
 # ---------------------------------------------------------------- the tasks
 
 
@@ -389,6 +427,10 @@ GENERATED: dict[str, Task] = {
               compare_units(("time",), 1, (1.05, 1.6)),
               compare_units(("length", "time"), 2, (1.1, 3.0))),
              (1, 2, 3, 4, 5, 6)),
+        Task("arithmetic", "a sum, difference or product of two whole numbers",
+             (arithmetic("+", (10, 999), (1, 1)), arithmetic("times", (2, 9), (11, 99)),
+              arithmetic("+", (10, 99), (10, 99)), arithmetic("-", (10, 99), (10, 99))),
+             (1, 2, 3, 4)),
     )
 }
 TASKS: tuple[str, ...] = (*GENERATED, MC1)
