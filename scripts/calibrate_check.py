@@ -18,7 +18,8 @@ git-ignored ``.cache/calibrate_check/<task>__<model>-s<seed>/``; what is kept, i
 ``OUT/<task>__<model>-s<seed>/``, is ``check.json`` (the numbers), ``calibrate.txt`` (what
 ``isouq calibrate`` printed, then what its ``--check`` printed), ``verdict.png`` and
 ``risk_coverage.png`` (the held-out answers). Each step is skipped when its file exists
-(resumable). Runs in the main venv.
+(resumable). ``OUT/walks.md`` is the table of every kept walk under ``OUT``, written again at
+the end of each run (``--table``: only that). Runs in the main venv.
 """
 
 from __future__ import annotations
@@ -76,6 +77,31 @@ def split(scored: Path, part: Path, held: Path, seed: int) -> None:
         path.write_text("".join(json.dumps(r) + "\n" for r in rs), encoding="utf-8")
 
 
+def _ci(r: dict, key: str = "") -> str:
+    """``+0.012 [−0.020, +0.042]``: a comparison's Δ (PRR, or AUROC with ``key="_auroc"``)."""
+    def f(x: float) -> str:
+        return f"{x:+.3f}".replace("-", "−")
+    return f"{f(r['delta' + key])} [{f(r['ci_low' + key])}, {f(r['ci_high' + key])}]"
+
+
+def walks_table(out: Path) -> str:
+    """The Markdown table of the kept walks under ``out`` (``*/check.json``), a row each."""
+    head = ("| walk (task × model, seed) | calibrated on | isouq head vs MSP's map: Δ PRR [95% CI] "
+            "| verdict | saved | held out | saved map vs p̄: Δ AUROC [95% CI] |")
+    rows = [head, "|" + "---|" * head.count(" | ") + "---|"]
+    for path in sorted(out.glob("*/check.json")):
+        d = json.loads(path.read_text(encoding="utf-8"))
+        isouq = next((r for r in d["verdict"] if r["predictor"] == "isouq head"
+                      and r["against"] == "MSP's map"), None)
+        pbar = next(r for r in d["held_out"]["verdict"] if r["against"] == "p̄")
+        cells = [f"{d['task']} × {d['model']}, {d['seed']}", d.get("calibrated", "–"),
+                 _ci(isouq) if isouq else "no head fitted",
+                 isouq["verdict"] if isouq else "–", d["saved"],
+                 d["held_out"]["answers"], _ci(pbar, "_auroc")]
+        rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join(rows) + "\n"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--task", default="units")
@@ -83,46 +109,53 @@ def main(argv=None) -> int:
     ap.add_argument("--n", type=int, default=450)
     ap.add_argument("--seed", type=int, default=7, help="the task's stream (not 0)")
     ap.add_argument("--out", default="results/calibrate_check", help="where the kept files go")
+    ap.add_argument("--table", action="store_true", help="only write OUT/walks.md again")
     a = ap.parse_args(argv)
+    if a.table:
+        (Path(a.out) / "walks.md").write_text(walks_table(Path(a.out)), encoding="utf-8")
+        return 0
     if a.seed == 0:
         raise SystemExit("--seed 0 is the harness's design and fresh stream; give another")
     name = f"{a.task}__{a.model}-s{a.seed}"
     d, kept = Path(".cache/calibrate_check") / name, Path(a.out) / name
     d.mkdir(parents=True, exist_ok=True)
     kept.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
-    if not (d / "answers.jsonl").exists():
-        answer(a.task, a.model, a.n, a.seed, d / "answers.jsonl")
-    if not (d / "scored.jsonl").exists():
-        cli("score", str(d / "answers.jsonl"), "--out", str(d / "scored.jsonl"), "--model",
-            a.model, "--blocks", "--hidden")
-    if not (d / "held.jsonl").exists():
-        split(d / "scored.jsonl", d / "part.jsonl", d / "held.jsonl", a.seed)
-    if not (d / "cal" / "calibration.json").exists():
-        (d / "calibrate.txt").write_text(cli("calibrate", str(d / "part.jsonl"), "--out",
-                                             str(d / "cal")), encoding="utf-8")
-    if not (d / "held_scored.jsonl").exists():
-        cli("score", str(d / "held.jsonl"), "--out", str(d / "held_scored.jsonl"), "--model",
-            a.model, "--calibration", str(d / "cal" / "calibration.json"))
-    if not (d / "check" / "results.json").exists():
-        (d / "check.txt").write_text(cli("calibrate", str(d / "held_scored.jsonl"), "--check",
-                                         str(d / "cal" / "calibration.json"), "--out",
-                                         str(d / "check")), encoding="utf-8")
+    t0, todo = time.perf_counter(), [
+        (d / "answers.jsonl", lambda: answer(a.task, a.model, a.n, a.seed, d / "answers.jsonl")),
+        (d / "scored.jsonl", lambda: cli("score", str(d / "answers.jsonl"), "--out",
+                                         str(d / "scored.jsonl"), "--model", a.model,
+                                         "--blocks", "--hidden")),
+        (d / "held.jsonl", lambda: split(d / "scored.jsonl", d / "part.jsonl",
+                                         d / "held.jsonl", a.seed)),
+        (d / "cal" / "calibration.json", lambda: (d / "calibrate.txt").write_text(
+            cli("calibrate", str(d / "part.jsonl"), "--out", str(d / "cal")), encoding="utf-8")),
+        (d / "held_scored.jsonl", lambda: cli(
+            "score", str(d / "held.jsonl"), "--out", str(d / "held_scored.jsonl"), "--model",
+            a.model, "--calibration", str(d / "cal" / "calibration.json"))),
+        (d / "check" / "results.json", lambda: (d / "check.txt").write_text(cli(
+            "calibrate", str(d / "held_scored.jsonl"), "--check",
+            str(d / "cal" / "calibration.json"), "--out", str(d / "check")), encoding="utf-8"))]
+    ran = [step() for path, step in todo if not path.exists()]
+    seconds = round(time.perf_counter() - t0, 1)
+    if not ran and (kept / "check.json").exists():  # nothing made again: its time stays
+        seconds = json.loads((kept / "check.json").read_text())["seconds"]
     cal = json.loads((d / "cal" / "results.json").read_text())
     check = json.loads((d / "check" / "results.json").read_text())
     doc = {"task": a.task, "model": a.model, "seed": a.seed, "n": a.n,
-           "saved": cal["saved"], "reason": cal["reason"], "selected": cal["selected"],
+           "calibrated": cal["answers"], "saved": cal["saved"], "reason": cal["reason"],
+           "selected": cal["selected"],
            "verdict": cal["tables"].get("verdict", []),
            "learning_curve": cal["tables"].get("learning_curve", []),
            "held_out": {"answers": check["answers"], "verdict": check["tables"]["verdict"],
                         "metrics": check["tables"]["metrics"]},
-           "seconds": round(time.perf_counter() - t0, 1)}
+           "seconds": seconds}
     (kept / "check.json").write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
     said = (d / "calibrate.txt").read_text() + "\n" + (d / "check.txt").read_text()
     (kept / "calibrate.txt").write_text(said, encoding="utf-8")
     for fig in (d / "cal" / "verdict.png", d / "check" / "risk_coverage.png"):
         if fig.exists():
             shutil.copy(fig, kept / fig.name)
+    (Path(a.out) / "walks.md").write_text(walks_table(Path(a.out)), encoding="utf-8")
     print(said)
     return 0
 

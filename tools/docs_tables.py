@@ -224,7 +224,8 @@ def _blocks_cost(root):
         "hidden / summed": ratio("hidden_over_ghost"), "both / summed": ratio(
             "blocks_hidden_over_ghost"), "summed path's own spread": lambda r: pct(r["ghost_spread"])})
 
-for _name, _rel in (("long_prompts", B + "long_prompts.md"), ("peer_opacus", B + "peer_opacus_b16_t128.md")):
+for _name, _rel in (("long_prompts", B + "long_prompts.md"), ("peer_opacus", B + "peer_opacus_b16_t128.md"),
+                    ("calibrate_walks", "results/calibrate_check/walks.md")):
     table(_name, _rel)(lambda root, rel=_rel: kept(root, rel, 0))
 
 def _verdict(root: Path, rel: str) -> str:  # a kept verdict as isouq report shows it
