@@ -234,7 +234,7 @@ def _verdict(root: Path, rel: str) -> str:  # a kept verdict as isouq report sho
     return grid(rows[0], [r.values() for r in rows]) if rows else ""
 
 for _name, _rel in (("design_verdict", "results/polygraph/verdict/verdict.json"),
-                    ("prereg_verdict", "results/polygraph_prereg/verdict/verdict.json"),
+                    ("prereg_verdict", "results/polygraph_prereg_v4/verdict/verdict.json"),
                     ("prereg_tasks_verdict", "results/polygraph_tasks_prereg_v3/verdict/verdict.json")):
     table(_name, _rel)(lambda root, rel=_rel: _verdict(root, rel))
 
@@ -474,7 +474,7 @@ value("polygraph_isouq_cost", PG_REPORT)(lambda root: span(
 value("polygraph_1p5b_correct", PG_REPORT)(lambda root: ", ".join(
     f"{r['answers'].split()[0]} of {r['n']} ({DATASETS[r['dataset']]})" for r in _pg(root)["ranks"]
     if r["model"] == "qwen2.5-coder-1.5b" and r["quality"] == "accuracy"))
-for _name, _rel in (("prereg_judged", "results/polygraph_prereg/verdict/verdict.json"),
+for _name, _rel in (("prereg_judged", "results/polygraph_prereg_v4/verdict/verdict.json"),
                     ("prereg_tasks_judged", "results/polygraph_tasks_prereg_v3/verdict/verdict.json")):
     value(_name, _rel)(lambda root, rel=_rel: "{answer_sets_judged} of {answer_sets_expected}".format(
         **load(root, rel)))
