@@ -77,15 +77,10 @@ def split(scored: Path, part: Path, held: Path, seed: int) -> None:
         path.write_text("".join(json.dumps(r) + "\n" for r in rs), encoding="utf-8")
 
 
-def _ci(r: dict, key: str = "") -> str:
-    """``+0.012 [−0.020, +0.042]``: a comparison's Δ (PRR, or AUROC with ``key="_auroc"``)."""
-    def f(x: float) -> str:
-        return f"{x:+.3f}".replace("-", "−")
-    return f"{f(r['delta' + key])} [{f(r['ci_low' + key])}, {f(r['ci_high' + key])}]"
-
-
 def walks_table(out: Path) -> str:
     """The Markdown table of the kept walks under ``out`` (``*/check.json``), a row each."""
+    from isouq.calibrate_run import signed_ci
+
     head = ("| walk (task × model, seed) | calibrated on | isouq head vs MSP's map: Δ PRR [95% CI] "
             "| verdict | saved | held out | saved map vs p̄: Δ AUROC [95% CI] |")
     rows = [head, "|" + "---|" * head.count(" | ") + "---|"]
@@ -95,9 +90,9 @@ def walks_table(out: Path) -> str:
                       and r["against"] == "MSP's map"), None)
         pbar = next(r for r in d["held_out"]["verdict"] if r["against"] == "p̄")
         cells = [f"{d['task']} × {d['model']}, {d['seed']}", d.get("calibrated", "–"),
-                 _ci(isouq) if isouq else "no head fitted",
+                 signed_ci(isouq) if isouq else "no head fitted",
                  isouq["verdict"] if isouq else "–", d["saved"],
-                 d["held_out"]["answers"], _ci(pbar, "_auroc")]
+                 d["held_out"]["answers"], signed_ci(pbar, "_auroc")]
         rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows) + "\n"
 

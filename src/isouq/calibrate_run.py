@@ -416,6 +416,13 @@ def signed(x: float | None) -> str:
     return "n/a" if x is None or not np.isfinite(x) else f"{x:+.3f}".replace("-", "−")
 
 
+def signed_ci(r: Mapping, metric: str = "") -> str:
+    """A comparison row's Δ and its interval, ``+0.012 [−0.020, +0.042]``: PRR's, or with
+    ``metric="_auroc"`` AUROC's (``delta_auroc``, ``ci_low_auroc``, ``ci_high_auroc``)."""
+    return (f"{signed(r['delta' + metric])} [{signed(r['ci_low' + metric])}, "
+            f"{signed(r['ci_high' + metric])}]")
+
+
 def num(x: float | None) -> str:
     """``x`` with 3 decimals, or ``n/a``."""
     return "n/a" if x is None or not np.isfinite(x) else f"{x:.3f}"
@@ -443,13 +450,12 @@ def verdict_lines(doc: Mapping) -> list[str]:
         lines.append(f"  {pad_to(ref, 20)} {num(vs_ref[0]['PRR'] - vs_ref[0]['delta']):>6} "
                      f"{num(base['auroc'] if base else None):>6}  (reference)")
     for r in vs_ref:
-        ci = f"{signed(r['delta'])} [{signed(r['ci_low'])}, {signed(r['ci_high'])}]"
+        ci = signed_ci(r)
         lines.append(f"  {pad_to(r['predictor'], 20)} {num(r['PRR']):>6} {num(r['AUROC']):>6}  "
                      f"{ci:<34} {num(r['p_holm']):>7}  {r['verdict'] or 'not rankable'}")
     for r in rows:
         if r["against"] != ref:
-            lines.append(f"  {r['predictor']} vs {r['against']}: Δ PRR {signed(r['delta'])} "
-                         f"[{signed(r['ci_low'])}, {signed(r['ci_high'])}], Holm p "
+            lines.append(f"  {r['predictor']} vs {r['against']}: Δ PRR {signed_ci(r)}, Holm p "
                          f"{num(r['p_holm'])}: {r['verdict'] or 'not rankable'}")
     return lines
 

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from .answer_row import answer_id, scores_of
-from .calibrate_run import answers_said, num, pad_to, read_inputs, risk_coverage_figure, signed
+from .calibrate_run import answers_said, num, pad_to, read_inputs, risk_coverage_figure, signed_ci
 from .calibration import CalibrationError, Calibrator, check_labels, labels_of
 from .calibration_choice import MSP, PBAR
 from .evaluation import verdict as V
@@ -167,9 +167,7 @@ def check_summary(results: str | os.PathLike) -> str:
         lines.append("  (this calibration does not list the answers it was fitted on: it was made "
                      "by an older isouq; pass only answers it did not see)")
     for r in t["verdict"]:
-        d_prr = f"{signed(r['delta'])} [{signed(r['ci_low'])}, {signed(r['ci_high'])}]"
-        d_auc = (f"{signed(r['delta_auroc'])} [{signed(r['ci_low_auroc'])}, "
-                 f"{signed(r['ci_high_auroc'])}]")
+        d_prr, d_auc = signed_ci(r), signed_ci(r, "_auroc")
         said = r["verdict"] or f"no verdict: fewer than {V.MIN_PER_CLASS} answers of a class"
         lines.append(f"  {pad_to(r['against'], 9)} {num(r['PRR'] - r['delta']):>6} "
                      f"{num(r['PRR']):>6}  {d_prr:<26} {d_auc:<26} {num(r['p_holm']):>7}  "
